@@ -1,0 +1,64 @@
+# longhaul front door. `make` installs dependencies and builds build/longhaul;
+# `make test` runs the whole suite; `make demo` runs the main job end to end.
+BUILD ?= build
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+.PHONY: all deps build test demo asan tsan noomp fuzz bench-train fixtures clean format
+
+all: build
+
+deps:
+	@bash scripts/install-deps.sh
+
+build: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+demo: build
+	@bash scripts/demo.sh $(BUILD)/longhaul
+
+# The suite under AddressSanitizer + UndefinedBehaviorSanitizer (and ThreadSanitizer).
+asan: deps
+	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLH_SANITIZE=address,undefined >/dev/null
+	@cmake --build build-asan -j $(JOBS)
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS)
+
+tsan: deps
+	@cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLH_SANITIZE=thread >/dev/null
+	@cmake --build build-tsan -j $(JOBS)
+	cd build-tsan && ctest --output-on-failure -j $(JOBS)
+
+# The suite with OpenMP off (the build must pass without it).
+noomp: deps
+	@cmake -S . -B build-noomp -DCMAKE_BUILD_TYPE=Release -DLH_OPENMP=OFF >/dev/null
+	@cmake --build build-noomp -j $(JOBS)
+	cd build-noomp && ctest --output-on-failure -j $(JOBS)
+
+# libFuzzer targets (clang); FUZZ_SECONDS per target.
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	@CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLH_FUZZ=ON -DLH_OPENMP=OFF \
+	  -DCMAKE_C_FLAGS="-fsanitize=fuzzer-no-link,address,undefined" >/dev/null
+	@cmake --build build-fuzz -j $(JOBS)
+	@for t in build-fuzz/tests/fuzz_*; do \
+	  c=tests/fuzz/corpus/$$(basename $$t | sed 's/^fuzz_//'); mkdir -p build-fuzz/corpus-$$(basename $$t); \
+	  echo "fuzzing $$t for $(FUZZ_SECONDS)s"; \
+	  $$t -max_total_time=$(FUZZ_SECONDS) build-fuzz/corpus-$$(basename $$t) $$c || exit 1; done
+
+# Training-step benchmark against the PyTorch peer (see docs/PERFORMANCE.md).
+bench-train: build
+	@bash bench/train.sh $(BUILD)
+
+# Regenerates the PyTorch reference fixtures in tests/fixtures (needs python3-torch).
+fixtures: build
+	@bash tests/ref/make_fixtures.sh $(BUILD)/longhaul
+
+format:
+	@clang-format -i $$(git ls-files '*.c' '*.h')
+
+clean:
+	rm -rf build build-asan build-tsan build-noomp build-fuzz

@@ -1,0 +1,76 @@
+/* longhaul base: error codes with messages, logging, checked allocation, monotonic time.
+ * Functions that can fail on outside input return an lh_err and leave a message that says what
+ * was expected, what was found and where; lh_last_error() returns it (per thread). */
+#ifndef LONGHAUL_BASE_H
+#define LONGHAUL_BASE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* One table generates the enum, the names and the default messages. */
+#define LH_ERR_MAP(X)                                                                   \
+  X(OK, "success")                                                                      \
+  X(INVAL, "invalid argument")                                                          \
+  X(NOMEM, "out of memory")                                                             \
+  X(IO, "input/output error")                                                           \
+  X(FORMAT, "malformed input")                                                          \
+  X(LIMIT, "input exceeds a configured limit")                                          \
+  X(MISMATCH, "input does not match what was expected")                                 \
+  X(UNSUPPORTED, "unsupported feature or version")                                      \
+  X(NOTFOUND, "not found")
+
+typedef enum {
+#define LH_ERR_ENUM(name, msg) LH_ERR_##name,
+  LH_ERR_MAP(LH_ERR_ENUM)
+#undef LH_ERR_ENUM
+      LH_ERR__COUNT
+} lh_err;
+
+/* Short name of a code, e.g. "FORMAT". */
+const char *lh_err_name(lh_err e);
+/* Sets the calling thread's last-error message (printf format) and returns `code`. */
+lh_err lh_errorf(lh_err code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The calling thread's last-error message, or the default message of the last code. */
+const char *lh_last_error(void);
+
+/* Internal invariants: abort with file, line and a hint. Never for outside input. */
+#define LH_CHECK(cond, ...)                                                             \
+  do {                                                                                  \
+    if (!(cond)) lh__fatal(__FILE__, __LINE__, #cond, __VA_ARGS__);                     \
+  } while (0)
+_Noreturn void lh__fatal(const char *file, int line, const char *cond, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Allocation that aborts on failure (trainer setup, sizes already validated). Memory from
+ * lh_xmalloc_aligned is 64-byte aligned and released with free(). */
+void *lh_xmalloc(size_t n);
+void *lh_xcalloc(size_t count, size_t size);
+void *lh_xmalloc_aligned(size_t n);
+char *lh_xstrdup(const char *s);
+
+/* Logging to stderr; level from LONGHAUL_LOG (error, warn, info, debug), default info. */
+typedef enum { LH_LOG_ERROR, LH_LOG_WARN, LH_LOG_INFO, LH_LOG_DEBUG } lh_log_level;
+void lh_log(lh_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Monotonic time in seconds. */
+double lh_time_now(void);
+
+/* Whole-file helpers. lh_file_read returns a malloc'd buffer (NUL-terminated, *len excludes
+ * the NUL); files larger than max_bytes are refused with LH_ERR_LIMIT. lh_file_write_atomic
+ * writes to PATH.tmp, fsyncs, renames over PATH and fsyncs the directory. */
+lh_err lh_file_read(const char *path, size_t max_bytes, char **out, size_t *len);
+lh_err lh_file_write_atomic(const char *path, const void *data, size_t len);
+
+/* Number of threads OpenMP loops use (1 without OpenMP); lh_set_threads(0) keeps the default. */
+int lh_threads(void);
+void lh_set_threads(int n);
+
+/* Philox4x32-10 counter-based generator: four 32-bit words for key `seed` and counter
+ * (stream, position). The same inputs give the same words on any thread or machine. */
+void lh_philox(uint64_t seed, uint64_t stream, uint64_t position, uint32_t out[4]);
+/* A uniform float in [0, 1) from one 32-bit word (its top 24 bits). */
+float lh_uniform_from_u32(uint32_t w);
+/* Two independent standard normals from one Philox call (Box-Muller). */
+void lh_philox_normal2(uint64_t seed, uint64_t stream, uint64_t position, float out[2]);
+
+#endif

@@ -1,0 +1,209 @@
+/* longhaul model: Llama/Qwen2-family decoder configuration, the parameter slab with named views,
+ * Hugging Face files (config.json, model.safetensors), and the training forward/backward.
+ * The model owns its parameter slab; a training state owns activations and the gradient slab,
+ * both sized once at creation: no allocation happens inside a step. */
+#ifndef LONGHAUL_MODEL_H
+#define LONGHAUL_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "longhaul/base.h"
+
+/* ---------------------------------------------------------------- configuration */
+
+typedef enum { LH_ARCH_LLAMA = 0, LH_ARCH_QWEN2 = 1 } lh_arch;
+
+typedef struct lh_config {
+  lh_arch arch;
+  int vocab_size;        /* V */
+  int hidden_size;       /* C */
+  int n_layers;          /* L */
+  int n_heads;           /* H */
+  int n_kv_heads;        /* KV, divides H (GQA) */
+  int head_dim;          /* hd; hidden_size / n_heads unless config.json says otherwise */
+  int intermediate_size; /* F */
+  int max_positions;
+  float rope_theta;
+  float rms_eps;
+  bool tie_embeddings;
+  bool qkv_bias;         /* Qwen2 always; Llama when attention_bias is true */
+  int bos_token_id;      /* -1 when absent */
+  int eos_token_id;      /* -1 when absent */
+} lh_config;
+
+/* Limits on what a config may declare (checked before anything is allocated). */
+#define LH_MAX_VOCAB (1 << 22)
+#define LH_MAX_HIDDEN 65536
+#define LH_MAX_LAYERS 512
+#define LH_MAX_HEADS 1024
+#define LH_MAX_POSITIONS (1 << 20)
+
+/* Presets: "tiny" and "small" (see README). */
+lh_err lh_config_preset(const char *name, lh_arch arch, lh_config *out);
+/* Checks every field against the limits and the relations between them. */
+lh_err lh_config_validate(const lh_config *c);
+/* Reads a Hugging Face config.json (Qwen2ForCausalLM or LlamaForCausalLM). Missing optional
+ * fields take the Hugging Face defaults. Errors name the file and the field. */
+lh_err lh_config_load(const char *path, lh_config *out);
+/* Parses config.json text; `what` names the source in error messages. */
+lh_err lh_config_parse(const char *json, size_t len, const char *what, lh_config *out);
+/* Writes config.json atomically. */
+lh_err lh_config_save(const char *path, const lh_config *c);
+/* Parameters the config implies (tied head counted once). */
+size_t lh_config_n_params(const lh_config *c);
+
+/* ---------------------------------------------------------------- parameters */
+
+/* Named views into a parameter-shaped slab (parameters, gradients, or Adam moments).
+ * Per-layer tensors are stacked: layer i of wq starts at wq + i*(H*hd*C). */
+typedef struct lh_params {
+  float *embed;   /* (V, C) */
+  float *ln1;     /* (L, C) input_layernorm */
+  float *wq;      /* (L, H*hd, C) */
+  float *bq;      /* (L, H*hd), NULL without qkv bias */
+  float *wk;      /* (L, KV*hd, C) */
+  float *bk;      /* (L, KV*hd), NULL without qkv bias */
+  float *wv;      /* (L, KV*hd, C) */
+  float *bv;      /* (L, KV*hd), NULL without qkv bias */
+  float *wo;      /* (L, C, H*hd) */
+  float *ln2;     /* (L, C) post_attention_layernorm */
+  float *wgate;   /* (L, F, C) */
+  float *wup;     /* (L, F, C) */
+  float *wdown;   /* (L, C, F) */
+  float *norm;    /* (C) */
+  float *lm_head; /* (V, C); equals embed when embeddings are tied */
+} lh_params;
+
+/* Points the views into `slab` (lh_config_n_params floats). */
+void lh_params_point(const lh_config *c, float *slab, lh_params *out);
+
+/* One Hugging Face tensor of the model: its name, shape and place in the slab. */
+typedef struct lh_tensor_info {
+  char name[96];
+  int ndim;          /* 1 or 2 */
+  int64_t shape[2];
+  size_t offset;     /* in floats from the start of the slab */
+  size_t numel;
+} lh_tensor_info;
+
+/* Lists the model's tensors in a fixed order (lm_head only when untied). Returns the count;
+ * writes at most `cap` entries (call with out=NULL to count). */
+int lh_model_tensors(const lh_config *c, lh_tensor_info *out, int cap);
+
+typedef struct lh_model {
+  lh_config cfg;
+  size_t n_params;
+  float *params; /* (n_params) slab, 64-byte aligned, owned */
+  lh_params w;   /* views into params */
+} lh_model;
+
+/* Allocates a zeroed model for a validated config. */
+lh_err lh_model_create(const lh_config *c, lh_model **out);
+void lh_model_free(lh_model *m);
+/* Deterministic random init: normal(0, 0.02) matrices and embeddings (Philox stream by seed),
+ * ones for norms, zeros for biases. */
+void lh_model_init_random(lh_model *m, uint64_t seed);
+
+/* Loads DIR/config.json and DIR/model.safetensors (F32 or BF16). */
+lh_err lh_model_load(const char *dir, lh_model **out);
+/* Writes DIR/config.json and DIR/model.safetensors (creating DIR), each atomically. */
+typedef enum { LH_SAVE_F32 = 0, LH_SAVE_BF16 = 1 } lh_save_dtype;
+lh_err lh_model_save(const lh_model *m, const char *dir, lh_save_dtype dtype);
+
+/* ---------------------------------------------------------------- safetensors */
+
+typedef enum {
+  LH_DTYPE_F32, LH_DTYPE_BF16, LH_DTYPE_F16, LH_DTYPE_I32, LH_DTYPE_I64, LH_DTYPE_U8,
+  LH_DTYPE__COUNT
+} lh_dtype;
+
+#define LH_ST_MAX_DIMS 8
+#define LH_ST_MAX_HEADER (100u << 20) /* bytes of JSON header */
+#define LH_ST_MAX_TENSORS 1000000
+
+typedef struct lh_st_tensor {
+  char *name;
+  lh_dtype dtype;
+  int ndim;
+  int64_t shape[LH_ST_MAX_DIMS];
+  const uint8_t *data; /* points into the file's data section */
+  size_t nbytes;
+} lh_st_tensor;
+
+typedef struct lh_safetensors {
+  int n;
+  lh_st_tensor *tensors;
+  char *metadata_json; /* "__metadata__" object re-serialised, or NULL */
+  /* private */
+  void *map;
+  size_t map_len;
+  char *path;
+} lh_safetensors;
+
+/* Parses a safetensors image held in memory (not copied: buf must outlive the result).
+ * `what` names the source in error messages. Checks header length, JSON, dtypes, shapes,
+ * that offsets lie inside the data section, match dtype*shape, and do not overlap. */
+lh_err lh_safetensors_parse(const uint8_t *buf, size_t len, const char *what,
+                            lh_safetensors **out);
+/* Maps a file read-only and parses it. */
+lh_err lh_safetensors_open(const char *path, lh_safetensors **out);
+void lh_safetensors_close(lh_safetensors *st);
+const lh_st_tensor *lh_safetensors_find(const lh_safetensors *st, const char *name);
+/* Converts a F32/BF16/F16 tensor to fp32; `n` must equal its element count. */
+lh_err lh_safetensors_read_f32(const lh_safetensors *st, const lh_st_tensor *t, float *dst,
+                               size_t n);
+
+typedef struct lh_st_entry {
+  const char *name;
+  lh_dtype dtype;
+  int ndim;
+  int64_t shape[LH_ST_MAX_DIMS];
+  const void *data; /* raw bytes in `dtype` */
+} lh_st_entry;
+/* Writes a safetensors file atomically (temporary file, fsync, rename). */
+lh_err lh_safetensors_write(const char *path, const lh_st_entry *entries, int n);
+
+/* ---------------------------------------------------------------- training */
+
+/* A batch of variable-length sequences packed end to end (no padding).
+ * For token i that is not the first of its sequence, logprob[i] = log p(tokens[i] | earlier
+ * tokens of the same sequence); loss_weight[i] weighs it (0 = not in the loss). The first
+ * token of each sequence has no log-prob and its weight must be 0. */
+typedef struct lh_batch {
+  int n_seqs;
+  const int *seq_start;      /* (n_seqs+1) offsets into tokens; seq_start[0] = 0 */
+  const int32_t *tokens;     /* (N) N = seq_start[n_seqs] */
+  const float *loss_weight;  /* (N) */
+} lh_batch;
+
+typedef struct lh_train lh_train;
+
+/* Sizes activations for up to max_tokens tokens per batch and max_seq tokens per sequence.
+ * The model must outlive the training state. */
+lh_err lh_train_create(lh_model *m, int max_tokens, int max_seq, lh_train **out);
+void lh_train_free(lh_train *t);
+/* Checks a batch against the model and the sizes given at creation. */
+lh_err lh_batch_validate(const lh_train *t, const lh_batch *b);
+
+/* Forward pass. Writes logprob (N) (0 at sequence starts) and returns the weighted mean
+ * cross-entropy sum(w*-logprob)/sum(w) (0 if all weights are 0). */
+float lh_train_forward(lh_train *t, const lh_batch *b, float *logprob);
+/* Logits of the last forward, (N, V): row i predicts token i+1. Valid until backward. */
+const float *lh_train_logits(const lh_train *t);
+/* Backward from dL/dlogprob (N) after a forward on the same batch; accumulates into the
+ * gradient slab. For the cross-entropy of lh_train_forward, dlogprob = -w/sum(w). */
+void lh_train_backward(lh_train *t, const lh_batch *b, const float *dlogprob);
+/* Gradient slab (n_params floats) with named views. */
+float *lh_train_grads(lh_train *t);
+const lh_params *lh_train_grad_views(const lh_train *t);
+void lh_train_zero_grad(lh_train *t);
+/* Forward + backward of the weighted mean cross-entropy (zeroes gradients first). */
+float lh_train_ce_step(lh_train *t, const lh_batch *b, float *logprob);
+
+/* Floating-point operations of one training step (forward + backward) on a batch, counted as
+ * 6 * matmul parameters * tokens plus causal attention (docs/PERFORMANCE.md). */
+double lh_train_flops(const lh_config *c, const lh_batch *b);
+
+#endif

@@ -1,0 +1,46 @@
+/* longhaul tensor: CPU kernels for the decoder, forward and backward, and bf16 conversion.
+ * All arrays are row-major fp32 unless named otherwise. Matmuls go through cblas_sgemm; other
+ * loops use OpenMP over rows. Reductions run in a fixed order so that results do not depend
+ * on the thread count. No kernel allocates. */
+#ifndef LONGHAUL_TENSOR_H
+#define LONGHAUL_TENSOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* bf16 <-> f32. lh_bf16_from_f32 rounds to nearest even; NaN stays NaN (quiet). */
+uint16_t lh_bf16_from_f32(float x);
+float lh_f32_from_bf16(uint16_t b);
+void lh_bf16_from_f32_n(uint16_t *dst, const float *src, size_t n);
+void lh_f32_from_bf16_n(float *dst, const uint16_t *src, size_t n);
+
+/* out (M,N) = beta*out + x (M,K) @ w^T, w (N,K) as Hugging Face Linear weights store it. */
+void lh_matmul_xwt(float *out, const float *x, const float *w, int M, int K, int N, float beta);
+/* dx (M,K) = beta*dx + dout (M,N) @ w (N,K) */
+void lh_matmul_dx(float *dx, const float *dout, const float *w, int M, int K, int N, float beta);
+/* dw (N,K) += dout^T (N,M) @ x (M,K) */
+void lh_matmul_dw(float *dw, const float *dout, const float *x, int M, int K, int N);
+
+/* RMSNorm over rows of width C: out = x * rstd * w, rstd = 1/sqrt(mean(x^2)+eps).
+ * rstd (M) is saved for backward (may be NULL in inference). */
+void lh_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int M, int C,
+                        float eps);
+/* dx (M,C) += d/dx, dw (C) += d/dw. */
+void lh_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *w,
+                         const float *rstd, int M, int C);
+
+/* Rotary tables for positions [0, max_pos): cos/sin (max_pos, hd/2), Hugging Face rotate-half
+ * convention: inv_freq[i] = theta^(-2i/hd). */
+void lh_rope_tables(float *cos_t, float *sin_t, int max_pos, int hd, float theta);
+/* Applies (inverse=0) or un-applies (inverse=1, for backward) the rotation in place to one
+ * token's heads: x (n_heads, hd) at position pos. */
+void lh_rope_apply(float *x, int n_heads, int hd, const float *cos_t, const float *sin_t, int pos,
+                   int inverse);
+
+/* SwiGLU: h = silu(gate) * up, elementwise over n. */
+void lh_swiglu_forward(float *h, const float *gate, const float *up, size_t n);
+/* dgate, dup from dh (overwrites). */
+void lh_swiglu_backward(float *dgate, float *dup, const float *dh, const float *gate,
+                        const float *up, size_t n);
+
+#endif

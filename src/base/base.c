@@ -1,0 +1,213 @@
+/* longhaul base: per-thread error messages, fatal checks, checked allocation, logging, time,
+ * atomic file writes. Everything here is safe to call from any thread. */
+#include "longhaul/base.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+static const char *const err_names[] = {
+#define LH_ERR_NAME(name, msg) #name,
+    LH_ERR_MAP(LH_ERR_NAME)
+#undef LH_ERR_NAME
+};
+static const char *const err_msgs[] = {
+#define LH_ERR_MSG(name, msg) msg,
+    LH_ERR_MAP(LH_ERR_MSG)
+#undef LH_ERR_MSG
+};
+
+static _Thread_local char last_msg[1024];
+
+const char *lh_err_name(lh_err e) {
+  return (unsigned)e < LH_ERR__COUNT ? err_names[e] : "UNKNOWN";
+}
+
+lh_err lh_errorf(lh_err code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(last_msg, sizeof last_msg, fmt, ap);
+  va_end(ap);
+  return code;
+}
+
+const char *lh_last_error(void) {
+  return last_msg[0] ? last_msg : err_msgs[LH_ERR_INVAL];
+}
+
+void lh__fatal(const char *file, int line, const char *cond, const char *fmt, ...) {
+  fprintf(stderr, "longhaul: fatal: %s:%d: check failed: %s: ", file, line, cond);
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+  abort();
+}
+
+void *lh_xmalloc(size_t n) {
+  void *p = malloc(n ? n : 1);
+  LH_CHECK(p, "out of memory allocating %zu bytes", n);
+  return p;
+}
+
+void *lh_xcalloc(size_t count, size_t size) {
+  void *p = calloc(count ? count : 1, size ? size : 1);
+  LH_CHECK(p, "out of memory allocating %zu x %zu bytes", count, size);
+  return p;
+}
+
+void *lh_xmalloc_aligned(size_t n) {
+  size_t rounded = (n + 63) & ~(size_t)63;
+  void *p = aligned_alloc(64, rounded ? rounded : 64);
+  LH_CHECK(p, "out of memory allocating %zu bytes", n);
+  return p;
+}
+
+char *lh_xstrdup(const char *s) {
+  size_t n = strlen(s) + 1;
+  char *p = lh_xmalloc(n);
+  memcpy(p, s, n);
+  return p;
+}
+
+static int log_level = -1;
+
+void lh_log(lh_log_level level, const char *fmt, ...) {
+  if (log_level < 0) {
+    const char *e = getenv("LONGHAUL_LOG");
+    log_level = LH_LOG_INFO;
+    if (e && !strcmp(e, "error")) log_level = LH_LOG_ERROR;
+    if (e && !strcmp(e, "warn")) log_level = LH_LOG_WARN;
+    if (e && !strcmp(e, "debug")) log_level = LH_LOG_DEBUG;
+  }
+  if ((int)level > log_level) return;
+  static const char *const names[] = {"error", "warn", "info", "debug"};
+  char buf[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "longhaul: %s: %s\n", names[level], buf);
+}
+
+double lh_time_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+lh_err lh_file_read(const char *path, size_t max_bytes, char **out, size_t *len) {
+  *out = NULL;
+  *len = 0;
+  FILE *f = fopen(path, "rb");
+  if (!f) return lh_errorf(LH_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  lh_err err = LH_ERR_OK;
+  char *buf = NULL;
+  if (fseek(f, 0, SEEK_END) != 0) {
+    err = lh_errorf(LH_ERR_IO, "%s: cannot seek: %s", path, strerror(errno));
+    goto out;
+  }
+  long size = ftell(f);
+  if (size < 0) {
+    err = lh_errorf(LH_ERR_IO, "%s: cannot tell size: %s", path, strerror(errno));
+    goto out;
+  }
+  if ((size_t)size > max_bytes) {
+    err = lh_errorf(LH_ERR_LIMIT, "%s: %ld bytes, more than the limit of %zu", path, size,
+                    max_bytes);
+    goto out;
+  }
+  rewind(f);
+  buf = malloc((size_t)size + 1);
+  if (!buf) {
+    err = lh_errorf(LH_ERR_NOMEM, "%s: cannot allocate %ld bytes", path, size);
+    goto out;
+  }
+  if (fread(buf, 1, (size_t)size, f) != (size_t)size) {
+    err = lh_errorf(LH_ERR_IO, "%s: short read", path);
+    goto out;
+  }
+  buf[size] = '\0';
+  *out = buf;
+  *len = (size_t)size;
+  buf = NULL;
+out:
+  free(buf);
+  fclose(f);
+  return err;
+}
+
+lh_err lh_file_write_atomic(const char *path, const void *data, size_t len) {
+  size_t plen = strlen(path);
+  char *tmp = lh_xmalloc(plen + 8);
+  snprintf(tmp, plen + 8, "%s.tmp", path);
+  lh_err err = LH_ERR_OK;
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    err = lh_errorf(LH_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    goto out;
+  }
+  const char *p = data;
+  size_t left = len;
+  while (left > 0) {
+    ssize_t w = write(fd, p, left);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      err = lh_errorf(LH_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
+      goto out;
+    }
+    p += w;
+    left -= (size_t)w;
+  }
+  if (fsync(fd) != 0) {
+    err = lh_errorf(LH_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));
+    goto out;
+  }
+  close(fd);
+  fd = -1;
+  if (rename(tmp, path) != 0) {
+    err = lh_errorf(LH_ERR_IO, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));
+    goto out;
+  }
+  char *dircopy = lh_xstrdup(path);
+  int dfd = open(dirname(dircopy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    fsync(dfd);
+    close(dfd);
+  }
+  free(dircopy);
+out:
+  if (fd >= 0) {
+    close(fd);
+    unlink(tmp);
+  }
+  free(tmp);
+  return err;
+}
+
+int lh_threads(void) {
+#ifdef _OPENMP
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+
+void lh_set_threads(int n) {
+#ifdef _OPENMP
+  if (n > 0) omp_set_num_threads(n);
+#else
+  (void)n;
+#endif
+}
