@@ -25,12 +25,15 @@ typedef struct lh_adamw_config {
 /* lr 1e-3, betas (0.9, 0.95), eps 1e-8, weight decay 0.1, clip 1.0, constant, no warmup. */
 lh_adamw_config lh_adamw_defaults(void);
 
+#define LH_ADAMW_NORM_CHUNK 65536
+
 typedef struct lh_adamw {
   lh_adamw_config cfg;
   size_t n;
   float *m;       /* (n) first moment slab */
   float *v;       /* (n) second moment slab */
   float *decay;   /* (n) 1 where weight decay applies, else 0 */
+  double *norm_partial; /* (n / LH_ADAMW_NORM_CHUNK + 1) per-chunk sums of squares */
   int64_t step;   /* steps taken */
 } lh_adamw;
 

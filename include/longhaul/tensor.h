@@ -43,4 +43,16 @@ void lh_swiglu_forward(float *h, const float *gate, const float *up, size_t n);
 void lh_swiglu_backward(float *dgate, float *dup, const float *dh, const float *gate,
                         const float *up, size_t n);
 
+/* Causal attention of one sequence of T tokens for the query heads of one kv head `g` (GQA:
+ * query heads g*G .. g*G+G-1, G = H/KV). q (T, H*hd), k and v (T, KV*hd), out (T, H*hd);
+ * probs (H, T, T) holds the softmax rows of this sequence for backward (upper triangle 0).
+ * Scale 1/sqrt(hd). Single-threaded: callers parallelise over (sequence, kv head). */
+void lh_attention_forward(float *out, float *probs, const float *q, const float *k,
+                          const float *v, int T, int H, int KV, int hd, int g);
+/* Gradients for the same slice: dq (T, H*hd) rows of heads of group g are overwritten;
+ * dk, dv (T, KV*hd) columns of head g are overwritten. scratch: T*T floats. */
+void lh_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *probs,
+                           const float *q, const float *k, const float *v, int T, int H, int KV,
+                           int hd, int g, float *scratch);
+
 #endif

@@ -1,0 +1,125 @@
+/* longhaul model parameters: the slab layout, its named views, the Hugging Face tensor table
+ * and deterministic random initialisation. The layout is the one thing that checkpoints,
+ * hashes, patches and gradients agree on: change it and every slab changes meaning. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "longhaul/model.h"
+
+/* One stacked parameter: `per_layer` floats per layer when layered, else a single block. */
+typedef struct {
+  const char *hf;  /* printf pattern of the Hugging Face name (%d = layer) */
+  int layered;
+  int rows, cols;  /* cols == 0 for 1-D */
+  size_t view;     /* offsetof(lh_params, field) */
+} param_spec;
+
+/* Fills specs in slab order; returns the count. */
+static int param_specs(const lh_config *c, param_spec *s) {
+  int C = c->hidden_size, hd = c->head_dim, q = c->n_heads * hd, kv = c->n_kv_heads * hd;
+  int F = c->intermediate_size, V = c->vocab_size, n = 0;
+#define SPEC(name, lay, r, cl, field)                                                     \
+  s[n++] = (param_spec){name, lay, r, cl, offsetof(lh_params, field)}
+  SPEC("model.embed_tokens.weight", 0, V, C, embed);
+  SPEC("model.layers.%d.input_layernorm.weight", 1, C, 0, ln1);
+  SPEC("model.layers.%d.self_attn.q_proj.weight", 1, q, C, wq);
+  if (c->qkv_bias) SPEC("model.layers.%d.self_attn.q_proj.bias", 1, q, 0, bq);
+  SPEC("model.layers.%d.self_attn.k_proj.weight", 1, kv, C, wk);
+  if (c->qkv_bias) SPEC("model.layers.%d.self_attn.k_proj.bias", 1, kv, 0, bk);
+  SPEC("model.layers.%d.self_attn.v_proj.weight", 1, kv, C, wv);
+  if (c->qkv_bias) SPEC("model.layers.%d.self_attn.v_proj.bias", 1, kv, 0, bv);
+  SPEC("model.layers.%d.self_attn.o_proj.weight", 1, C, q, wo);
+  SPEC("model.layers.%d.post_attention_layernorm.weight", 1, C, 0, ln2);
+  SPEC("model.layers.%d.mlp.gate_proj.weight", 1, F, C, wgate);
+  SPEC("model.layers.%d.mlp.up_proj.weight", 1, F, C, wup);
+  SPEC("model.layers.%d.mlp.down_proj.weight", 1, C, F, wdown);
+  SPEC("model.norm.weight", 0, C, 0, norm);
+  if (!c->tie_embeddings) SPEC("lm_head.weight", 0, V, C, lm_head);
+#undef SPEC
+  return n;
+}
+
+#define MAX_SPECS 16
+
+static size_t spec_numel(const param_spec *p) {
+  return (size_t)p->rows * (size_t)(p->cols ? p->cols : 1);
+}
+
+void lh_params_point(const lh_config *c, float *slab, lh_params *out) {
+  param_spec specs[MAX_SPECS];
+  int n = param_specs(c, specs);
+  memset(out, 0, sizeof *out);
+  size_t off = 0;
+  for (int i = 0; i < n; i++) {
+    *(float **)((char *)out + specs[i].view) = slab + off;
+    off += spec_numel(&specs[i]) * (specs[i].layered ? (size_t)c->n_layers : 1);
+  }
+  if (c->tie_embeddings) out->lm_head = out->embed;
+}
+
+int lh_model_tensors(const lh_config *c, lh_tensor_info *out, int cap) {
+  param_spec specs[MAX_SPECS];
+  int n = param_specs(c, specs), count = 0;
+  size_t off = 0;
+  for (int i = 0; i < n; i++) {
+    int reps = specs[i].layered ? c->n_layers : 1;
+    for (int l = 0; l < reps; l++) {
+      if (out && count < cap) {
+        lh_tensor_info *t = &out[count];
+        snprintf(t->name, sizeof t->name, specs[i].hf, l);
+        t->ndim = specs[i].cols ? 2 : 1;
+        t->shape[0] = specs[i].rows;
+        t->shape[1] = specs[i].cols;
+        t->offset = off;
+        t->numel = spec_numel(&specs[i]);
+      }
+      off += spec_numel(&specs[i]);
+      count++;
+    }
+  }
+  return count;
+}
+
+lh_err lh_model_create(const lh_config *c, lh_model **out) {
+  *out = NULL;
+  lh_err err = lh_config_validate(c);
+  if (err) return err;
+  lh_model *m = lh_xcalloc(1, sizeof *m);
+  m->cfg = *c;
+  m->n_params = lh_config_n_params(c);
+  m->params = lh_xmalloc_aligned(m->n_params * sizeof(float));
+  memset(m->params, 0, m->n_params * sizeof(float));
+  lh_params_point(c, m->params, &m->w);
+  *out = m;
+  return LH_ERR_OK;
+}
+
+void lh_model_free(lh_model *m) {
+  if (!m) return;
+  free(m->params);
+  free(m);
+}
+
+void lh_model_init_random(lh_model *m, uint64_t seed) {
+  int n = lh_model_tensors(&m->cfg, NULL, 0);
+  lh_tensor_info *t = lh_xmalloc((size_t)n * sizeof *t);
+  lh_model_tensors(&m->cfg, t, n);
+  for (int i = 0; i < n; i++) {
+    float *p = m->params + t[i].offset;
+    int is_norm = strstr(t[i].name, "norm") != NULL;
+    if (t[i].ndim == 1) {
+      for (size_t j = 0; j < t[i].numel; j++) p[j] = is_norm ? 1.0f : 0.0f;
+      continue;
+    }
+    /* stream = tensor index, position = element pair: independent of thread count */
+#pragma omp parallel for schedule(static)
+    for (size_t j = 0; j < t[i].numel; j += 2) {
+      float z[2];
+      lh_philox_normal2(seed, (uint64_t)i, j / 2, z);
+      p[j] = 0.02f * z[0];
+      if (j + 1 < t[i].numel) p[j + 1] = 0.02f * z[1];
+    }
+  }
+  free(t);
+}

@@ -1,0 +1,399 @@
+/* longhaul training forward and backward for packed variable-length batches.
+ * All activations live in one slab sized at lh_train_create for (max_tokens, max_seq); a step
+ * allocates nothing. Backward accumulates into the gradient slab, which mirrors the parameter
+ * slab's layout (lh_params views into both). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "longhaul/model.h"
+#include "longhaul/tensor.h"
+
+struct lh_train {
+  lh_model *m;
+  int max_tokens, max_seq, n_threads;
+  float *grads; /* (n_params) */
+  lh_params g;
+  float *acts;  /* one slab for everything below */
+  /* saved for backward, per layer l (stacked on a leading L axis) */
+  float *x;     /* (L+1, N, C) residual stream entering layer l; x[L] enters the final norm */
+  float *xmid;  /* (L, N, C) residual after attention */
+  float *ln1;   /* (L, N, C) */
+  float *ln2;   /* (L, N, C) */
+  float *rstd1; /* (L, N) */
+  float *rstd2; /* (L, N) */
+  float *q;     /* (L, N, H*hd) after RoPE */
+  float *k;     /* (L, N, KV*hd) after RoPE */
+  float *v;     /* (L, N, KV*hd) */
+  float *att;   /* (L, N, H*hd) attention output, before o_proj */
+  float *probs; /* (L, H * max_tokens * max_seq) softmax rows, per sequence H*T*T */
+  float *gate;  /* (L, N, F) */
+  float *up;    /* (L, N, F) */
+  float *hmlp;  /* (L, N, F) silu(gate) * up */
+  float *lnf;   /* (N, C) */
+  float *rstdf; /* (N) */
+  float *logits;/* (N, V); backward turns it into dlogits in place */
+  float *lse;   /* (N) log-sum-exp of each logits row */
+  float *dlp;   /* (N) dloss/dlogprob for lh_train_ce_step */
+  /* backward scratch */
+  float *dx;    /* (N, C) gradient of the residual stream */
+  float *dn;    /* (N, C) gradient of a norm output */
+  float *dq;    /* (N, H*hd) */
+  float *dk;    /* (N, KV*hd) */
+  float *dv;    /* (N, KV*hd) */
+  float *datt;  /* (N, H*hd) */
+  float *dgate; /* (N, F) */
+  float *dup;   /* (N, F) */
+  float *dh;    /* (N, F) */
+  float *dS;    /* (n_threads, max_seq, max_seq) */
+  float *rope_cos, *rope_sin; /* (max_seq, hd/2) */
+  int *pos;          /* (max_tokens) position of each token in its sequence */
+  size_t *probs_off; /* (max_tokens+1) offset of each sequence's probs within a layer */
+  int n_tokens;      /* of the last forward */
+};
+
+lh_err lh_train_create(lh_model *m, int max_tokens, int max_seq, lh_train **out) {
+  *out = NULL;
+  const lh_config *c = &m->cfg;
+  if (max_tokens < 1 || max_seq < 1 || max_seq > max_tokens)
+    return lh_errorf(LH_ERR_INVAL, "lh_train_create: need 1 <= max_seq (%d) <= max_tokens (%d)",
+                     max_seq, max_tokens);
+  if (max_seq > c->max_positions)
+    return lh_errorf(LH_ERR_LIMIT, "lh_train_create: max_seq %d exceeds max_positions %d",
+                     max_seq, c->max_positions);
+  lh_train *t = lh_xcalloc(1, sizeof *t);
+  t->m = m;
+  t->max_tokens = max_tokens;
+  t->max_seq = max_seq;
+  t->n_threads = lh_threads();
+  t->grads = lh_xmalloc_aligned(m->n_params * sizeof(float));
+  memset(t->grads, 0, m->n_params * sizeof(float));
+  lh_params_point(c, t->grads, &t->g);
+
+  size_t N = (size_t)max_tokens, L = (size_t)c->n_layers, C = (size_t)c->hidden_size;
+  size_t QD = (size_t)c->n_heads * c->head_dim, KD = (size_t)c->n_kv_heads * c->head_dim;
+  size_t F = (size_t)c->intermediate_size, V = (size_t)c->vocab_size;
+  size_t P = (size_t)c->n_heads * N * (size_t)max_seq, S = (size_t)max_seq;
+  size_t half = (size_t)c->head_dim / 2;
+  struct {
+    float **p;
+    size_t n;
+  } parts[] = {
+      {&t->x, (L + 1) * N * C}, {&t->xmid, L * N * C},   {&t->ln1, L * N * C},
+      {&t->ln2, L * N * C},     {&t->rstd1, L * N},      {&t->rstd2, L * N},
+      {&t->q, L * N * QD},      {&t->k, L * N * KD},     {&t->v, L * N * KD},
+      {&t->att, L * N * QD},    {&t->probs, L * P},      {&t->gate, L * N * F},
+      {&t->up, L * N * F},      {&t->hmlp, L * N * F},   {&t->lnf, N * C},
+      {&t->rstdf, N},           {&t->logits, N * V},     {&t->lse, N},           {&t->dlp, N},
+      {&t->dx, N * C},          {&t->dn, N * C},         {&t->dq, N * QD},
+      {&t->dk, N * KD},         {&t->dv, N * KD},        {&t->datt, N * QD},
+      {&t->dgate, N * F},       {&t->dup, N * F},        {&t->dh, N * F},
+      {&t->dS, (size_t)t->n_threads * S * S},            {&t->rope_cos, S * half},
+      {&t->rope_sin, S * half},
+  };
+  size_t total = 0, nparts = sizeof parts / sizeof parts[0];
+  for (size_t i = 0; i < nparts; i++) total += (parts[i].n + 15) & ~(size_t)15;
+  t->acts = lh_xmalloc_aligned(total * sizeof(float));
+  size_t off = 0;
+  for (size_t i = 0; i < nparts; i++) {
+    *parts[i].p = t->acts + off;
+    off += (parts[i].n + 15) & ~(size_t)15;
+  }
+  t->pos = lh_xmalloc(N * sizeof *t->pos);
+  t->probs_off = lh_xmalloc((N + 1) * sizeof *t->probs_off);
+  lh_rope_tables(t->rope_cos, t->rope_sin, max_seq, c->head_dim, c->rope_theta);
+  *out = t;
+  return LH_ERR_OK;
+}
+
+void lh_train_free(lh_train *t) {
+  if (!t) return;
+  free(t->grads);
+  free(t->acts);
+  free(t->pos);
+  free(t->probs_off);
+  free(t);
+}
+
+float *lh_train_grads(lh_train *t) {
+  return t->grads;
+}
+
+const lh_params *lh_train_grad_views(const lh_train *t) {
+  return &t->g;
+}
+
+void lh_train_zero_grad(lh_train *t) {
+  memset(t->grads, 0, t->m->n_params * sizeof(float));
+}
+
+const float *lh_train_logits(const lh_train *t) {
+  return t->logits;
+}
+
+lh_err lh_batch_validate(const lh_train *t, const lh_batch *b) {
+  if (b->n_seqs < 1) return lh_errorf(LH_ERR_INVAL, "batch: no sequences");
+  if (b->seq_start[0] != 0) return lh_errorf(LH_ERR_INVAL, "batch: seq_start[0] must be 0");
+  for (int s = 0; s < b->n_seqs; s++) {
+    int T = b->seq_start[s + 1] - b->seq_start[s];
+    if (T < 1 || T > t->max_seq)
+      return lh_errorf(LH_ERR_LIMIT, "batch: sequence %d has %d tokens, allowed 1..%d", s, T,
+                       t->max_seq);
+    if (b->seq_start[s + 1] > t->max_tokens)
+      return lh_errorf(LH_ERR_LIMIT, "batch: more than %d tokens", t->max_tokens);
+    if (b->loss_weight[b->seq_start[s]] != 0.0f)
+      return lh_errorf(LH_ERR_INVAL, "batch: sequence %d: first token has a loss weight", s);
+  }
+  int N = b->seq_start[b->n_seqs], V = t->m->cfg.vocab_size;
+  for (int i = 0; i < N; i++)
+    if (b->tokens[i] < 0 || b->tokens[i] >= V)
+      return lh_errorf(LH_ERR_INVAL, "batch: token %d at %d outside the vocabulary [0, %d)",
+                       b->tokens[i], i, V);
+  return LH_ERR_OK;
+}
+
+/* Adds a bias row to every row of x (N, D). */
+static void add_bias(float *x, const float *bias, int N, int D) {
+  if (!bias) return;
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < N; i++) {
+    float *xi = x + (size_t)i * D;
+#pragma omp simd
+    for (int j = 0; j < D; j++) xi[j] += bias[j];
+  }
+}
+
+/* db (D) += column sums of dx (N, D), rows in order. */
+static void bias_grad(float *db, const float *dx, int N, int D) {
+  if (!db) return;
+  for (int i = 0; i < N; i++) {
+    const float *r = dx + (size_t)i * D;
+#pragma omp simd
+    for (int j = 0; j < D; j++) db[j] += r[j];
+  }
+}
+
+static void rope_rows(lh_train *t, float *x, int N, int n_heads, int inverse) {
+  int hd = t->m->cfg.head_dim;
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < N; i++)
+    lh_rope_apply(x + (size_t)i * n_heads * hd, n_heads, hd, t->rope_cos, t->rope_sin, t->pos[i],
+                  inverse);
+}
+
+static int thread_id(void) {
+#ifdef _OPENMP
+  return omp_get_thread_num();
+#else
+  return 0;
+#endif
+}
+
+float lh_train_forward(lh_train *t, const lh_batch *b, float *logprob) {
+  const lh_config *c = &t->m->cfg;
+  const lh_params *w = &t->m->w;
+  int N = b->seq_start[b->n_seqs], C = c->hidden_size, L = c->n_layers, H = c->n_heads;
+  int KV = c->n_kv_heads, hd = c->head_dim, QD = H * hd, KD = KV * hd, F = c->intermediate_size;
+  int V = c->vocab_size;
+  size_t NC = (size_t)N * C, P = (size_t)H * t->max_tokens * t->max_seq;
+  LH_CHECK(N <= t->max_tokens, "batch of %d tokens, state sized for %d", N, t->max_tokens);
+  t->n_tokens = N;
+
+  t->probs_off[0] = 0;
+  for (int s = 0; s < b->n_seqs; s++) {
+    int s0 = b->seq_start[s], T = b->seq_start[s + 1] - s0;
+    for (int i = 0; i < T; i++) t->pos[s0 + i] = i;
+    t->probs_off[s + 1] = t->probs_off[s] + (size_t)H * T * T;
+  }
+
+  for (int i = 0; i < N; i++)
+    memcpy(t->x + (size_t)i * C, w->embed + (size_t)b->tokens[i] * C, C * sizeof(float));
+
+  for (int l = 0; l < L; l++) {
+    float *x = t->x + l * NC, *xmid = t->xmid + l * NC, *xnext = t->x + (l + 1) * NC;
+    float *ln1 = t->ln1 + l * NC, *ln2 = t->ln2 + l * NC;
+    float *q = t->q + (size_t)l * N * QD, *k = t->k + (size_t)l * N * KD;
+    float *v = t->v + (size_t)l * N * KD, *att = t->att + (size_t)l * N * QD;
+    float *probs = t->probs + l * P;
+    float *gate = t->gate + (size_t)l * N * F, *up = t->up + (size_t)l * N * F;
+    float *hm = t->hmlp + (size_t)l * N * F;
+
+    lh_rmsnorm_forward(ln1, t->rstd1 + (size_t)l * N, x, w->ln1 + (size_t)l * C, N, C, c->rms_eps);
+    lh_matmul_xwt(q, ln1, w->wq + (size_t)l * QD * C, N, C, QD, 0.0f);
+    lh_matmul_xwt(k, ln1, w->wk + (size_t)l * KD * C, N, C, KD, 0.0f);
+    lh_matmul_xwt(v, ln1, w->wv + (size_t)l * KD * C, N, C, KD, 0.0f);
+    if (c->qkv_bias) {
+      add_bias(q, w->bq + (size_t)l * QD, N, QD);
+      add_bias(k, w->bk + (size_t)l * KD, N, KD);
+      add_bias(v, w->bv + (size_t)l * KD, N, KD);
+    }
+    rope_rows(t, q, N, H, 0);
+    rope_rows(t, k, N, KV, 0);
+
+    int pairs = b->n_seqs * KV;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int pi = 0; pi < pairs; pi++) {
+      int s = pi / KV, g = pi % KV, s0 = b->seq_start[s], T = b->seq_start[s + 1] - s0;
+      lh_attention_forward(att + (size_t)s0 * QD, probs + t->probs_off[s], q + (size_t)s0 * QD,
+                           k + (size_t)s0 * KD, v + (size_t)s0 * KD, T, H, KV, hd, g);
+    }
+
+    memcpy(xmid, x, NC * sizeof(float));
+    lh_matmul_xwt(xmid, att, w->wo + (size_t)l * C * QD, N, QD, C, 1.0f);
+    lh_rmsnorm_forward(ln2, t->rstd2 + (size_t)l * N, xmid, w->ln2 + (size_t)l * C, N, C,
+                       c->rms_eps);
+    lh_matmul_xwt(gate, ln2, w->wgate + (size_t)l * F * C, N, C, F, 0.0f);
+    lh_matmul_xwt(up, ln2, w->wup + (size_t)l * F * C, N, C, F, 0.0f);
+    lh_swiglu_forward(hm, gate, up, (size_t)N * F);
+    memcpy(xnext, xmid, NC * sizeof(float));
+    lh_matmul_xwt(xnext, hm, w->wdown + (size_t)l * C * F, N, F, C, 1.0f);
+  }
+
+  lh_rmsnorm_forward(t->lnf, t->rstdf, t->x + (size_t)L * NC, w->norm, N, C, c->rms_eps);
+  lh_matmul_xwt(t->logits, t->lnf, w->lm_head, N, C, V, 0.0f);
+
+  /* log-softmax of row i-1 at token i; fixed-order sums per row */
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < N; i++) {
+    const float *row = t->logits + (size_t)i * V;
+    float mx = row[0];
+    for (int j = 1; j < V; j++) mx = row[j] > mx ? row[j] : mx;
+    float sum = 0.0f;
+    for (int j = 0; j < V; j++) sum += expf(row[j] - mx);
+    t->lse[i] = mx + logf(sum);
+  }
+  double loss = 0.0, wsum = 0.0;
+  for (int s = 0; s < b->n_seqs; s++) {
+    int s0 = b->seq_start[s], s1 = b->seq_start[s + 1];
+    logprob[s0] = 0.0f;
+    for (int i = s0 + 1; i < s1; i++) {
+      logprob[i] = t->logits[(size_t)(i - 1) * V + b->tokens[i]] - t->lse[i - 1];
+      loss -= (double)b->loss_weight[i] * logprob[i];
+      wsum += b->loss_weight[i];
+    }
+  }
+  return wsum > 0.0 ? (float)(loss / wsum) : 0.0f;
+}
+
+void lh_train_backward(lh_train *t, const lh_batch *b, const float *dlogprob) {
+  const lh_config *c = &t->m->cfg;
+  const lh_params *w = &t->m->w;
+  lh_params *g = &t->g;
+  int N = b->seq_start[b->n_seqs], C = c->hidden_size, L = c->n_layers, H = c->n_heads;
+  int KV = c->n_kv_heads, hd = c->head_dim, QD = H * hd, KD = KV * hd, F = c->intermediate_size;
+  int V = c->vocab_size;
+  size_t NC = (size_t)N * C, P = (size_t)H * t->max_tokens * t->max_seq;
+  LH_CHECK(N == t->n_tokens, "backward on a batch of %d tokens after a forward of %d", N,
+           t->n_tokens);
+
+  /* dlogits row r (predicting token r+1) = dlogprob[r+1] * (onehot - softmax); rows that end
+   * a sequence predict nothing */
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < N; r++) {
+    float *row = t->logits + (size_t)r * V;
+    int last = r == N - 1 || t->pos[r + 1] == 0; /* row r ends its sequence */
+    float d = last ? 0.0f : dlogprob[r + 1];
+    if (d == 0.0f) {
+      memset(row, 0, (size_t)V * sizeof(float));
+      continue;
+    }
+    float lse = t->lse[r];
+    for (int j = 0; j < V; j++) row[j] = -d * expf(row[j] - lse);
+    row[b->tokens[r + 1]] += d;
+  }
+  float *dlogits = t->logits;
+
+  /* head and final norm */
+  lh_matmul_dx(t->dn, dlogits, w->lm_head, N, C, V, 0.0f);
+  lh_matmul_dw(g->lm_head, dlogits, t->lnf, N, C, V);
+  memset(t->dx, 0, NC * sizeof(float));
+  lh_rmsnorm_backward(t->dx, g->norm, t->dn, t->x + (size_t)L * NC, w->norm, t->rstdf, N, C);
+
+  for (int l = L - 1; l >= 0; l--) {
+    const float *x = t->x + l * NC, *xmid = t->xmid + l * NC;
+    const float *ln1 = t->ln1 + l * NC, *ln2 = t->ln2 + l * NC;
+    const float *q = t->q + (size_t)l * N * QD, *k = t->k + (size_t)l * N * KD;
+    const float *v = t->v + (size_t)l * N * KD, *att = t->att + (size_t)l * N * QD;
+    const float *probs = t->probs + l * P;
+    const float *gate = t->gate + (size_t)l * N * F, *up = t->up + (size_t)l * N * F;
+    const float *hm = t->hmlp + (size_t)l * N * F;
+
+    /* MLP: x_next = xmid + down(h) */
+    lh_matmul_dx(t->dh, t->dx, w->wdown + (size_t)l * C * F, N, F, C, 0.0f);
+    lh_matmul_dw(g->wdown + (size_t)l * C * F, t->dx, hm, N, F, C);
+    lh_swiglu_backward(t->dgate, t->dup, t->dh, gate, up, (size_t)N * F);
+    lh_matmul_dx(t->dn, t->dgate, w->wgate + (size_t)l * F * C, N, C, F, 0.0f);
+    lh_matmul_dx(t->dn, t->dup, w->wup + (size_t)l * F * C, N, C, F, 1.0f);
+    lh_matmul_dw(g->wgate + (size_t)l * F * C, t->dgate, ln2, N, C, F);
+    lh_matmul_dw(g->wup + (size_t)l * F * C, t->dup, ln2, N, C, F);
+    lh_rmsnorm_backward(t->dx, g->ln2 + (size_t)l * C, t->dn, xmid, w->ln2 + (size_t)l * C,
+                        t->rstd2 + (size_t)l * N, N, C);
+
+    /* attention: xmid = x + o(att) */
+    lh_matmul_dx(t->datt, t->dx, w->wo + (size_t)l * C * QD, N, QD, C, 0.0f);
+    lh_matmul_dw(g->wo + (size_t)l * C * QD, t->dx, att, N, QD, C);
+    int pairs = b->n_seqs * KV;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int pi = 0; pi < pairs; pi++) {
+      int s = pi / KV, gi = pi % KV, s0 = b->seq_start[s], T = b->seq_start[s + 1] - s0;
+      float *scratch = t->dS + (size_t)thread_id() * t->max_seq * t->max_seq;
+      lh_attention_backward(t->dq + (size_t)s0 * QD, t->dk + (size_t)s0 * KD,
+                            t->dv + (size_t)s0 * KD, t->datt + (size_t)s0 * QD,
+                            probs + t->probs_off[s], q + (size_t)s0 * QD, k + (size_t)s0 * KD,
+                            v + (size_t)s0 * KD, T, H, KV, hd, gi, scratch);
+    }
+    rope_rows(t, t->dq, N, H, 1);
+    rope_rows(t, t->dk, N, KV, 1);
+    if (c->qkv_bias) {
+      bias_grad(g->bq + (size_t)l * QD, t->dq, N, QD);
+      bias_grad(g->bk + (size_t)l * KD, t->dk, N, KD);
+      bias_grad(g->bv + (size_t)l * KD, t->dv, N, KD);
+    }
+    lh_matmul_dx(t->dn, t->dq, w->wq + (size_t)l * QD * C, N, C, QD, 0.0f);
+    lh_matmul_dx(t->dn, t->dk, w->wk + (size_t)l * KD * C, N, C, KD, 1.0f);
+    lh_matmul_dx(t->dn, t->dv, w->wv + (size_t)l * KD * C, N, C, KD, 1.0f);
+    lh_matmul_dw(g->wq + (size_t)l * QD * C, t->dq, ln1, N, C, QD);
+    lh_matmul_dw(g->wk + (size_t)l * KD * C, t->dk, ln1, N, C, KD);
+    lh_matmul_dw(g->wv + (size_t)l * KD * C, t->dv, ln1, N, C, KD);
+    lh_rmsnorm_backward(t->dx, g->ln1 + (size_t)l * C, t->dn, x, w->ln1 + (size_t)l * C,
+                        t->rstd1 + (size_t)l * N, N, C);
+  }
+
+  /* embedding rows, tokens in order */
+  for (int i = 0; i < N; i++) {
+    float *dst = g->embed + (size_t)b->tokens[i] * C;
+    const float *src = t->dx + (size_t)i * C;
+#pragma omp simd
+    for (int j = 0; j < C; j++) dst[j] += src[j];
+  }
+}
+
+float lh_train_ce_step(lh_train *t, const lh_batch *b, float *logprob) {
+  int N = b->seq_start[b->n_seqs];
+  lh_train_zero_grad(t);
+  float loss = lh_train_forward(t, b, logprob);
+  double wsum = 0.0;
+  for (int i = 0; i < N; i++) wsum += b->loss_weight[i];
+  for (int i = 0; i < N; i++) t->dlp[i] = wsum > 0.0 ? (float)(-b->loss_weight[i] / wsum) : 0.0f;
+  lh_train_backward(t, b, t->dlp);
+  return loss;
+}
+
+double lh_train_flops(const lh_config *c, const lh_batch *b) {
+  size_t n = lh_config_n_params(c);
+  /* matmul parameters: all but norms, biases and (untied) the embedding lookup */
+  double mm = (double)n - (double)c->hidden_size * (2.0 * c->n_layers + 1.0);
+  if (c->qkv_bias) mm -= (double)c->n_layers * (c->n_heads + 2.0 * c->n_kv_heads) * c->head_dim;
+  if (!c->tie_embeddings) mm -= (double)c->vocab_size * c->hidden_size;
+  int N = b->seq_start[b->n_seqs];
+  double flops = 6.0 * mm * N;
+  for (int s = 0; s < b->n_seqs; s++) {
+    double T = b->seq_start[s + 1] - b->seq_start[s];
+    /* forward: QK^T and PV over the causal triangle; backward twice that */
+    flops += 3.0 * c->n_layers * 2.0 * 2.0 * c->n_heads * c->head_dim * T * (T + 1) / 2.0;
+  }
+  return flops;
+}

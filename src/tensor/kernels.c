@@ -1,0 +1,189 @@
+/* longhaul CPU kernels: bf16 conversion, matmul wrappers over cblas_sgemm, RMSNorm, RoPE,
+ * SwiGLU and causal GQA attention, each with its backward. Row loops use OpenMP; every
+ * reduction runs in a fixed order, so results do not depend on the thread count. */
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+#include "longhaul/tensor.h"
+
+uint16_t lh_bf16_from_f32(float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) return (uint16_t)((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest, ties to even */
+  return (uint16_t)(u >> 16);
+}
+
+float lh_f32_from_bf16(uint16_t b) {
+  uint32_t u = (uint32_t)b << 16;
+  float x;
+  memcpy(&x, &u, 4);
+  return x;
+}
+
+void lh_bf16_from_f32_n(uint16_t *dst, const float *src, size_t n) {
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; i++) dst[i] = lh_bf16_from_f32(src[i]);
+}
+
+void lh_f32_from_bf16_n(float *dst, const uint16_t *src, size_t n) {
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; i++) dst[i] = lh_f32_from_bf16(src[i]);
+}
+
+void lh_matmul_xwt(float *out, const float *x, const float *w, int M, int K, int N, float beta) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, x, K, w, K, beta, out, N);
+}
+
+void lh_matmul_dx(float *dx, const float *dout, const float *w, int M, int K, int N, float beta) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, K, N, 1.0f, dout, N, w, K, beta, dx,
+              K);
+}
+
+void lh_matmul_dw(float *dw, const float *dout, const float *x, int M, int K, int N) {
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, K, M, 1.0f, dout, N, x, K, 1.0f, dw, K);
+}
+
+void lh_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int M, int C,
+                        float eps) {
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < M; i++) {
+    const float *xi = x + (size_t)i * C;
+    float *oi = out + (size_t)i * C;
+    float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+    for (int j = 0; j < C; j++) ss += xi[j] * xi[j];
+    float r = 1.0f / sqrtf(ss / (float)C + eps);
+    if (rstd) rstd[i] = r;
+#pragma omp simd
+    for (int j = 0; j < C; j++) oi[j] = xi[j] * r * w[j];
+  }
+}
+
+void lh_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *w,
+                         const float *rstd, int M, int C) {
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < M; i++) {
+    const float *xi = x + (size_t)i * C, *gi = dout + (size_t)i * C;
+    float *dxi = dx + (size_t)i * C;
+    float r = rstd[i], dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+    for (int j = 0; j < C; j++) dot += gi[j] * w[j] * xi[j];
+    float c = dot * r * r * r / (float)C;
+#pragma omp simd
+    for (int j = 0; j < C; j++) dxi[j] += r * gi[j] * w[j] - c * xi[j];
+  }
+  /* dw: rows in order, so the sum is the same on any thread count */
+  for (int i = 0; i < M; i++) {
+    const float *xi = x + (size_t)i * C, *gi = dout + (size_t)i * C;
+    float r = rstd[i];
+#pragma omp simd
+    for (int j = 0; j < C; j++) dw[j] += gi[j] * xi[j] * r;
+  }
+}
+
+void lh_rope_tables(float *cos_t, float *sin_t, int max_pos, int hd, float theta) {
+  int half = hd / 2;
+  for (int i = 0; i < half; i++) {
+    /* as Hugging Face: inv_freq in fp32, angle = fp32 product */
+    float inv = 1.0f / powf(theta, (float)(2 * i) / (float)hd);
+    for (int p = 0; p < max_pos; p++) {
+      float a = (float)p * inv;
+      cos_t[(size_t)p * half + i] = cosf(a);
+      sin_t[(size_t)p * half + i] = sinf(a);
+    }
+  }
+}
+
+void lh_rope_apply(float *x, int n_heads, int hd, const float *cos_t, const float *sin_t, int pos,
+                   int inverse) {
+  int half = hd / 2;
+  const float *c = cos_t + (size_t)pos * half, *s = sin_t + (size_t)pos * half;
+  float sign = inverse ? -1.0f : 1.0f;
+  for (int h = 0; h < n_heads; h++) {
+    float *a = x + (size_t)h * hd, *b = a + half;
+#pragma omp simd
+    for (int i = 0; i < half; i++) {
+      float a0 = a[i], b0 = b[i], si = sign * s[i];
+      a[i] = a0 * c[i] - b0 * si;
+      b[i] = b0 * c[i] + a0 * si;
+    }
+  }
+}
+
+static inline float silu(float x) {
+  return x / (1.0f + expf(-x));
+}
+
+void lh_swiglu_forward(float *h, const float *gate, const float *up, size_t n) {
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; i++) h[i] = silu(gate[i]) * up[i];
+}
+
+void lh_swiglu_backward(float *dgate, float *dup, const float *dh, const float *gate,
+                        const float *up, size_t n) {
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; i++) {
+    float g = gate[i], sg = 1.0f / (1.0f + expf(-g));
+    float d = dh[i];
+    dup[i] = d * g * sg;
+    dgate[i] = d * up[i] * sg * (1.0f + g * (1.0f - sg));
+  }
+}
+
+void lh_attention_forward(float *out, float *probs, const float *q, const float *k,
+                          const float *v, int T, int H, int KV, int hd, int g) {
+  int G = H / KV, qs = H * hd, ks = KV * hd;
+  float scale = 1.0f / sqrtf((float)hd);
+  for (int h = g * G; h < (g + 1) * G; h++) {
+    float *P = probs + (size_t)h * T * T;
+    /* S = scale * Q_h K_g^T (T, T); the upper triangle is computed and then discarded */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hd, scale, q + h * hd, qs,
+                k + g * hd, ks, 0.0f, P, T);
+    for (int i = 0; i < T; i++) {
+      float *row = P + (size_t)i * T, mx = row[0], sum = 0.0f;
+      for (int j = 1; j <= i; j++) mx = row[j] > mx ? row[j] : mx;
+      for (int j = 0; j <= i; j++) {
+        row[j] = expf(row[j] - mx);
+        sum += row[j];
+      }
+      float inv = 1.0f / sum;
+      for (int j = 0; j <= i; j++) row[j] *= inv;
+      for (int j = i + 1; j < T; j++) row[j] = 0.0f;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hd, T, 1.0f, P, T, v + g * hd, ks,
+                0.0f, out + h * hd, qs);
+  }
+}
+
+void lh_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *probs,
+                           const float *q, const float *k, const float *v, int T, int H, int KV,
+                           int hd, int g, float *scratch) {
+  int G = H / KV, qs = H * hd, ks = KV * hd;
+  float scale = 1.0f / sqrtf((float)hd);
+  for (int h = g * G; h < (g + 1) * G; h++) {
+    const float *P = probs + (size_t)h * T * T;
+    const float *dO = dout + h * hd;
+    float beta = h == g * G ? 0.0f : 1.0f; /* first head of the group overwrites dk, dv */
+    /* dV_g += P^T dO */
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hd, T, 1.0f, P, T, dO, qs, beta,
+                dv + g * hd, ks);
+    /* dP = dO V^T, then dS = P * (dP - rowsum(P * dP)) */
+    float *dS = scratch;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hd, 1.0f, dO, qs, v + g * hd, ks,
+                0.0f, dS, T);
+    for (int i = 0; i < T; i++) {
+      const float *p = P + (size_t)i * T;
+      float *d = dS + (size_t)i * T, dot = 0.0f;
+      for (int j = 0; j <= i; j++) dot += p[j] * d[j];
+      for (int j = 0; j <= i; j++) d[j] = p[j] * (d[j] - dot) * scale;
+      for (int j = i + 1; j < T; j++) d[j] = 0.0f;
+    }
+    /* dQ_h = dS K_g ; dK_g += dS^T Q_h */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hd, T, 1.0f, dS, T, k + g * hd, ks,
+                0.0f, dq + h * hd, qs);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hd, T, 1.0f, dS, T, q + h * hd, qs,
+                beta, dk + g * hd, ks);
+  }
+}
