@@ -1,0 +1,211 @@
+/* Flag parser shared by every longhaul subcommand: long flags `--name value` / `--name=value`,
+ * switches, typed getters with range checks. Usage errors are one line on stderr and exit
+ * code 2; --help prints a usage text generated from the same flag table, so the two agree. */
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "longhaul/base.h"
+
+int lh__cli_error(const char *cmd, int code, const char *fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "longhaul %s: %s\n", cmd, msg);
+  return code;
+}
+
+int lh__cli_fail(const char *cmd) {
+  return lh__cli_error(cmd, LH__EXIT_FAIL, "%s", lh_last_error());
+}
+
+static int find_flag(const lh__args *a, const char *name, size_t len) {
+  for (int i = 0; i < a->n_flags; i++)
+    if (strlen(a->flags[i].name) == len && !strncmp(a->flags[i].name, name, len)) return i;
+  return -1;
+}
+
+static int flag_index(const lh__args *a, const char *name) {
+  int i = find_flag(a, name, strlen(name));
+  LH_CHECK(i >= 0, "flag --%s is not in the table of '%s'", name, a->cmd);
+  return i;
+}
+
+static void print_flag_synopsis(const lh__flag *f) {
+  if (!f->required) fputc('[', stdout);
+  printf("--%s", f->name);
+  if (f->metavar) printf(" %s", f->metavar);
+  if (!f->required) fputc(']', stdout);
+}
+
+void lh__args_usage(const lh__args *a) {
+  printf("usage: longhaul %s", a->cmd);
+  for (int i = 0; i < a->n_flags; i++) {
+    fputc(' ', stdout);
+    print_flag_synopsis(&a->flags[i]);
+  }
+  printf("\n\n%s\n\nflags:\n", a->about);
+  for (int i = 0; i < a->n_flags; i++) {
+    const lh__flag *f = &a->flags[i];
+    char left[96];
+    snprintf(left, sizeof left, "--%s%s%s", f->name, f->metavar ? " " : "",
+             f->metavar ? f->metavar : "");
+    printf("  %-30s %s%s\n", left, f->help, f->required ? " (required)" : "");
+  }
+  printf("  %-30s %s\n", "-h, --help", "show this help and exit");
+}
+
+int lh__args_parse(lh__args *a, int argc, char **argv) {
+  LH_CHECK(a->n_flags <= LH__MAX_FLAGS, "'%s' has %d flags, more than %d", a->cmd, a->n_flags,
+           LH__MAX_FLAGS);
+  for (int i = 0; i < LH__MAX_FLAGS; i++)
+    a->values[i] = NULL;
+  char err[512] = "";
+  bool help = false;
+  /* The first error is kept, but the scan goes on so that --help anywhere still wins. */
+  for (int i = 1; i < argc; i++) {
+    const char *arg = argv[i];
+    if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
+      help = true;
+      continue;
+    }
+    if (err[0]) continue;
+    if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0') {
+      snprintf(err, sizeof err, "unexpected argument \"%s\" (see longhaul %s --help)", arg, a->cmd);
+      continue;
+    }
+    const char *name = arg + 2;
+    const char *eq = strchr(name, '=');
+    size_t name_len = eq ? (size_t)(eq - name) : strlen(name);
+    int idx = find_flag(a, name, name_len);
+    if (idx < 0) {
+      snprintf(err, sizeof err, "unknown flag --%.*s (see longhaul %s --help)", (int)name_len, name,
+               a->cmd);
+      continue;
+    }
+    const lh__flag *f = &a->flags[idx];
+    const char *value;
+    if (!f->metavar) {
+      if (eq) {
+        snprintf(err, sizeof err, "--%s: takes no value, got \"%s\"", f->name, eq + 1);
+        continue;
+      }
+      value = "";
+    } else if (eq) {
+      value = eq + 1;
+    } else if (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0 && strcmp(argv[i + 1], "-h")) {
+      value = argv[++i];
+    } else {
+      value = "";
+    }
+    if (f->metavar && value[0] == '\0') {
+      snprintf(err, sizeof err, "--%s: missing value (expected %s)", f->name, f->metavar);
+      continue;
+    }
+    if (a->values[idx]) {
+      snprintf(err, sizeof err, "--%s: given more than once", f->name);
+      continue;
+    }
+    a->values[idx] = value;
+  }
+  if (help) {
+    lh__args_usage(a);
+    return LH__EXIT_OK;
+  }
+  if (err[0]) return lh__cli_error(a->cmd, LH__EXIT_USAGE, "%s", err);
+  for (int i = 0; i < a->n_flags; i++)
+    if (a->flags[i].required && !a->values[i])
+      return lh__cli_error(a->cmd, LH__EXIT_USAGE,
+                           "missing required flag --%s%s%s (see longhaul %s --help)",
+                           a->flags[i].name, a->flags[i].metavar ? " " : "",
+                           a->flags[i].metavar ? a->flags[i].metavar : "", a->cmd);
+  return LH__ARGS_CONTINUE;
+}
+
+bool lh__args_has(const lh__args *a, const char *name) {
+  return a->values[flag_index(a, name)] != NULL;
+}
+
+const char *lh__args_str(const lh__args *a, const char *name, const char *def) {
+  const char *v = a->values[flag_index(a, name)];
+  return v ? v : def;
+}
+
+static void describe_range(char *buf, size_t n, long lo, long hi) {
+  if (lo == 0 && hi == LONG_MAX)
+    snprintf(buf, n, "a non-negative integer");
+  else if (lo == 1 && hi == LONG_MAX)
+    snprintf(buf, n, "a positive integer");
+  else
+    snprintf(buf, n, "an integer in [%ld, %ld]", lo, hi);
+}
+
+int lh__args_int(const lh__args *a, const char *name, long lo, long hi, long def, long *out) {
+  const char *v = a->values[flag_index(a, name)];
+  if (!v) {
+    *out = def;
+    return LH__ARGS_CONTINUE;
+  }
+  char *end = NULL;
+  errno = 0;
+  long x = 0;
+  bool ok = (v[0] == '-' || (v[0] >= '0' && v[0] <= '9'));
+  if (ok) {
+    x = strtol(v, &end, 10);
+    ok = errno == 0 && end != v && *end == '\0' && x >= lo && x <= hi;
+  }
+  if (!ok) {
+    char want[96];
+    describe_range(want, sizeof want, lo, hi);
+    return lh__cli_error(a->cmd, LH__EXIT_USAGE, "--%s: expected %s, got \"%s\"", name, want, v);
+  }
+  *out = x;
+  return LH__ARGS_CONTINUE;
+}
+
+int lh__args_u64(const lh__args *a, const char *name, uint64_t def, uint64_t *out) {
+  const char *v = a->values[flag_index(a, name)];
+  if (!v) {
+    *out = def;
+    return LH__ARGS_CONTINUE;
+  }
+  char *end = NULL;
+  errno = 0;
+  unsigned long long x = 0;
+  bool ok = v[0] >= '0' && v[0] <= '9';
+  if (ok) {
+    x = strtoull(v, &end, 10);
+    ok = errno == 0 && *end == '\0';
+  }
+  if (!ok)
+    return lh__cli_error(a->cmd, LH__EXIT_USAGE,
+                         "--%s: expected a non-negative integer, got \"%s\"", name, v);
+  *out = (uint64_t)x;
+  return LH__ARGS_CONTINUE;
+}
+
+int lh__args_choice(const lh__args *a, const char *name, const char *const *choices, int def,
+                    int *out) {
+  const char *v = a->values[flag_index(a, name)];
+  if (!v) {
+    *out = def;
+    return LH__ARGS_CONTINUE;
+  }
+  for (int i = 0; choices[i]; i++)
+    if (!strcmp(v, choices[i])) {
+      *out = i;
+      return LH__ARGS_CONTINUE;
+    }
+  char want[256] = "";
+  size_t used = 0;
+  for (int i = 0; choices[i] && used < sizeof want; i++)
+    used += (size_t)snprintf(want + used, sizeof want - used, "%s%s", i ? "|" : "", choices[i]);
+  return lh__cli_error(a->cmd, LH__EXIT_USAGE, "--%s: expected one of %s, got \"%s\"", name, want,
+                       v);
+}

@@ -1,0 +1,67 @@
+/* longhaul command-line front end: the shared flag parser and the subcommand entry points.
+ * Exit codes: 0 success (and --help), 1 a failure while running (message from the library),
+ * 2 a usage error (unknown flag, missing value, bad number); every error is one line on stderr. */
+#ifndef LONGHAUL_CLI_H
+#define LONGHAUL_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifndef LH_VERSION
+#define LH_VERSION "0.1.0"
+#endif
+
+#define LH__EXIT_OK    0
+#define LH__EXIT_FAIL  1
+#define LH__EXIT_USAGE 2
+/* lh__args_parse: keep going (any other value is the exit code to return at once). */
+#define LH__ARGS_CONTINUE (-1)
+
+#define LH__MAX_FLAGS 16
+
+/* One long flag `--name VALUE` / `--name=VALUE`, or a switch `--name` when metavar is NULL. */
+typedef struct lh__flag {
+  const char *name;    /* without the leading "--" */
+  const char *metavar; /* shown in usage, e.g. "N"; NULL for a switch */
+  bool required;
+  const char *help; /* one line */
+} lh__flag;
+
+typedef struct lh__args {
+  const char *cmd;   /* "init-model", "bench train": prefixes every message */
+  const char *about; /* a sentence or two printed under the usage line */
+  const lh__flag *flags;
+  int n_flags;
+  const char *values[LH__MAX_FLAGS]; /* per flag: its value, "" for a switch given, or NULL */
+} lh__args;
+
+/* Parses argv[1..argc) (argv[0] is the command name) against a->flags. Prints usage to stdout
+ * and returns 0 on --help/-h anywhere; prints one line to stderr and returns 2 on an unknown
+ * flag, a missing or unexpected value, a flag given twice, a positional argument or a missing
+ * required flag; otherwise returns LH__ARGS_CONTINUE. */
+int lh__args_parse(lh__args *a, int argc, char **argv);
+/* Writes the usage text to stdout: the usage line (built from the flags, so it always matches
+ * them), `about`, and one line per flag. */
+void lh__args_usage(const lh__args *a);
+
+/* Typed getters. Each returns LH__ARGS_CONTINUE with *out set (to `def` when the flag is
+ * absent), or prints a one-line error and returns 2. */
+bool lh__args_has(const lh__args *a, const char *name);
+const char *lh__args_str(const lh__args *a, const char *name, const char *def);
+int lh__args_int(const lh__args *a, const char *name, long lo, long hi, long def, long *out);
+int lh__args_u64(const lh__args *a, const char *name, uint64_t def, uint64_t *out);
+/* `choices` is NULL-terminated; *out is the index of the match. */
+int lh__args_choice(const lh__args *a, const char *name, const char *const *choices, int def,
+                    int *out);
+
+/* "longhaul CMD: message" on stderr; returns `code`. */
+int lh__cli_error(const char *cmd, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* "longhaul CMD: <lh_last_error()>" on stderr; returns 1. */
+int lh__cli_fail(const char *cmd);
+
+int lh__cmd_init_model(int argc, char **argv);
+int lh__cmd_score(int argc, char **argv);
+int lh__cmd_bench(int argc, char **argv);
+
+#endif

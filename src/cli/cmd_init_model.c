@@ -1,0 +1,264 @@
+/* `longhaul init-model`: writes a randomly initialised Qwen2/Llama model directory
+ * (config.json + model.safetensors) from a preset, or from the "tiny" preset overridden by the
+ * keys of a config.json-style file. The same flags always produce the same bytes. */
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli.h"
+#include "longhaul/model.h"
+
+#define CMD                "init-model"
+#define MAX_OVERRIDE_BYTES (1u << 20)
+
+static const lh__flag flags[] = {
+    {"arch", "qwen2|llama", true, "model family"},
+    {"preset", "tiny|small|FILE.json", true,
+     "size preset, or a config.json whose keys override the tiny preset"},
+    {"seed", "N", true, "random seed for the initial weights"},
+    {"out", "DIR", true, "model directory to write (created if missing)"},
+    {"dtype", "f32|bf16", false, "dtype of model.safetensors (default f32)"},
+};
+
+/* config.json keys that map onto an int field of lh_config (positive values). */
+static const struct {
+  const char *key;
+  size_t offset;
+} int_keys[] = {
+    {"vocab_size", offsetof(lh_config, vocab_size)},
+    {"hidden_size", offsetof(lh_config, hidden_size)},
+    {"intermediate_size", offsetof(lh_config, intermediate_size)},
+    {"num_hidden_layers", offsetof(lh_config, n_layers)},
+    {"num_attention_heads", offsetof(lh_config, n_heads)},
+    {"num_key_value_heads", offsetof(lh_config, n_kv_heads)},
+    {"head_dim", offsetof(lh_config, head_dim)},
+    {"max_position_embeddings", offsetof(lh_config, max_positions)},
+};
+
+/* Keys of Hugging Face config.json files that do not change the model longhaul builds. */
+static const char *const inert_keys[] = {
+    "torch_dtype",       "transformers_version", "use_cache",
+    "initializer_range", "attention_dropout",    "sliding_window",
+    "max_window_layers", "pretraining_tp",       NULL,
+};
+
+static bool in_list(const char *const *list, const char *s) {
+  for (int i = 0; list[i]; i++)
+    if (!strcmp(list[i], s)) return true;
+  return false;
+}
+
+static const char *json_kind(const json_t *v) {
+  switch (json_typeof(v)) {
+  case JSON_OBJECT:
+    return "an object";
+  case JSON_ARRAY:
+    return "an array";
+  case JSON_STRING:
+    return "a string";
+  case JSON_INTEGER:
+    return "an integer";
+  case JSON_REAL:
+    return "a number";
+  case JSON_TRUE:
+  case JSON_FALSE:
+    return "a boolean";
+  case JSON_NULL:
+    return "null";
+  }
+  return "?";
+}
+
+static int bad_key(const char *path, const char *key, const char *want, const json_t *v) {
+  char *got = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+  int rc = lh__cli_error(CMD, LH__EXIT_FAIL, "%s: %s: expected %s, got %s", path, key, want,
+                         got ? got : json_kind(v));
+  free(got);
+  return rc;
+}
+
+/* Applies one key of the override file to cfg; returns LH__ARGS_CONTINUE or an exit code. */
+static int apply_key(const char *path, const char *key, const json_t *v, lh_config *cfg) {
+  bool qwen2 = cfg->arch == LH_ARCH_QWEN2;
+  for (size_t i = 0; i < sizeof int_keys / sizeof int_keys[0]; i++) {
+    if (strcmp(key, int_keys[i].key)) continue;
+    if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > INT_MAX)
+      return bad_key(path, key, "a positive integer", v);
+    *(int *)((char *)cfg + int_keys[i].offset) = (int)json_integer_value(v);
+    return LH__ARGS_CONTINUE;
+  }
+  if (!strcmp(key, "rope_theta") || !strcmp(key, "rms_norm_eps")) {
+    double x = json_is_number(v) ? json_number_value(v) : -1.0;
+    if (!(x > 0.0) || !isfinite(x)) return bad_key(path, key, "a positive number", v);
+    if (!strcmp(key, "rope_theta"))
+      cfg->rope_theta = (float)x;
+    else
+      cfg->rms_eps = (float)x;
+    return LH__ARGS_CONTINUE;
+  }
+  if (!strcmp(key, "tie_word_embeddings")) {
+    if (!json_is_boolean(v)) return bad_key(path, key, "true or false", v);
+    cfg->tie_embeddings = json_is_true(v);
+    return LH__ARGS_CONTINUE;
+  }
+  if (!strcmp(key, "attention_bias")) {
+    if (!json_is_boolean(v)) return bad_key(path, key, "true or false", v);
+    if (qwen2 && !json_is_true(v))
+      return bad_key(path, key, "true (qwen2 always has q/k/v biases)", v);
+    cfg->qkv_bias = qwen2 || json_is_true(v);
+    return LH__ARGS_CONTINUE;
+  }
+  if (!strcmp(key, "bos_token_id") || !strcmp(key, "eos_token_id")) {
+    int id = -1;
+    if (!json_is_null(v)) {
+      if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT_MAX)
+        return bad_key(path, key, "a token id or null", v);
+      id = (int)json_integer_value(v);
+    }
+    if (key[0] == 'b')
+      cfg->bos_token_id = id;
+    else
+      cfg->eos_token_id = id;
+    return LH__ARGS_CONTINUE;
+  }
+  if (!strcmp(key, "model_type")) {
+    const char *want = qwen2 ? "qwen2" : "llama";
+    if (!json_is_string(v) || strcmp(json_string_value(v), want)) {
+      char what[64];
+      snprintf(what, sizeof what, "\"%s\" (as --arch says)", want);
+      return bad_key(path, key, what, v);
+    }
+    return LH__ARGS_CONTINUE;
+  }
+  if (!strcmp(key, "architectures")) {
+    const char *want = qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
+    if (!json_is_array(v) || json_array_size(v) != 1 || !json_is_string(json_array_get(v, 0)) ||
+        strcmp(json_string_value(json_array_get(v, 0)), want)) {
+      char what[64];
+      snprintf(what, sizeof what, "[\"%s\"] (as --arch says)", want);
+      return bad_key(path, key, what, v);
+    }
+    return LH__ARGS_CONTINUE;
+  }
+  if (!strcmp(key, "hidden_act")) {
+    if (!json_is_string(v) || strcmp(json_string_value(v), "silu"))
+      return bad_key(path, key, "\"silu\"", v);
+    return LH__ARGS_CONTINUE;
+  }
+  if (!strcmp(key, "rope_scaling")) {
+    if (!json_is_null(v)) return bad_key(path, key, "null (rope scaling is not supported)", v);
+    return LH__ARGS_CONTINUE;
+  }
+  if (!strcmp(key, "use_sliding_window") || !strcmp(key, "mlp_bias")) {
+    if (!json_is_false(v)) return bad_key(path, key, "false (not supported)", v);
+    return LH__ARGS_CONTINUE;
+  }
+  if (in_list(inert_keys, key)) return LH__ARGS_CONTINUE;
+  return lh__cli_error(CMD, LH__EXIT_FAIL,
+                       "%s: unknown key \"%s\" (known: vocab_size, hidden_size, "
+                       "intermediate_size, num_hidden_layers, num_attention_heads, "
+                       "num_key_value_heads, head_dim, max_position_embeddings, rope_theta, "
+                       "rms_norm_eps, tie_word_embeddings, attention_bias, bos_token_id, "
+                       "eos_token_id)",
+                       path, key);
+}
+
+/* The "tiny" preset of cfg->arch overridden by the keys present in the JSON file at path. */
+static int apply_file(const char *path, lh_config *cfg) {
+  char *text = NULL;
+  size_t len = 0;
+  if (lh_file_read(path, MAX_OVERRIDE_BYTES, &text, &len) != LH_ERR_OK) return lh__cli_fail(CMD);
+  json_error_t jerr;
+  json_t *root = json_loadb(text, len, 0, &jerr);
+  free(text);
+  if (!root)
+    return lh__cli_error(CMD, LH__EXIT_FAIL, "%s:%d:%d: invalid JSON: %s", path, jerr.line,
+                         jerr.column, jerr.text);
+  int rc = LH__ARGS_CONTINUE;
+  if (!json_is_object(root)) {
+    rc = lh__cli_error(CMD, LH__EXIT_FAIL, "%s: expected a JSON object, got %s", path,
+                       json_kind(root));
+    goto out;
+  }
+  const char *key;
+  json_t *v;
+  json_object_foreach(root, key, v) {
+    rc = apply_key(path, key, v, cfg);
+    if (rc != LH__ARGS_CONTINUE) goto out;
+  }
+  /* As in Hugging Face, head_dim follows hidden_size / num_attention_heads unless given. */
+  bool shape_changed =
+      json_object_get(root, "hidden_size") || json_object_get(root, "num_attention_heads");
+  if (shape_changed && !json_object_get(root, "head_dim")) {
+    if (cfg->hidden_size % cfg->n_heads != 0) {
+      rc = lh__cli_error(CMD, LH__EXIT_FAIL,
+                         "%s: hidden_size %d is not a multiple of num_attention_heads %d; "
+                         "give head_dim",
+                         path, cfg->hidden_size, cfg->n_heads);
+      goto out;
+    }
+    cfg->head_dim = cfg->hidden_size / cfg->n_heads;
+  }
+out:
+  json_decref(root);
+  return rc;
+}
+
+static bool is_file_preset(const char *preset) {
+  size_t n = strlen(preset);
+  struct stat st;
+  return (n > 5 && !strcmp(preset + n - 5, ".json")) ||
+         (stat(preset, &st) == 0 && S_ISREG(st.st_mode));
+}
+
+int lh__cmd_init_model(int argc, char **argv) {
+  lh__args a = {.cmd = CMD,
+                .about = "Creates a randomly initialised Qwen2- or Llama-family model and "
+                         "writes it as a Hugging Face\ndirectory: DIR/config.json and "
+                         "DIR/model.safetensors. The same flags give the same bytes.",
+                .flags = flags,
+                .n_flags = (int)(sizeof flags / sizeof flags[0])};
+  int rc = lh__args_parse(&a, argc, argv);
+  if (rc != LH__ARGS_CONTINUE) return rc;
+
+  static const char *const arch_names[] = {"qwen2", "llama", NULL};
+  static const char *const dtype_names[] = {"f32", "bf16", NULL};
+  int arch_i = 0, dtype_i = 0;
+  uint64_t seed = 0;
+  if ((rc = lh__args_choice(&a, "arch", arch_names, 0, &arch_i)) != LH__ARGS_CONTINUE) return rc;
+  if ((rc = lh__args_u64(&a, "seed", 0, &seed)) != LH__ARGS_CONTINUE) return rc;
+  if ((rc = lh__args_choice(&a, "dtype", dtype_names, 0, &dtype_i)) != LH__ARGS_CONTINUE) return rc;
+  const char *preset = lh__args_str(&a, "preset", NULL);
+  const char *out_dir = lh__args_str(&a, "out", NULL);
+  lh_arch arch = arch_i == 0 ? LH_ARCH_QWEN2 : LH_ARCH_LLAMA;
+  lh_save_dtype dtype = dtype_i == 0 ? LH_SAVE_F32 : LH_SAVE_BF16;
+
+  bool from_file = strcmp(preset, "tiny") && strcmp(preset, "small");
+  if (from_file && !is_file_preset(preset))
+    return lh__cli_error(CMD, LH__EXIT_USAGE,
+                         "--preset: expected tiny, small or a FILE.json, got \"%s\"", preset);
+  lh_config cfg;
+  if (lh_config_preset(from_file ? "tiny" : preset, arch, &cfg) != LH_ERR_OK)
+    return lh__cli_fail(CMD);
+  if (from_file && (rc = apply_file(preset, &cfg)) != LH__ARGS_CONTINUE) return rc;
+  if (lh_config_validate(&cfg) != LH_ERR_OK) return lh__cli_fail(CMD);
+
+  lh_model *m = NULL;
+  if (lh_model_create(&cfg, &m) != LH_ERR_OK) return lh__cli_fail(CMD);
+  lh_model_init_random(m, seed);
+  if (lh_model_save(m, out_dir, dtype) != LH_ERR_OK) {
+    rc = lh__cli_fail(CMD);
+    lh_model_free(m);
+    return rc;
+  }
+  fprintf(stderr, "longhaul %s: %s, %.2fM parameters (%s), seed %llu, wrote %s\n", CMD,
+          arch_names[arch_i], (double)m->n_params / 1e6, dtype_names[dtype_i],
+          (unsigned long long)seed, out_dir);
+  lh_model_free(m);
+  return LH__EXIT_OK;
+}

@@ -1,0 +1,48 @@
+/* `longhaul`: the single executable. Dispatches to one subcommand per file (cmd_*.c); with no
+ * arguments or --help it lists the commands, with --version it prints the version. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+typedef struct command {
+  const char *name;
+  int (*run)(int argc, char **argv);
+  const char *summary;
+} command;
+
+static const command commands[] = {
+    {"init-model", lh__cmd_init_model,
+     "create a randomly initialised Qwen2/Llama model directory (Hugging Face layout)"},
+    {"score", lh__cmd_score, "print the log-probability of every token of JSON token-id lines"},
+    {"bench", lh__cmd_bench, "measure throughput (bench train: training steps per second)"},
+};
+
+static void usage(FILE *out) {
+  fprintf(out, "usage: longhaul COMMAND [flags]   (longhaul COMMAND --help for its flags)\n\n"
+               "RL post-training for language models, in C.\n\ncommands:\n");
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+    fprintf(out, "  %-12s %s\n", commands[i].name, commands[i].summary);
+  fprintf(out, "\n  --version    print the version and exit\n"
+               "  -h, --help   show this help and exit\n");
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return LH__EXIT_USAGE;
+  }
+  const char *name = argv[1];
+  if (!strcmp(name, "--help") || !strcmp(name, "-h") || !strcmp(name, "help")) {
+    usage(stdout);
+    return LH__EXIT_OK;
+  }
+  if (!strcmp(name, "--version") || !strcmp(name, "-V")) {
+    printf("longhaul %s\n", LH_VERSION);
+    return LH__EXIT_OK;
+  }
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+    if (!strcmp(name, commands[i].name)) return commands[i].run(argc - 1, argv + 1);
+  fprintf(stderr, "longhaul: unknown command \"%s\" (see longhaul --help)\n", name);
+  return LH__EXIT_USAGE;
+}
