@@ -1,0 +1,247 @@
+/* Core behaviour that needs no reference fixture: bf16 rounding, the Philox known-answer
+ * vectors, RoPE inversion, the AdamW schedule and clipping computed by hand, batch validation,
+ * gradient accumulation, and results that do not depend on the thread count. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "longhaul/model.h"
+#include "longhaul/rl.h"
+#include "longhaul/tensor.h"
+
+static void test_bf16_rounding(void **state) {
+  assert_int_equal(lh_bf16_from_f32(1.0f), 0x3f80);
+  /* 1 + 2^-8 is exactly half way between bf16 1.0 and 1.0078125: ties to even (1.0) */
+  assert_int_equal(lh_bf16_from_f32(1.00390625f), 0x3f80);
+  /* 1 + 3*2^-8 is half way between 1.0078125 (odd) and 1.015625 (even): rounds up */
+  assert_int_equal(lh_bf16_from_f32(1.01171875f), 0x3f82);
+  assert_int_equal(lh_bf16_from_f32(-2.0f), 0xc000);
+  assert_int_equal(lh_bf16_from_f32(INFINITY), 0x7f80);
+  uint16_t nan = lh_bf16_from_f32(NAN);
+  assert_true((nan & 0x7f80) == 0x7f80 && (nan & 0x7f) != 0);
+  assert_true(lh_f32_from_bf16(0x3f82) == 1.015625f);
+  /* the largest finite float rounds to infinity in bf16, as torch does */
+  assert_int_equal(lh_bf16_from_f32(3.4028235e38f), 0x7f80);
+}
+
+static void test_philox_known_answers(void **state) {
+  /* Random123 known-answer vectors for philox4x32-10 */
+  uint32_t r[4];
+  lh_philox(0, 0, 0, r);
+  assert_int_equal(r[0], 0x6627e8d5u);
+  assert_int_equal(r[1], 0xe169c58du);
+  assert_int_equal(r[2], 0xbc57ac4cu);
+  assert_int_equal(r[3], 0x9b00dbd8u);
+  lh_philox(UINT64_MAX, UINT64_MAX, UINT64_MAX, r);
+  assert_int_equal(r[0], 0x408f276du);
+  assert_int_equal(r[1], 0x41c83b0eu);
+  assert_int_equal(r[2], 0xa20bc7c6u);
+  assert_int_equal(r[3], 0x6d5451fdu);
+  /* key (a4093822, 299f31d0), counter (243f6a88, 85a308d3, 13198a2e, 03707344) */
+  lh_philox(0x299f31d0a4093822ull, 0x0370734413198a2eull, 0x85a308d3243f6a88ull, r);
+  assert_int_equal(r[0], 0xd16cfe09u);
+  assert_int_equal(r[1], 0x94fdccebu);
+  assert_int_equal(r[2], 0x5001e420u);
+  assert_int_equal(r[3], 0x24126ea1u);
+  assert_true(lh_uniform_from_u32(0xffffffffu) < 1.0f);
+  assert_true(lh_uniform_from_u32(0) == 0.0f);
+}
+
+static void test_rope_inverse(void **state) {
+  float cs[16 * 4], sn[16 * 4], x[2 * 8], y[2 * 8];
+  lh_rope_tables(cs, sn, 16, 8, 10000.0f);
+  for (int i = 0; i < 16; i++) x[i] = y[i] = (float)i - 7.5f;
+  lh_rope_apply(y, 2, 8, cs, sn, 11, 0);
+  /* a rotation keeps the norm of each pair (i, i+hd/2) and position 0 is the identity */
+  for (int h = 0; h < 2; h++)
+    for (int i = 0; i < 4; i++) {
+      float a = x[h * 8 + i], b = x[h * 8 + i + 4], c = y[h * 8 + i], d = y[h * 8 + i + 4];
+      assert_float_equal(a * a + b * b, c * c + d * d, 1e-3);
+    }
+  assert_true(fabsf(y[1] - x[1]) > 1e-3f);
+  lh_rope_apply(y, 2, 8, cs, sn, 11, 1);
+  for (int i = 0; i < 16; i++) assert_float_equal(x[i], y[i], 1e-5);
+  /* HF rotate-half at position p, pair 0: (a cos - b sin, b cos + a sin) with angle p */
+  float z[8] = {1, 0, 0, 0, 2, 0, 0, 0};
+  lh_rope_apply(z, 1, 8, cs, sn, 3, 0);
+  assert_float_equal(z[0], cosf(3) - 2 * sinf(3), 1e-5);
+  assert_float_equal(z[4], 2 * cosf(3) + sinf(3), 1e-5);
+}
+
+static lh_config small_cfg(void) {
+  lh_config c;
+  assert_int_equal(lh_config_preset("tiny", LH_ARCH_QWEN2, &c), LH_ERR_OK);
+  c.vocab_size = 64;
+  c.hidden_size = 32;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.head_dim = 8;
+  c.intermediate_size = 48;
+  c.max_positions = 64;
+  return c;
+}
+
+static void test_adamw_by_hand(void **state) {
+  lh_adamw_config ac = lh_adamw_defaults();
+  ac.lr = 1.0f;
+  ac.schedule = LH_SCHEDULE_COSINE;
+  ac.warmup_steps = 4;
+  ac.total_steps = 14;
+  ac.min_lr_ratio = 0.1f;
+  assert_float_equal(lh_adamw_lr(&ac, 0), 0.25f, 1e-7);
+  assert_float_equal(lh_adamw_lr(&ac, 3), 1.0f, 1e-7);
+  assert_float_equal(lh_adamw_lr(&ac, 4), 1.0f, 1e-7);
+  assert_float_equal(lh_adamw_lr(&ac, 9), 0.1f + 0.9f * 0.5f, 1e-6); /* half way: cos = 0 */
+  assert_float_equal(lh_adamw_lr(&ac, 14), 0.1f, 1e-7);
+  assert_float_equal(lh_adamw_lr(&ac, 100), 0.1f, 1e-7);
+
+  /* one step: grads all 3 with clip 1 => scaled to 3/(norm+1e-6); Adam's first step moves
+   * every parameter by lr * sign(g) (up to eps), matrices also decay by lr*wd */
+  lh_config c = small_cfg();
+  lh_model *m;
+  assert_int_equal(lh_model_create(&c, &m), LH_ERR_OK);
+  for (size_t i = 0; i < m->n_params; i++) m->params[i] = 0.5f;
+  float *g = malloc(m->n_params * sizeof(float));
+  for (size_t i = 0; i < m->n_params; i++) g[i] = 3.0f;
+  ac = lh_adamw_defaults();
+  ac.lr = 0.01f;
+  ac.weight_decay = 0.1f;
+  ac.grad_clip = 1.0f;
+  lh_adamw *opt;
+  assert_int_equal(lh_adamw_create(&c, &ac, &opt), LH_ERR_OK);
+  float norm = lh_adamw_step(opt, m->params, g);
+  assert_float_equal(norm, 3.0f * sqrtf((float)m->n_params), 1e-2 * norm);
+  assert_float_equal(g[0], 3.0f / (norm + 1e-6f), 1e-9);
+  /* embed is 2-D (decays), ln1 is 1-D (does not) */
+  assert_float_equal(m->w.embed[0], 0.5f * (1 - 0.01f * 0.1f) - 0.01f, 1e-5);
+  assert_float_equal(m->w.ln1[0], 0.5f - 0.01f, 1e-5);
+  lh_adamw_free(opt);
+  free(g);
+  lh_model_free(m);
+}
+
+/* A random batch of three sequences with partial loss weights. */
+typedef struct {
+  int seq_start[4];
+  int32_t tokens[40];
+  float weight[40];
+} batch3;
+
+static void make_batch(batch3 *bb, int vocab, lh_batch *b) {
+  int lens[3] = {17, 5, 12};
+  bb->seq_start[0] = 0;
+  for (int s = 0; s < 3; s++) bb->seq_start[s + 1] = bb->seq_start[s] + lens[s];
+  for (int i = 0; i < bb->seq_start[3]; i++) {
+    uint32_t r[4];
+    lh_philox(7, 0, (uint64_t)i, r);
+    bb->tokens[i] = (int32_t)(r[0] % (uint32_t)vocab);
+    bb->weight[i] = (r[1] & 3) ? 1.0f : 0.0f;
+  }
+  for (int s = 0; s < 3; s++) bb->weight[bb->seq_start[s]] = 0.0f;
+  *b = (lh_batch){3, bb->seq_start, bb->tokens, bb->weight};
+}
+
+static void test_batch_validation(void **state) {
+  lh_config c = small_cfg();
+  lh_model *m;
+  assert_int_equal(lh_model_create(&c, &m), LH_ERR_OK);
+  lh_train *t;
+  assert_int_equal(lh_train_create(m, 40, 20, &t), LH_ERR_OK);
+  batch3 bb;
+  lh_batch b;
+  make_batch(&bb, c.vocab_size, &b);
+  assert_int_equal(lh_batch_validate(t, &b), LH_ERR_OK);
+  bb.tokens[3] = 64;
+  assert_int_equal(lh_batch_validate(t, &b), LH_ERR_INVAL);
+  assert_non_null(strstr(lh_last_error(), "vocabulary"));
+  bb.tokens[3] = 1;
+  bb.weight[17] = 1.0f; /* first token of the second sequence */
+  assert_int_equal(lh_batch_validate(t, &b), LH_ERR_INVAL);
+  bb.weight[17] = 0.0f;
+  bb.seq_start[1] = 0; /* empty sequence */
+  assert_int_equal(lh_batch_validate(t, &b), LH_ERR_LIMIT);
+  bb.seq_start[1] = 17;
+  lh_train *t2;
+  assert_int_equal(lh_train_create(m, 200, 100, &t2), LH_ERR_LIMIT); /* max_positions 64 */
+  lh_train_free(t);
+  lh_model_free(m);
+}
+
+/* Runs forward + backward at a given thread count; returns loss, fills grads. */
+static float run_step(lh_model *m, lh_batch *b, int threads, float *grads_out) {
+  lh_set_threads(threads);
+  lh_train *t;
+  assert_int_equal(lh_train_create(m, 40, 20, &t), LH_ERR_OK);
+  float lp[40];
+  float loss = lh_train_ce_step(t, b, lp);
+  memcpy(grads_out, lh_train_grads(t), m->n_params * sizeof(float));
+  lh_train_free(t);
+  return loss;
+}
+
+static void test_thread_count_independent(void **state) {
+  lh_config c = small_cfg();
+  lh_model *m;
+  assert_int_equal(lh_model_create(&c, &m), LH_ERR_OK);
+  lh_model_init_random(m, 3);
+  batch3 bb;
+  lh_batch b;
+  make_batch(&bb, c.vocab_size, &b);
+  float *g1 = malloc(m->n_params * sizeof(float)), *g2 = malloc(m->n_params * sizeof(float));
+  float l1 = run_step(m, &b, 1, g1);
+  float l2 = run_step(m, &b, 2, g2);
+  lh_set_threads(2);
+  assert_true(l1 == l2);
+  assert_memory_equal(g1, g2, m->n_params * sizeof(float));
+  free(g1);
+  free(g2);
+  lh_model_free(m);
+}
+
+static void test_grad_accumulates(void **state) {
+  lh_config c = small_cfg();
+  lh_model *m;
+  assert_int_equal(lh_model_create(&c, &m), LH_ERR_OK);
+  lh_model_init_random(m, 5);
+  batch3 bb;
+  lh_batch b;
+  make_batch(&bb, c.vocab_size, &b);
+  lh_train *t;
+  assert_int_equal(lh_train_create(m, 40, 20, &t), LH_ERR_OK);
+  float lp[40], dlp[40];
+  lh_train_ce_step(t, &b, lp);
+  float *once = malloc(m->n_params * sizeof(float));
+  memcpy(once, lh_train_grads(t), m->n_params * sizeof(float));
+  /* a second backward with the same dlogprob doubles every gradient */
+  double wsum = 0;
+  for (int i = 0; i < 34; i++) wsum += bb.weight[i];
+  for (int i = 0; i < 34; i++) dlp[i] = (float)(-bb.weight[i] / wsum);
+  lh_train_forward(t, &b, lp);
+  lh_train_backward(t, &b, dlp);
+  const float *twice = lh_train_grads(t);
+  double nz = 0;
+  for (size_t i = 0; i < m->n_params; i++) {
+    assert_float_equal(twice[i], 2.0f * once[i], 1e-6f + 1e-5f * fabsf(once[i]));
+    nz += once[i] != 0.0f;
+  }
+  assert_true(nz > 0.9 * m->n_params); /* every parameter receives gradient */
+  free(once);
+  lh_train_free(t);
+  lh_model_free(m);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_bf16_rounding),        cmocka_unit_test(test_philox_known_answers),
+      cmocka_unit_test(test_rope_inverse),         cmocka_unit_test(test_adamw_by_hand),
+      cmocka_unit_test(test_batch_validation),     cmocka_unit_test(test_thread_count_independent),
+      cmocka_unit_test(test_grad_accumulates),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
