@@ -15,7 +15,7 @@
 static const lh__flag train_flags[] = {
     {"model", "DIR", true, "model directory (config.json + model.safetensors)"},
     {"batch", "B", true, "sequences per step"},
-    {"seq", "T", true, "tokens per sequence (at least 2, at most the model's positions)"},
+    {"seq", "T", true, "tokens per sequence (2 to max_position_embeddings)"},
     {"steps", "N", true, "timed steps (after one untimed warmup step)"},
     {"threads", "K", false, "threads (default: all cores)"},
     {"json", NULL, false, "print one JSON object instead of a sentence"},

@@ -18,8 +18,7 @@
 
 static const lh__flag flags[] = {
     {"arch", "qwen2|llama", true, "model family"},
-    {"preset", "tiny|small|FILE.json", true,
-     "size preset, or a config.json whose keys override the tiny preset"},
+    {"preset", "tiny|small|FILE.json", true, "preset, or a config.json overriding the tiny one"},
     {"seed", "N", true, "random seed for the initial weights"},
     {"out", "DIR", true, "model directory to write (created if missing)"},
     {"dtype", "f32|bf16", false, "dtype of model.safetensors (default f32)"},

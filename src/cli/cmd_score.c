@@ -18,7 +18,7 @@
 
 static const lh__flag flags[] = {
     {"model", "DIR", true, "model directory (config.json + model.safetensors)"},
-    {"input", "FILE", true, "one JSON array of token ids per line (- for standard input)"},
+    {"input", "FILE", true, "JSON arrays of token ids, one per line (- for stdin)"},
     {"threads", "K", false, "threads for the forward pass (default: all cores)"},
 };
 

@@ -1,0 +1,306 @@
+#!/usr/bin/env bash
+# Integration test of the `longhaul` command line: usage errors and --help of every command,
+# init-model output and determinism, score output and its input errors, damaged model files.
+# Usage: bash cli.sh LONGHAUL_BIN SOURCE_DIR. Prints every failed check; exits 1 if any failed.
+set -uo pipefail
+
+BIN=${1:?usage: cli.sh LONGHAUL_BIN SOURCE_DIR}
+SRC=${2:?usage: cli.sh LONGHAUL_BIN SOURCE_DIR}
+[ -f "$SRC/include/longhaul/model.h" ] || { echo "cli.sh: $SRC is not the longhaul source tree"; exit 1; }
+BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/longhaul-cli.XXXXXX")
+trap '[ -n "${KEEP_TMP:-}" ] || rm -rf "$TMP"' EXIT
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+
+FAILED=0
+CHECKS=0
+fail() {
+  echo "FAIL: $*"
+  FAILED=$((FAILED + 1))
+}
+pass() {
+  CHECKS=$((CHECKS + 1))
+}
+
+# run NAME CMD...: runs CMD, keeps stdout/stderr in $TMP/NAME.{out,err} and the status in $RC.
+run() {
+  local name=$1
+  shift
+  "$@" >"$TMP/$name.out" 2>"$TMP/$name.err"
+  RC=$?
+}
+
+# expect_rc NAME WANT: the last `run` exited with WANT (and did not crash).
+expect_rc() {
+  if [ "$RC" -ne "$2" ]; then
+    fail "$1: exit code $RC, expected $2; stderr: $(head -c 400 "$TMP/$1.err")"
+    return 1
+  fi
+  pass
+}
+
+# expect_one_line_error NAME PATTERN: stderr is exactly one line, starting "longhaul" and
+# matching PATTERN (grep -E; a PATTERN starting with ^ must match the whole line's start).
+expect_one_line_error() {
+  local lines
+  lines=$(wc -l <"$TMP/$1.err")
+  if [ "$lines" -ne 1 ]; then
+    fail "$1: expected a one-line error, got $lines lines: $(head -c 400 "$TMP/$1.err")"
+    return 1
+  fi
+  local re="^longhaul.*$2"
+  [ "${2:0:1}" = "^" ] && re=$2
+  if ! grep -Eq -- "$re" "$TMP/$1.err"; then
+    fail "$1: error does not match /$2/: $(cat "$TMP/$1.err")"
+    return 1
+  fi
+  pass
+}
+
+# py NAME CODE ARGS...: a python3 check; CODE raises (assert) on failure.
+py() {
+  local name=$1
+  shift
+  local out
+  if ! out=$(python3 -c "$@" 2>&1); then
+    fail "$name: $out"
+    return 1
+  fi
+  pass
+}
+
+# ------------------------------------------------------------------ top level
+run top-help "$BIN" --help
+expect_rc top-help 0
+for c in init-model score bench; do
+  grep -q -- "$c" "$TMP/top-help.out" || fail "longhaul --help does not list $c"
+done
+run top-none "$BIN"
+expect_rc top-none 2
+grep -q init-model "$TMP/top-none.err" || fail "longhaul with no arguments does not list commands"
+run top-version "$BIN" --version
+expect_rc top-version 0
+grep -Eq '^longhaul [0-9]+\.[0-9]+' "$TMP/top-version.out" || fail "--version: $(cat "$TMP/top-version.out")"
+run top-unknown "$BIN" frobnicate
+expect_rc top-unknown 2 && expect_one_line_error top-unknown 'unknown command "frobnicate"'
+
+# ------------------------------------------------------------------ --help of every command
+check_help() { # NAME FLAGS... -- CMD...
+  local name=$1
+  shift
+  local flags=()
+  while [ "$1" != "--" ]; do
+    flags+=("$1")
+    shift
+  done
+  shift
+  run "$name" "$BIN" "$@" --help
+  expect_rc "$name" 0 || return
+  [ -s "$TMP/$name.err" ] && fail "$name: --help wrote to stderr: $(cat "$TMP/$name.err")"
+  for f in "${flags[@]}"; do
+    grep -q -- "--$f\b" "$TMP/$name.out" || fail "$name: --help does not mention --$f"
+  done
+  # Every flag the usage text names must be one of the flags above (usage matches the flags).
+  local f g ok
+  while read -r f; do
+    [ "$f" = "--help" ] && continue
+    ok=0
+    for g in "${flags[@]}"; do [ "$f" = "--$g" ] && ok=1; done
+    [ $ok = 1 ] || fail "$name: --help mentions $f, which is not a flag of the command"
+  done < <(grep -oE -- '--[a-z][a-z-]*' "$TMP/$name.out" | sort -u)
+}
+check_help help-init arch preset seed out dtype -- init-model
+check_help help-score model input threads -- score
+check_help help-bench-train model batch seq steps threads json -- bench train
+run help-init-h "$BIN" init-model -h
+expect_rc help-init-h 0
+run help-bench "$BIN" bench --help
+expect_rc help-bench 0 && { grep -q train "$TMP/help-bench.out" || fail "bench --help does not list train"; }
+
+# ------------------------------------------------------------------ usage errors (exit 2)
+run unknown-flag "$BIN" init-model --arch qwen2 --preset tiny --seed 1 --out "$TMP/x" --bogus 3
+expect_rc unknown-flag 2 && expect_one_line_error unknown-flag 'unknown flag --bogus'
+run missing-required "$BIN" init-model --arch qwen2 --preset tiny --out "$TMP/x"
+expect_rc missing-required 2 && expect_one_line_error missing-required 'missing required flag --seed'
+run missing-value "$BIN" init-model --arch qwen2 --preset tiny --out "$TMP/x" --seed
+expect_rc missing-value 2 && expect_one_line_error missing-value '--seed: missing value'
+run bad-seed "$BIN" init-model --arch qwen2 --preset tiny --seed x --out "$TMP/x"
+expect_rc bad-seed 2 &&
+  expect_one_line_error bad-seed '^longhaul init-model: --seed: expected a non-negative integer, got "x"$'
+run neg-seed "$BIN" init-model --arch qwen2 --preset tiny --seed=-4 --out "$TMP/x"
+expect_rc neg-seed 2 && expect_one_line_error neg-seed '--seed: expected a non-negative integer'
+run bad-arch "$BIN" init-model --arch gpt2 --preset tiny --seed 1 --out "$TMP/x"
+expect_rc bad-arch 2 && expect_one_line_error bad-arch '--arch: expected one of qwen2\|llama, got "gpt2"'
+run bad-preset "$BIN" init-model --arch qwen2 --preset huge --seed 1 --out "$TMP/x"
+expect_rc bad-preset 2 && expect_one_line_error bad-preset '--preset'
+run twice "$BIN" init-model --arch qwen2 --arch llama --preset tiny --seed 1 --out "$TMP/x"
+expect_rc twice 2 && expect_one_line_error twice '--arch: given more than once'
+run positional "$BIN" score --model "$TMP/x" --input f extra
+expect_rc positional 2 && expect_one_line_error positional 'unexpected argument "extra"'
+run bad-threads "$BIN" score --model "$TMP/x" --input f --threads -2
+expect_rc bad-threads 2 && expect_one_line_error bad-threads '--threads: expected an integer in'
+run bench-none "$BIN" bench
+expect_rc bench-none 2 && expect_one_line_error bench-none 'missing subcommand'
+run bench-other "$BIN" bench generate-everything --model "$TMP/x"
+expect_rc bench-other 2 && expect_one_line_error bench-other 'unknown subcommand'
+run bench-missing "$BIN" bench train --model "$TMP/x" --batch 1 --seq 4
+expect_rc bench-missing 2 && expect_one_line_error bench-missing 'missing required flag --steps'
+run bench-badnum "$BIN" bench train --model "$TMP/x" --batch 0 --seq 4 --steps 1
+expect_rc bench-badnum 2 && expect_one_line_error bench-badnum '--batch: expected'
+[ -e "$TMP/x" ] && fail "a command that failed on its flags created $TMP/x"
+
+# ------------------------------------------------------------------ init-model
+for arch in qwen2 llama; do
+  run "init-$arch" "$BIN" init-model --arch "$arch" --preset tiny --seed 7 --out "$TMP/$arch"
+  expect_rc "init-$arch" 0 || continue
+  grep -q "$arch" "$TMP/init-$arch.err" || fail "init-model $arch: summary does not name the arch"
+  [ -s "$TMP/$arch/config.json" ] || fail "init-model $arch: no config.json"
+  [ -s "$TMP/$arch/model.safetensors" ] || fail "init-model $arch: no model.safetensors"
+  py "config-$arch" '
+import json, sys
+arch, path = sys.argv[1], sys.argv[2]
+c = json.load(open(path + "/config.json"))
+want_model = {"qwen2": "qwen2", "llama": "llama"}[arch]
+want_cls = {"qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM"}[arch]
+assert c.get("model_type") == want_model, "model_type %r" % c.get("model_type")
+assert c.get("architectures") == [want_cls], "architectures %r" % c.get("architectures")
+for k in ["vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+          "num_attention_heads", "num_key_value_heads", "max_position_embeddings"]:
+    assert isinstance(c.get(k), int) and c[k] > 0, "%s = %r" % (k, c.get(k))
+for k in ["rope_theta", "rms_norm_eps"]:
+    assert isinstance(c.get(k), (int, float)) and c[k] > 0, "%s = %r" % (k, c.get(k))
+assert isinstance(c.get("tie_word_embeddings"), bool), "tie_word_embeddings"
+assert c["num_attention_heads"] % c["num_key_value_heads"] == 0, "heads vs kv heads"
+# The safetensors header lists the tensors the config implies.
+raw = open(path + "/model.safetensors", "rb").read()
+n = int.from_bytes(raw[:8], "little")
+h = json.loads(raw[8:8 + n])
+C, V = c["hidden_size"], c["vocab_size"]
+assert h["model.embed_tokens.weight"]["shape"] == [V, C], h["model.embed_tokens.weight"]
+assert h["model.embed_tokens.weight"]["dtype"] == "F32"
+L = c["num_hidden_layers"]
+assert "model.layers.%d.mlp.down_proj.weight" % (L - 1) in h, "last layer missing"
+has_bias = "model.layers.0.self_attn.q_proj.bias" in h
+assert has_bias == (arch == "qwen2"), "q_proj.bias present=%s for %s" % (has_bias, arch)
+' "$arch" "$TMP/$arch"
+done
+
+run init-again "$BIN" init-model --arch qwen2 --preset tiny --seed 7 --out "$TMP/qwen2-again"
+expect_rc init-again 0 &&
+  { cmp -s "$TMP/qwen2/model.safetensors" "$TMP/qwen2-again/model.safetensors" ||
+    fail "init-model: same seed gave different model.safetensors"; } &&
+  { cmp -s "$TMP/qwen2/config.json" "$TMP/qwen2-again/config.json" ||
+    fail "init-model: same seed gave different config.json"; }
+run init-seed8 "$BIN" init-model --arch qwen2 --preset tiny --seed 8 --out "$TMP/qwen2-seed8"
+expect_rc init-seed8 0 &&
+  { cmp -s "$TMP/qwen2/model.safetensors" "$TMP/qwen2-seed8/model.safetensors" &&
+    fail "init-model: seeds 7 and 8 gave identical model.safetensors"; }
+
+run init-bf16 "$BIN" init-model --arch llama --preset tiny --seed 7 --out "$TMP/llama-bf16" --dtype=bf16
+expect_rc init-bf16 0 && py init-bf16-dtype '
+import json, sys
+raw = open(sys.argv[1], "rb").read()
+h = json.loads(raw[8:8 + int.from_bytes(raw[:8], "little")])
+d = {v["dtype"] for k, v in h.items() if k != "__metadata__"}
+assert d == {"BF16"}, d
+' "$TMP/llama-bf16/model.safetensors"
+
+# A config.json-style file overrides the tiny preset; unknown keys are named.
+printf '{"num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "rope_theta": 5000.0}\n' >"$TMP/over.json"
+run init-file "$BIN" init-model --arch llama --preset "$TMP/over.json" --seed 1 --out "$TMP/llama-file"
+expect_rc init-file 0 && py init-file-config '
+import json, sys
+c = json.load(open(sys.argv[1]))
+assert c["num_hidden_layers"] == 1 and c["hidden_size"] == 64, c
+assert c["num_attention_heads"] == 4 and c["num_key_value_heads"] == 2, c
+assert c.get("head_dim", 16) == 16, c
+assert abs(c["rope_theta"] - 5000.0) < 1e-3, c
+' "$TMP/llama-file/config.json"
+# A config.json that init-model wrote is itself a valid override file, and gives the same model.
+run init-roundtrip "$BIN" init-model --arch llama --preset "$TMP/llama-file/config.json" --seed 1 --out "$TMP/llama-rt"
+expect_rc init-roundtrip 0 &&
+  { cmp -s "$TMP/llama-file/model.safetensors" "$TMP/llama-rt/model.safetensors" ||
+    fail "init-model: --preset DIR/config.json did not reproduce the model written from it"; }
+run init-wrongarch "$BIN" init-model --arch qwen2 --preset "$TMP/llama-file/config.json" --seed 1 --out "$TMP/qwen2-wrong"
+expect_rc init-wrongarch 1 && expect_one_line_error init-wrongarch '(model_type|architectures): expected'
+printf '{"num_layers": 2}\n' >"$TMP/typo.json"
+run init-typo "$BIN" init-model --arch llama --preset "$TMP/typo.json" --seed 1 --out "$TMP/llama-typo"
+expect_rc init-typo 1 && expect_one_line_error init-typo 'unknown key "num_layers"'
+
+# ------------------------------------------------------------------ score
+MODEL=$TMP/qwen2
+VOCAB=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["vocab_size"])' "$MODEL/config.json")
+cat >"$TMP/in.jsonl" <<EOF
+[1, 2, 3, 4, 5]
+[7]
+[0, $((VOCAB - 1)), 0, $((VOCAB - 1))]
+[3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3]
+[1, 2, 3, 4, 5]
+EOF
+run score "$BIN" score --model "$MODEL" --input "$TMP/in.jsonl" --threads 2
+expect_rc score 0 && py score-output '
+import json, math, sys
+ins = [json.loads(l) for l in open(sys.argv[1])]
+outs = open(sys.argv[2]).read().splitlines()
+assert len(outs) == len(ins), "%d output lines for %d input lines" % (len(outs), len(ins))
+for i, (a, o) in enumerate(zip(ins, outs)):
+    lp = json.loads(o)["logprobs"]
+    assert len(lp) == len(a) - 1, "line %d: %d logprobs for %d tokens" % (i + 1, len(lp), len(a))
+    for x in lp:
+        assert isinstance(x, (int, float)) and math.isfinite(x) and x <= 0, "line %d: %r" % (i + 1, x)
+# The same sequence gives the same numbers wherever it sits in the batch (up to the low bits
+# that BLAS blocking changes).
+a, b = json.loads(outs[0])["logprobs"], json.loads(outs[4])["logprobs"]
+assert all(abs(x - y) <= 1e-4 * max(1.0, abs(x)) for x, y in zip(a, b)), (a, b)
+' "$TMP/in.jsonl" "$TMP/score.out"
+run score-stdin "$BIN" score --model "$MODEL" --input - <"$TMP/in.jsonl"
+expect_rc score-stdin 0 && { cmp -s "$TMP/score.out" "$TMP/score-stdin.out" || fail "score: --input - differs from the file"; }
+
+bad_score_line() { # NAME LINE-CONTENT PATTERN: line 3 of an input is bad
+  printf '[1, 2]\n[3, 4, 5]\n%s\n[1]\n' "$2" >"$TMP/$1.jsonl"
+  run "$1" "$BIN" score --model "$MODEL" --input "$TMP/$1.jsonl"
+  expect_rc "$1" 1 && expect_one_line_error "$1" "$1.jsonl:3: .*$3"
+  [ -s "$TMP/$1.out" ] && fail "$1: score printed output before rejecting its input"
+}
+bad_score_line bad-json '[1, 2,' 'JSON'
+bad_score_line bad-object '{"tokens": [1]}' 'array'
+bad_score_line bad-empty '[]' 'at least 1'
+bad_score_line bad-vocab "[1, $VOCAB]" "$VOCAB"
+bad_score_line bad-negative '[1, -1]' '-1'
+bad_score_line bad-float '[1, 2.5]' 'integer'
+bad_score_line bad-blank '' 'empty line'
+MAXPOS=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["max_position_embeddings"])' "$MODEL/config.json")
+bad_score_line bad-long "$(python3 -c 'import sys; print([1] * (int(sys.argv[1]) + 1))' "$MAXPOS")" 'max_position'
+
+run score-nomodel "$BIN" score --model "$TMP/nowhere" --input "$TMP/in.jsonl"
+expect_rc score-nomodel 1 && expect_one_line_error score-nomodel 'nowhere'
+
+# A truncated model.safetensors is reported by name, without a crash.
+mkdir -p "$TMP/trunc"
+cp "$MODEL/config.json" "$TMP/trunc/"
+head -c $(($(stat -c %s "$MODEL/model.safetensors") / 2)) "$MODEL/model.safetensors" >"$TMP/trunc/model.safetensors"
+run trunc "$BIN" score --model "$TMP/trunc" --input "$TMP/in.jsonl"
+expect_rc trunc 1 && expect_one_line_error trunc 'model\.safetensors'
+head -c 5 "$MODEL/model.safetensors" >"$TMP/trunc/model.safetensors"
+run trunc5 "$BIN" score --model "$TMP/trunc" --input "$TMP/in.jsonl"
+expect_rc trunc5 1 && expect_one_line_error trunc5 'model\.safetensors'
+
+# ------------------------------------------------------------------ bench train
+run bench "$BIN" bench train --model "$MODEL" --batch 2 --seq 16 --steps 2 --threads 2 --json
+expect_rc bench 0 && py bench-json '
+import json, math, sys
+lines = open(sys.argv[1]).read().splitlines()
+assert len(lines) == 1, lines
+r = json.loads(lines[0])
+assert r["command"] == "bench train", r
+for k in ["tokens_per_s", "step_s", "gflops"]:
+    assert isinstance(r[k], (int, float)) and math.isfinite(r[k]) and r[k] > 0, (k, r)
+assert r["batch"] == 2 and r["seq"] == 16 and r["threads"] >= 1 and r["params"] > 0, r
+' "$TMP/bench.out"
+run bench-human "$BIN" bench train --model "$MODEL" --batch 1 --seq 8 --steps 1
+expect_rc bench-human 0 && { grep -q 'tokens/s' "$TMP/bench-human.out" || fail "bench train: no tokens/s in $(cat "$TMP/bench-human.out")"; }
+run bench-longseq "$BIN" bench train --model "$MODEL" --batch 1 --seq $((MAXPOS + 1)) --steps 1
+expect_rc bench-longseq 2 && expect_one_line_error bench-longseq 'max_position'
+
+echo "cli.sh: $CHECKS checks passed, $FAILED failed"
+[ "$FAILED" -eq 0 ]
