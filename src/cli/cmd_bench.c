@@ -45,10 +45,11 @@ static int bench_train(int argc, char **argv) {
   lh_model *m = NULL;
   if (lh_model_load(lh__args_str(&a, "model", NULL), &m) != LH_ERR_OK) return lh__cli_fail(cmd);
   if (seq > m->cfg.max_positions) {
+    rc = lh__cli_error(cmd, LH__EXIT_USAGE,
+                       "--seq: %ld is more than the model's max_position_embeddings %d", seq,
+                       m->cfg.max_positions);
     lh_model_free(m);
-    return lh__cli_error(cmd, LH__EXIT_USAGE,
-                         "--seq: %ld is more than the model's max_position_embeddings %d", seq,
-                         m->cfg.max_positions);
+    return rc;
   }
 
   int B = (int)batch, T = (int)seq, N = B * T;
