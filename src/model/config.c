@@ -1,0 +1,442 @@
+/* Model configuration: presets, validation, and Hugging Face config.json (Qwen2ForCausalLM,
+ * LlamaForCausalLM) in both directions. Every field read from a file is type- and range-checked
+ * and errors name the file and the field; anything the model cannot run (rope_scaling, other
+ * activations, sliding windows, MLP biases) is refused with LH_ERR_UNSUPPORTED. */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "longhaul/model.h"
+
+/* Also used by io.c: writes config.json with torch_dtype naming the weights' dtype. */
+lh_err lh__config_save_dtype(const char *path, const lh_config *c, const char *torch_dtype);
+
+#define MAX_CONFIG_BYTES (16u << 20)
+#define MAX_INTERMEDIATE (8 * LH_MAX_HIDDEN)
+#define MAX_HEAD_DIM     4096
+
+lh_err lh_config_preset(const char *name, lh_arch arch, lh_config *out) {
+  if (!out) return lh_errorf(LH_ERR_INVAL, "lh_config_preset: NULL output");
+  if (arch != LH_ARCH_LLAMA && arch != LH_ARCH_QWEN2)
+    return lh_errorf(LH_ERR_INVAL, "preset: unknown architecture %d", (int)arch);
+  lh_config c = {0};
+  c.arch = arch;
+  if (name && strcmp(name, "tiny") == 0) {
+    c.vocab_size = 256;
+    c.hidden_size = 128;
+    c.n_layers = 4;
+    c.n_heads = 4;
+    c.n_kv_heads = 2;
+    c.intermediate_size = 384;
+  } else if (name && strcmp(name, "small") == 0) {
+    c.vocab_size = 4096;
+    c.hidden_size = 512;
+    c.n_layers = 8;
+    c.n_heads = 8;
+    c.n_kv_heads = 4;
+    c.intermediate_size = 1408;
+  } else {
+    return lh_errorf(LH_ERR_INVAL, "unknown model preset \"%s\" (expected tiny or small)",
+                     name ? name : "(null)");
+  }
+  c.head_dim = c.hidden_size / c.n_heads;
+  c.max_positions = 2048;
+  c.rope_theta = 10000.0f;
+  c.rms_eps = 1e-6f;
+  c.tie_embeddings = true;
+  c.qkv_bias = arch == LH_ARCH_QWEN2;
+  c.bos_token_id = -1;
+  c.eos_token_id = -1;
+  *out = c;
+  return LH_ERR_OK;
+}
+
+/* Below lo is malformed; above hi exceeds a limit (LH_ERR_LIMIT) or, when hi is a relation to
+ * another field, is malformed too. */
+static lh_err check_range(const char *field, long long v, long long lo, long long hi,
+                          lh_err above) {
+  if (v < lo || v > hi)
+    return lh_errorf(v < lo ? LH_ERR_FORMAT : above, "config: %s is %lld, must be in [%lld, %lld]",
+                     field, v, lo, hi);
+  return LH_ERR_OK;
+}
+
+lh_err lh_config_validate(const lh_config *c) {
+  if (!c) return lh_errorf(LH_ERR_INVAL, "config: NULL");
+  lh_err e;
+  if (c->arch != LH_ARCH_LLAMA && c->arch != LH_ARCH_QWEN2)
+    return lh_errorf(LH_ERR_INVAL, "config: unknown architecture %d", (int)c->arch);
+  if ((e = check_range("vocab_size", c->vocab_size, 1, LH_MAX_VOCAB, LH_ERR_LIMIT))) return e;
+  if ((e = check_range("hidden_size", c->hidden_size, 1, LH_MAX_HIDDEN, LH_ERR_LIMIT))) return e;
+  if ((e = check_range("num_hidden_layers", c->n_layers, 1, LH_MAX_LAYERS, LH_ERR_LIMIT))) return e;
+  if ((e = check_range("num_attention_heads", c->n_heads, 1, LH_MAX_HEADS, LH_ERR_LIMIT))) return e;
+  if ((e = check_range("num_key_value_heads", c->n_kv_heads, 1, c->n_heads, LH_ERR_FORMAT)))
+    return e;
+  if (c->n_heads % c->n_kv_heads != 0)
+    return lh_errorf(LH_ERR_FORMAT,
+                     "config: num_attention_heads (%d) is not a multiple of num_key_value_heads "
+                     "(%d)",
+                     c->n_heads, c->n_kv_heads);
+  if ((e = check_range("head_dim", c->head_dim, 2, MAX_HEAD_DIM, LH_ERR_LIMIT))) return e;
+  if (c->head_dim % 2 != 0)
+    return lh_errorf(LH_ERR_FORMAT, "config: head_dim is %d, must be even (rotary embedding)",
+                     c->head_dim);
+  if ((e = check_range("intermediate_size", c->intermediate_size, 1, MAX_INTERMEDIATE,
+                       LH_ERR_LIMIT)))
+    return e;
+  if ((e = check_range("max_position_embeddings", c->max_positions, 1, LH_MAX_POSITIONS,
+                       LH_ERR_LIMIT)))
+    return e;
+  if (!(isfinite(c->rope_theta) && c->rope_theta > 0))
+    return lh_errorf(LH_ERR_FORMAT, "config: rope_theta is %g, must be a positive number",
+                     (double)c->rope_theta);
+  if (!(isfinite(c->rms_eps) && c->rms_eps > 0))
+    return lh_errorf(LH_ERR_FORMAT, "config: rms_norm_eps is %g, must be a positive number",
+                     (double)c->rms_eps);
+  if ((e = check_range("bos_token_id", c->bos_token_id, -1, c->vocab_size - 1, LH_ERR_FORMAT)))
+    return e;
+  if ((e = check_range("eos_token_id", c->eos_token_id, -1, c->vocab_size - 1, LH_ERR_FORMAT)))
+    return e;
+  if (c->arch == LH_ARCH_QWEN2 && !c->qkv_bias)
+    return lh_errorf(LH_ERR_FORMAT, "config: Qwen2 models always have q/k/v biases");
+  return LH_ERR_OK;
+}
+
+size_t lh_config_n_params(const lh_config *c) {
+  size_t V = (size_t)c->vocab_size, C = (size_t)c->hidden_size, L = (size_t)c->n_layers;
+  size_t H = (size_t)c->n_heads, KV = (size_t)c->n_kv_heads, hd = (size_t)c->head_dim;
+  size_t F = (size_t)c->intermediate_size;
+  size_t layer = 2 * C + H * hd * C + 2 * KV * hd * C + C * H * hd + 3 * F * C;
+  if (c->qkv_bias) layer += H * hd + 2 * KV * hd;
+  size_t n = V * C + L * layer + C;
+  if (!c->tie_embeddings) n += V * C;
+  return n;
+}
+
+/* ---------------------------------------------------------------- config.json */
+
+static const char *json_type_name(const json_t *v) {
+  switch (json_typeof(v)) {
+  case JSON_OBJECT:
+    return "object";
+  case JSON_ARRAY:
+    return "array";
+  case JSON_STRING:
+    return "string";
+  case JSON_INTEGER:
+    return "integer";
+  case JSON_REAL:
+    return "real";
+  case JSON_TRUE:
+  case JSON_FALSE:
+    return "boolean";
+  case JSON_NULL:
+    return "null";
+  }
+  return "unknown";
+}
+
+/* Field getters: a missing field (or JSON null) keeps *out and returns OK unless `required`. */
+static lh_err get_int(const json_t *root, const char *what, const char *field, int required,
+                      int *out) {
+  const json_t *v = json_object_get(root, field);
+  if (!v || json_is_null(v)) {
+    if (required) return lh_errorf(LH_ERR_FORMAT, "%s: field %s is missing", what, field);
+    return LH_ERR_OK;
+  }
+  if (!json_is_integer(v))
+    return lh_errorf(LH_ERR_FORMAT, "%s: field %s: expected an integer, found %s", what, field,
+                     json_type_name(v));
+  json_int_t x = json_integer_value(v);
+  if (x < -2147483647 || x > 2147483647)
+    return lh_errorf(LH_ERR_LIMIT, "%s: field %s: %lld is out of range", what, field, (long long)x);
+  *out = (int)x;
+  return LH_ERR_OK;
+}
+
+static lh_err get_num(const json_t *root, const char *what, const char *field, float *out) {
+  const json_t *v = json_object_get(root, field);
+  if (!v || json_is_null(v)) return LH_ERR_OK;
+  if (!json_is_number(v))
+    return lh_errorf(LH_ERR_FORMAT, "%s: field %s: expected a number, found %s", what, field,
+                     json_type_name(v));
+  double d = json_number_value(v);
+  if (!isfinite(d) || fabs(d) > 3.0e38)
+    return lh_errorf(LH_ERR_LIMIT, "%s: field %s: %g is out of range", what, field, d);
+  *out = (float)d;
+  return LH_ERR_OK;
+}
+
+static lh_err get_bool(const json_t *root, const char *what, const char *field, bool *out) {
+  const json_t *v = json_object_get(root, field);
+  if (!v || json_is_null(v)) return LH_ERR_OK;
+  if (!json_is_boolean(v))
+    return lh_errorf(LH_ERR_FORMAT, "%s: field %s: expected a boolean, found %s", what, field,
+                     json_type_name(v));
+  *out = json_is_true(v);
+  return LH_ERR_OK;
+}
+
+/* bos/eos: an integer, a list whose first element is used, or null (-1). */
+static lh_err get_token(const json_t *root, const char *what, const char *field, int *out) {
+  const json_t *v = json_object_get(root, field);
+  *out = -1;
+  if (!v || json_is_null(v)) return LH_ERR_OK;
+  if (json_is_array(v)) {
+    if (json_array_size(v) == 0) return LH_ERR_OK;
+    v = json_array_get(v, 0);
+  }
+  if (!json_is_integer(v))
+    return lh_errorf(LH_ERR_FORMAT,
+                     "%s: field %s: expected an integer or a list of integers, "
+                     "found %s",
+                     what, field, json_type_name(v));
+  json_int_t x = json_integer_value(v);
+  if (x < -1 || x > 2147483647)
+    return lh_errorf(LH_ERR_LIMIT, "%s: field %s: %lld is out of range", what, field, (long long)x);
+  *out = (int)x;
+  return LH_ERR_OK;
+}
+
+/* The first of "architectures" that longhaul knows; when the list names only others, the model
+ * is one we cannot run whatever model_type says. Without a list, model_type decides. */
+static lh_err get_arch(const json_t *root, const char *what, lh_arch *out) {
+  const json_t *archs = json_object_get(root, "architectures");
+  const char *first = NULL;
+  if (archs && !json_is_null(archs)) {
+    if (!json_is_array(archs))
+      return lh_errorf(LH_ERR_FORMAT,
+                       "%s: field architectures: expected a list of strings, "
+                       "found %s",
+                       what, json_type_name(archs));
+    size_t i;
+    const json_t *a;
+    json_array_foreach(archs, i, a) {
+      if (!json_is_string(a))
+        return lh_errorf(LH_ERR_FORMAT,
+                         "%s: field architectures[%zu]: expected a string, "
+                         "found %s",
+                         what, i, json_type_name(a));
+      const char *s = json_string_value(a);
+      if (!first) first = s;
+      if (strcmp(s, "Qwen2ForCausalLM") == 0) {
+        *out = LH_ARCH_QWEN2;
+        return LH_ERR_OK;
+      }
+      if (strcmp(s, "LlamaForCausalLM") == 0) {
+        *out = LH_ARCH_LLAMA;
+        return LH_ERR_OK;
+      }
+    }
+  }
+  const json_t *mt = json_object_get(root, "model_type");
+  if (!first && mt && !json_is_null(mt)) {
+    if (!json_is_string(mt))
+      return lh_errorf(LH_ERR_FORMAT, "%s: field model_type: expected a string, found %s", what,
+                       json_type_name(mt));
+    const char *s = json_string_value(mt);
+    if (strcmp(s, "qwen2") == 0) {
+      *out = LH_ARCH_QWEN2;
+      return LH_ERR_OK;
+    }
+    if (strcmp(s, "llama") == 0) {
+      *out = LH_ARCH_LLAMA;
+      return LH_ERR_OK;
+    }
+    if (!first) first = s;
+  }
+  if (!first)
+    return lh_errorf(LH_ERR_FORMAT,
+                     "%s: neither architectures nor model_type says what the "
+                     "model is",
+                     what);
+  return lh_errorf(LH_ERR_UNSUPPORTED,
+                   "%s: architecture %.100s is not supported (expected Qwen2ForCausalLM or "
+                   "LlamaForCausalLM)",
+                   what, first);
+}
+
+/* Fields that must be absent, null or a harmless value, since the model does not implement
+ * the alternative. */
+static lh_err check_unsupported(const json_t *root, const char *what) {
+  const json_t *v = json_object_get(root, "hidden_act");
+  if (v && !json_is_null(v)) {
+    if (!json_is_string(v))
+      return lh_errorf(LH_ERR_FORMAT, "%s: field hidden_act: expected a string, found %s", what,
+                       json_type_name(v));
+    if (strcmp(json_string_value(v), "silu") != 0)
+      return lh_errorf(LH_ERR_UNSUPPORTED, "%s: hidden_act %.60s is not supported (only silu)",
+                       what, json_string_value(v));
+  }
+  v = json_object_get(root, "rope_scaling");
+  if (v && !json_is_null(v)) {
+    if (!json_is_object(v))
+      return lh_errorf(LH_ERR_FORMAT,
+                       "%s: field rope_scaling: expected an object or null, "
+                       "found %s",
+                       what, json_type_name(v));
+    const json_t *t = json_object_get(v, "rope_type");
+    if (!json_is_string(t)) t = json_object_get(v, "type");
+    const char *type = json_is_string(t) ? json_string_value(t) : "(unnamed)";
+    /* "default" is plain RoPE, written by some exporters. */
+    if (strcmp(type, "default") != 0)
+      return lh_errorf(LH_ERR_UNSUPPORTED, "%s: rope_scaling type %.60s is not supported yet", what,
+                       type);
+  }
+  bool flag = false;
+  lh_err e = get_bool(root, what, "use_sliding_window", &flag);
+  if (e) return e;
+  if (flag)
+    return lh_errorf(LH_ERR_UNSUPPORTED,
+                     "%s: use_sliding_window is true; sliding-window "
+                     "attention is not supported",
+                     what);
+  flag = false;
+  if ((e = get_bool(root, what, "mlp_bias", &flag))) return e;
+  if (flag)
+    return lh_errorf(LH_ERR_UNSUPPORTED, "%s: mlp_bias is true; MLP biases are not supported",
+                     what);
+  return LH_ERR_OK;
+}
+
+lh_err lh_config_parse(const char *json, size_t len, const char *what, lh_config *out) {
+  if (!what) what = "config.json";
+  if (!out || (!json && len)) return lh_errorf(LH_ERR_INVAL, "%s: NULL argument", what);
+  if (len > MAX_CONFIG_BYTES)
+    return lh_errorf(LH_ERR_LIMIT, "%s: %zu bytes, more than the limit of %u", what, len,
+                     MAX_CONFIG_BYTES);
+  json_error_t jerr;
+  json_t *root = json_loadb(json ? json : "", len, JSON_REJECT_DUPLICATES, &jerr);
+  if (!root)
+    return lh_errorf(LH_ERR_FORMAT, "%s: not valid JSON: %s (line %d, column %d)", what, jerr.text,
+                     jerr.line, jerr.column);
+  lh_err e = LH_ERR_OK;
+  lh_config c = {0};
+  if (!json_is_object(root)) {
+    e = lh_errorf(LH_ERR_FORMAT, "%s: expected a JSON object, found %s", what,
+                  json_type_name(root));
+    goto out;
+  }
+  if ((e = get_arch(root, what, &c.arch))) goto out;
+  if ((e = check_unsupported(root, what))) goto out;
+  if ((e = get_int(root, what, "vocab_size", 1, &c.vocab_size))) goto out;
+  if ((e = get_int(root, what, "hidden_size", 1, &c.hidden_size))) goto out;
+  if ((e = get_int(root, what, "intermediate_size", 1, &c.intermediate_size))) goto out;
+  if ((e = get_int(root, what, "num_hidden_layers", 1, &c.n_layers))) goto out;
+  if ((e = get_int(root, what, "num_attention_heads", 1, &c.n_heads))) goto out;
+  c.n_kv_heads = c.n_heads;
+  if ((e = get_int(root, what, "num_key_value_heads", 0, &c.n_kv_heads))) goto out;
+  c.head_dim = c.n_heads > 0 ? c.hidden_size / c.n_heads : 0;
+  if ((e = get_int(root, what, "head_dim", 0, &c.head_dim))) goto out;
+  /* transformers defaults: LlamaConfig 2048, Qwen2Config 32768 */
+  c.max_positions = c.arch == LH_ARCH_QWEN2 ? 32768 : 2048;
+  if ((e = get_int(root, what, "max_position_embeddings", 0, &c.max_positions))) goto out;
+  c.rope_theta = 10000.0f;
+  if ((e = get_num(root, what, "rope_theta", &c.rope_theta))) goto out;
+  c.rms_eps = 1e-6f;
+  if ((e = get_num(root, what, "rms_norm_eps", &c.rms_eps))) goto out;
+  c.tie_embeddings = false;
+  if ((e = get_bool(root, what, "tie_word_embeddings", &c.tie_embeddings))) goto out;
+  c.qkv_bias = false;
+  if ((e = get_bool(root, what, "attention_bias", &c.qkv_bias))) goto out;
+  if (c.arch == LH_ARCH_QWEN2) c.qkv_bias = true;
+  if ((e = get_token(root, what, "bos_token_id", &c.bos_token_id))) goto out;
+  if ((e = get_token(root, what, "eos_token_id", &c.eos_token_id))) goto out;
+  if (c.hidden_size > 0 && c.n_heads > 0 && !json_is_integer(json_object_get(root, "head_dim")) &&
+      c.hidden_size % c.n_heads != 0) {
+    e = lh_errorf(LH_ERR_FORMAT,
+                  "%s: hidden_size %d is not a multiple of num_attention_heads %d and no head_dim "
+                  "is given",
+                  what, c.hidden_size, c.n_heads);
+    goto out;
+  }
+  if ((e = lh_config_validate(&c))) {
+    /* validate's message starts with "config: "; name the file instead */
+    char msg[1024];
+    const char *m = lh_last_error();
+    if (strncmp(m, "config: ", 8) == 0) m += 8;
+    snprintf(msg, sizeof msg, "%s", m);
+    e = lh_errorf(e, "%s: %s", what, msg);
+    goto out;
+  }
+  *out = c;
+out:
+  json_decref(root);
+  return e;
+}
+
+lh_err lh_config_load(const char *path, lh_config *out) {
+  if (!path || !out) return lh_errorf(LH_ERR_INVAL, "lh_config_load: NULL argument");
+  char *buf = NULL;
+  size_t len = 0;
+  lh_err e = lh_file_read(path, MAX_CONFIG_BYTES, &buf, &len);
+  if (e) return e;
+  e = lh_config_parse(buf, len, path, out);
+  free(buf);
+  return e;
+}
+
+/* The shortest decimal that reads back as the same float, as a double, so that config.json
+ * says 1e-06 rather than 9.9999999747524271e-07. */
+static double float_to_short_double(float f) {
+  char buf[32];
+  for (int prec = 1; prec <= 9; prec++) {
+    snprintf(buf, sizeof buf, "%.*g", prec, (double)f);
+    if (strtof(buf, NULL) == f) break;
+  }
+  return strtod(buf, NULL);
+}
+
+lh_err lh__config_save_dtype(const char *path, const lh_config *c, const char *torch_dtype) {
+  if (!path || !c) return lh_errorf(LH_ERR_INVAL, "lh_config_save: NULL argument");
+  lh_err e = lh_config_validate(c);
+  if (e) return e;
+  int qwen = c->arch == LH_ARCH_QWEN2;
+  json_t *root = json_object();
+  if (!root) return lh_errorf(LH_ERR_NOMEM, "%s: out of memory", path);
+  int bad = 0;
+  bad |= json_object_set_new(root, "architectures",
+                             json_pack("[s]", qwen ? "Qwen2ForCausalLM" : "LlamaForCausalLM"));
+  bad |= json_object_set_new(root, "model_type", json_string(qwen ? "qwen2" : "llama"));
+  bad |= json_object_set_new(root, "vocab_size", json_integer(c->vocab_size));
+  bad |= json_object_set_new(root, "hidden_size", json_integer(c->hidden_size));
+  bad |= json_object_set_new(root, "intermediate_size", json_integer(c->intermediate_size));
+  bad |= json_object_set_new(root, "num_hidden_layers", json_integer(c->n_layers));
+  bad |= json_object_set_new(root, "num_attention_heads", json_integer(c->n_heads));
+  bad |= json_object_set_new(root, "num_key_value_heads", json_integer(c->n_kv_heads));
+  bad |= json_object_set_new(root, "head_dim", json_integer(c->head_dim));
+  bad |= json_object_set_new(root, "max_position_embeddings", json_integer(c->max_positions));
+  bad |= json_object_set_new(root, "rope_theta", json_real(float_to_short_double(c->rope_theta)));
+  bad |= json_object_set_new(root, "rms_norm_eps", json_real(float_to_short_double(c->rms_eps)));
+  bad |= json_object_set_new(root, "tie_word_embeddings", json_boolean(c->tie_embeddings));
+  if (!qwen) bad |= json_object_set_new(root, "attention_bias", json_boolean(c->qkv_bias));
+  if (qwen) bad |= json_object_set_new(root, "use_sliding_window", json_false());
+  bad |= json_object_set_new(root, "bos_token_id",
+                             c->bos_token_id >= 0 ? json_integer(c->bos_token_id) : json_null());
+  bad |= json_object_set_new(root, "eos_token_id",
+                             c->eos_token_id >= 0 ? json_integer(c->eos_token_id) : json_null());
+  bad |= json_object_set_new(root, "hidden_act", json_string("silu"));
+  bad |= json_object_set_new(root, "rope_scaling", json_null());
+  bad |= json_object_set_new(root, "torch_dtype", json_string(torch_dtype));
+  bad |= json_object_set_new(root, "use_cache", json_true());
+  char *text = bad ? NULL : json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(9));
+  json_decref(root);
+  if (!text) return lh_errorf(LH_ERR_NOMEM, "%s: out of memory while writing JSON", path);
+  size_t n = strlen(text);
+  char *withnl = realloc(text, n + 2);
+  if (!withnl) {
+    free(text);
+    return lh_errorf(LH_ERR_NOMEM, "%s: out of memory", path);
+  }
+  withnl[n] = '\n';
+  withnl[n + 1] = '\0';
+  e = lh_file_write_atomic(path, withnl, n + 1);
+  free(withnl);
+  return e;
+}
+
+lh_err lh_config_save(const char *path, const lh_config *c) {
+  return lh__config_save_dtype(path, c, "float32");
+}

@@ -1,0 +1,328 @@
+/* Model directories in the Hugging Face layout: config.json plus model.safetensors (or shards
+ * listed in model.safetensors.index.json). Loading checks every expected tensor's presence,
+ * dtype and shape against the config before the parameter slab is allocated; saving writes
+ * both files atomically. */
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "longhaul/model.h"
+#include "longhaul/tensor.h"
+
+/* Defined in config.c: config.json with torch_dtype naming the weights' dtype. */
+lh_err lh__config_save_dtype(const char *path, const lh_config *c, const char *torch_dtype);
+
+#define MAX_INDEX_BYTES (64u << 20)
+#define MAX_SHARDS      4096
+
+static char *join(const char *dir, const char *name) {
+  size_t a = strlen(dir), b = strlen(name);
+  char *p = malloc(a + b + 2);
+  if (!p) return NULL;
+  memcpy(p, dir, a);
+  size_t k = a;
+  if (a == 0 || dir[a - 1] != '/') p[k++] = '/';
+  memcpy(p + k, name, b + 1);
+  return p;
+}
+
+static void shape_str(char *buf, size_t cap, const int64_t *shape, int ndim) {
+  size_t p = (size_t)snprintf(buf, cap, "[");
+  for (int i = 0; i < ndim && p < cap; i++)
+    p += (size_t)snprintf(buf + p, cap - p, "%s%lld", i ? ", " : "", (long long)shape[i]);
+  if (p < cap) snprintf(buf + p, cap - p, "]");
+}
+
+static int file_exists(const char *path) {
+  struct stat sb;
+  return stat(path, &sb) == 0;
+}
+
+/* The weight files of a model: one, or the shards of an index. */
+typedef struct {
+  int n;
+  lh_safetensors **st;
+  char *label; /* names the source in "missing tensor" messages */
+} weights;
+
+static void weights_close(weights *w) {
+  for (int i = 0; i < w->n; i++)
+    lh_safetensors_close(w->st[i]);
+  free(w->st);
+  free(w->label);
+  memset(w, 0, sizeof *w);
+}
+
+static lh_err open_single(const char *path, weights *w) {
+  w->st = calloc(1, sizeof *w->st);
+  w->label = strdup(path);
+  if (!w->st || !w->label) return lh_errorf(LH_ERR_NOMEM, "%s: out of memory", path);
+  lh_err e = lh_safetensors_open(path, &w->st[0]);
+  if (!e) w->n = 1;
+  return e;
+}
+
+/* Opens every distinct shard named in the index's weight_map. Shard names must be plain file
+ * names inside the model directory. */
+static lh_err open_sharded(const char *dir, const char *index_path, weights *w) {
+  char *buf = NULL;
+  size_t len = 0;
+  lh_err e = lh_file_read(index_path, MAX_INDEX_BYTES, &buf, &len);
+  if (e) return e;
+  json_error_t jerr;
+  json_t *root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
+  free(buf);
+  w->label = strdup(index_path);
+  if (!w->label) {
+    json_decref(root);
+    return lh_errorf(LH_ERR_NOMEM, "%s: out of memory", index_path);
+  }
+  if (!root)
+    return lh_errorf(LH_ERR_FORMAT, "%s: not valid JSON: %s (line %d, column %d)", index_path,
+                     jerr.text, jerr.line, jerr.column);
+  const json_t *map = json_object_get(root, "weight_map");
+  const char *key;
+  const json_t *val;
+  const char **files = NULL;
+  int nf = 0;
+  if (!json_is_object(map)) {
+    e = lh_errorf(LH_ERR_FORMAT, "%s: field weight_map: expected an object", index_path);
+    goto out;
+  }
+  /* distinct file names, in first-seen order */
+  files = calloc(MAX_SHARDS, sizeof *files);
+  if (!files) {
+    e = lh_errorf(LH_ERR_NOMEM, "%s: out of memory", index_path);
+    goto out;
+  }
+  json_object_foreach((json_t *)map, key, val) {
+    if (!json_is_string(val)) {
+      e = lh_errorf(LH_ERR_FORMAT, "%s: weight_map: tensor %.200s: expected a file name",
+                    index_path, key);
+      break;
+    }
+    const char *f = json_string_value(val);
+    if (!f[0] || strchr(f, '/') || strcmp(f, ".") == 0 || strcmp(f, "..") == 0) {
+      e = lh_errorf(LH_ERR_FORMAT,
+                    "%s: weight_map: tensor %.200s: shard \"%.200s\" is not a file name in the "
+                    "model directory",
+                    index_path, key, f);
+      break;
+    }
+    int seen = 0;
+    for (int i = 0; i < nf && !seen; i++)
+      seen = strcmp(files[i], f) == 0;
+    if (seen) continue;
+    if (nf == MAX_SHARDS) {
+      e = lh_errorf(LH_ERR_LIMIT, "%s: more than %d shards", index_path, MAX_SHARDS);
+      break;
+    }
+    files[nf++] = f;
+  }
+  if (!e) {
+    w->st = calloc((size_t)nf + 1, sizeof *w->st);
+    if (!w->st) e = lh_errorf(LH_ERR_NOMEM, "%s: out of memory", index_path);
+  }
+  for (int i = 0; i < nf && !e; i++) {
+    char *p = join(dir, files[i]);
+    if (!p) {
+      e = lh_errorf(LH_ERR_NOMEM, "%s: out of memory", index_path);
+      break;
+    }
+    e = lh_safetensors_open(p, &w->st[i]);
+    free(p);
+    if (!e) w->n = i + 1;
+  }
+out:
+  free(files);
+  json_decref(root);
+  return e;
+}
+
+static const lh_st_tensor *find_any(const weights *w, const char *name,
+                                    const lh_safetensors **owner) {
+  for (int i = 0; i < w->n; i++) {
+    const lh_st_tensor *t = lh_safetensors_find(w->st[i], name);
+    if (t) {
+      *owner = w->st[i];
+      return t;
+    }
+  }
+  return NULL;
+}
+
+static int cmp_str_ptr(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Logs tensors in the files that the model does not use (other than a tied lm_head), which
+ * usually means config.json and the weights disagree. */
+static void warn_unused(const char *dir, const weights *w, const lh_tensor_info *info, int n,
+                        bool tied) {
+  const char **names = malloc((size_t)n * sizeof *names);
+  if (!names) return;
+  for (int i = 0; i < n; i++)
+    names[i] = info[i].name;
+  qsort(names, (size_t)n, sizeof *names, cmp_str_ptr);
+  long unused = 0;
+  const char *first = NULL;
+  for (int s = 0; s < w->n; s++)
+    for (int i = 0; i < w->st[s]->n; i++) {
+      const char *nm = w->st[s]->tensors[i].name;
+      if (tied && strcmp(nm, "lm_head.weight") == 0) continue;
+      if (bsearch(&nm, names, (size_t)n, sizeof *names, cmp_str_ptr)) continue;
+      if (!first) first = nm;
+      unused++;
+    }
+  if (unused)
+    lh_log(LH_LOG_WARN, "%s: %ld tensors in the weights are not used by the model (first: %.200s)",
+           dir, unused, first);
+  free(names);
+}
+
+lh_err lh_model_load(const char *dir, lh_model **out) {
+  if (!dir || !out) return lh_errorf(LH_ERR_INVAL, "lh_model_load: NULL argument");
+  *out = NULL;
+  lh_err e = LH_ERR_OK;
+  weights w = {0};
+  lh_tensor_info *info = NULL;
+  lh_model *m = NULL;
+  char *cfg_path = join(dir, "config.json");
+  char *st_path = join(dir, "model.safetensors");
+  char *idx_path = join(dir, "model.safetensors.index.json");
+  if (!cfg_path || !st_path || !idx_path) {
+    e = lh_errorf(LH_ERR_NOMEM, "%s: out of memory", dir);
+    goto out;
+  }
+  lh_config cfg;
+  if ((e = lh_config_load(cfg_path, &cfg))) goto out;
+  if (file_exists(st_path) || !file_exists(idx_path))
+    e = open_single(st_path, &w);
+  else
+    e = open_sharded(dir, idx_path, &w);
+  if (e) goto out;
+
+  int n = lh_model_tensors(&cfg, NULL, 0);
+  info = calloc((size_t)n, sizeof *info);
+  if (!info) {
+    e = lh_errorf(LH_ERR_NOMEM, "%s: out of memory", dir);
+    goto out;
+  }
+  lh_model_tensors(&cfg, info, n);
+
+  /* Everything is checked before the slab is allocated, so a config that promises more than
+   * the files hold is refused without reserving memory for it. */
+  for (int i = 0; i < n; i++) {
+    const lh_safetensors *owner = NULL;
+    const lh_st_tensor *t = find_any(&w, info[i].name, &owner);
+    char want[96], have[256];
+    shape_str(want, sizeof want, info[i].shape, info[i].ndim);
+    if (!t) {
+      e = lh_errorf(LH_ERR_NOTFOUND, "%s: tensor %s is missing (config.json expects shape %s)",
+                    w.label, info[i].name, want);
+      goto out;
+    }
+    if (t->dtype != LH_DTYPE_F32 && t->dtype != LH_DTYPE_BF16 && t->dtype != LH_DTYPE_F16) {
+      e = lh_errorf(LH_ERR_UNSUPPORTED, "%s: tensor %s: dtype is not F32, BF16 or F16", owner->path,
+                    info[i].name);
+      goto out;
+    }
+    int same = t->ndim == info[i].ndim;
+    for (int d = 0; same && d < t->ndim; d++)
+      same = t->shape[d] == info[i].shape[d];
+    if (!same) {
+      shape_str(have, sizeof have, t->shape, t->ndim);
+      e = lh_errorf(LH_ERR_MISMATCH, "%s: tensor %s: shape %s, config.json says %s", owner->path,
+                    info[i].name, have, want);
+      goto out;
+    }
+  }
+
+  if ((e = lh_model_create(&cfg, &m))) goto out;
+  for (int i = 0; i < n; i++) {
+    const lh_safetensors *owner = NULL;
+    const lh_st_tensor *t = find_any(&w, info[i].name, &owner);
+    if ((e = lh_safetensors_read_f32(owner, t, m->params + info[i].offset, info[i].numel)))
+      goto out;
+  }
+  warn_unused(dir, &w, info, n, cfg.tie_embeddings);
+  *out = m;
+  m = NULL;
+out:
+  lh_model_free(m);
+  free(info);
+  weights_close(&w);
+  free(cfg_path);
+  free(st_path);
+  free(idx_path);
+  return e;
+}
+
+/* mkdir -p: creates every missing component of dir. */
+static lh_err mkdir_p(const char *dir) {
+  char *p = strdup(dir);
+  if (!p) return lh_errorf(LH_ERR_NOMEM, "%s: out of memory", dir);
+  lh_err e = LH_ERR_OK;
+  size_t len = strlen(p);
+  for (size_t i = 1; i <= len && !e; i++) {
+    if (p[i] != '/' && p[i] != '\0') continue;
+    char c = p[i];
+    p[i] = '\0';
+    if (mkdir(p, 0755) != 0 && errno != EEXIST)
+      e = lh_errorf(LH_ERR_IO, "%s: cannot create directory: %s", p, strerror(errno));
+    p[i] = c;
+  }
+  struct stat sb;
+  if (!e && (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)))
+    e = lh_errorf(LH_ERR_IO, "%s: not a directory", dir);
+  free(p);
+  return e;
+}
+
+lh_err lh_model_save(const lh_model *m, const char *dir, lh_save_dtype dtype) {
+  if (!m || !dir || !dir[0]) return lh_errorf(LH_ERR_INVAL, "lh_model_save: NULL argument");
+  if (dtype != LH_SAVE_F32 && dtype != LH_SAVE_BF16)
+    return lh_errorf(LH_ERR_INVAL, "%s: unknown save dtype %d", dir, (int)dtype);
+  lh_err e = lh_config_validate(&m->cfg);
+  if (e) return e;
+  if ((e = mkdir_p(dir))) return e;
+  lh_tensor_info *info = NULL;
+  lh_st_entry *ent = NULL;
+  uint16_t *bf = NULL;
+  char *cfg_path = join(dir, "config.json");
+  char *st_path = join(dir, "model.safetensors");
+  int n = lh_model_tensors(&m->cfg, NULL, 0);
+  info = calloc((size_t)n, sizeof *info);
+  ent = calloc((size_t)n, sizeof *ent);
+  if (dtype == LH_SAVE_BF16) bf = malloc(m->n_params * sizeof *bf);
+  if (!cfg_path || !st_path || !info || !ent || (dtype == LH_SAVE_BF16 && !bf)) {
+    e = lh_errorf(LH_ERR_NOMEM, "%s: out of memory", dir);
+    goto out;
+  }
+  lh_model_tensors(&m->cfg, info, n);
+  if (bf) lh_bf16_from_f32_n(bf, m->params, m->n_params);
+  for (int i = 0; i < n; i++) {
+    ent[i].name = info[i].name;
+    ent[i].dtype = bf ? LH_DTYPE_BF16 : LH_DTYPE_F32;
+    ent[i].ndim = info[i].ndim;
+    for (int d = 0; d < info[i].ndim; d++)
+      ent[i].shape[d] = info[i].shape[d];
+    ent[i].data =
+        bf ? (const void *)(bf + info[i].offset) : (const void *)(m->params + info[i].offset);
+  }
+  /* each file is replaced atomically; weights first, so a fresh directory never holds a
+   * config.json without its weights */
+  if ((e = lh_safetensors_write(st_path, ent, n))) goto out;
+  e = lh__config_save_dtype(cfg_path, &m->cfg, bf ? "bfloat16" : "float32");
+out:
+  free(bf);
+  free(ent);
+  free(info);
+  free(cfg_path);
+  free(st_path);
+  return e;
+}

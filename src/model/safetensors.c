@@ -1,0 +1,650 @@
+/* safetensors reader and writer (Hugging Face format: 8-byte little-endian header length, JSON
+ * header, data section). Every header field is checked against limits and against the file
+ * before anything is allocated from it; bad input returns an error naming the tensor, never
+ * aborts. Files are written to a temporary name, fsynced and renamed. */
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "longhaul/model.h"
+#include "longhaul/tensor.h"
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "safetensors.c assumes a little-endian host"
+#endif
+
+/* Tensor names in messages are clipped so one long name cannot hide the rest of the message. */
+#define NAME_FMT "%.200s"
+
+static const char *const dtype_names[LH_DTYPE__COUNT] = {"F32", "BF16", "F16", "I32", "I64", "U8"};
+static const size_t dtype_sizes[LH_DTYPE__COUNT] = {4, 2, 2, 4, 8, 1};
+
+/* safetensors dtypes that exist in the format but that longhaul does not read. */
+static const char *const other_dtypes[] = {"F64", "F8_E4M3", "F8_E5M2", "I8",  "I16",
+                                           "U16", "U32",     "U64",     "BOOL"};
+
+static int dtype_from_name(const char *s) {
+  for (int i = 0; i < LH_DTYPE__COUNT; i++)
+    if (strcmp(s, dtype_names[i]) == 0) return i;
+  return -1;
+}
+
+static int is_other_dtype(const char *s) {
+  for (size_t i = 0; i < sizeof other_dtypes / sizeof other_dtypes[0]; i++)
+    if (strcmp(s, other_dtypes[i]) == 0) return 1;
+  return 0;
+}
+
+static const char *json_type_name(const json_t *v) {
+  switch (json_typeof(v)) {
+  case JSON_OBJECT:
+    return "object";
+  case JSON_ARRAY:
+    return "array";
+  case JSON_STRING:
+    return "string";
+  case JSON_INTEGER:
+    return "integer";
+  case JSON_REAL:
+    return "real";
+  case JSON_TRUE:
+  case JSON_FALSE:
+    return "boolean";
+  case JSON_NULL:
+    return "null";
+  }
+  return "unknown";
+}
+
+/* Formats a shape as "[a, b, c]" into buf (always NUL-terminated). */
+static void shape_str(char *buf, size_t cap, const int64_t *shape, int ndim) {
+  size_t p = 0;
+  p += (size_t)snprintf(buf, cap, "[");
+  for (int i = 0; i < ndim && p < cap; i++)
+    p += (size_t)snprintf(buf + p, cap - p, "%s%lld", i ? ", " : "", (long long)shape[i]);
+  if (p < cap) snprintf(buf + p, cap - p, "]");
+}
+
+/* numel * elem_size, or 0 with *ok = 0 on overflow. */
+static size_t checked_nbytes(const int64_t *shape, int ndim, size_t elem, int *ok) {
+  size_t n = elem;
+  *ok = 1;
+  for (int i = 0; i < ndim; i++) {
+    uint64_t d = (uint64_t)shape[i];
+    if (d != 0 && n > SIZE_MAX / d) {
+      *ok = 0;
+      return 0;
+    }
+    n *= (size_t)d;
+  }
+  return n;
+}
+
+/* Raw offsets kept while parsing, for the overlap check. */
+typedef struct {
+  uint64_t begin, end;
+  int idx;
+} span;
+
+static int span_cmp(const void *a, const void *b) {
+  const span *x = a, *y = b;
+  if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+  if (x->end != y->end) return x->end < y->end ? -1 : 1;
+  return x->idx - y->idx;
+}
+
+/* The tensors array is followed, in the same allocation, by n ints: indices of the tensors in
+ * name order, so that find() is a binary search. */
+static int *name_index(const lh_safetensors *st) {
+  return (int *)(void *)(st->tensors + st->n);
+}
+
+static _Thread_local const lh_st_tensor *sort_base; /* qsort has no context argument */
+static int name_idx_cmp(const void *a, const void *b) {
+  return strcmp(sort_base[*(const int *)a].name, sort_base[*(const int *)b].name);
+}
+
+static void free_parsed(lh_safetensors *st) {
+  if (!st) return;
+  if (st->tensors)
+    for (int i = 0; i < st->n; i++)
+      free(st->tensors[i].name);
+  free(st->tensors);
+  free(st->metadata_json);
+  free(st->path);
+  if (st->map) munmap(st->map, st->map_len);
+  free(st);
+}
+
+/* Reads a non-negative JSON integer into *out; returns 0 when it is not one. */
+static int get_nonneg_int(const json_t *v, int64_t *out) {
+  if (!json_is_integer(v)) return 0;
+  json_int_t x = json_integer_value(v);
+  if (x < 0) return 0;
+  *out = (int64_t)x;
+  return 1;
+}
+
+/* Checks one tensor entry of the header and fills t (except name and data). */
+static lh_err parse_entry(const char *what, const char *name, const json_t *v, size_t data_len,
+                          lh_st_tensor *t, uint64_t *begin, uint64_t *end) {
+  if (!json_is_object(v))
+    return lh_errorf(LH_ERR_FORMAT, "%s: tensor " NAME_FMT ": expected an object, found %s", what,
+                     name, json_type_name(v));
+  const json_t *jd = json_object_get(v, "dtype");
+  const json_t *js = json_object_get(v, "shape");
+  const json_t *jo = json_object_get(v, "data_offsets");
+  if (!jd || !js || !jo)
+    return lh_errorf(LH_ERR_FORMAT, "%s: tensor " NAME_FMT ": missing field %s", what, name,
+                     !jd   ? "dtype"
+                     : !js ? "shape"
+                           : "data_offsets");
+  if (!json_is_string(jd))
+    return lh_errorf(LH_ERR_FORMAT, "%s: tensor " NAME_FMT ": dtype: expected a string, found %s",
+                     what, name, json_type_name(jd));
+  const char *ds = json_string_value(jd);
+  int dt = dtype_from_name(ds);
+  if (dt < 0) {
+    if (is_other_dtype(ds))
+      return lh_errorf(LH_ERR_UNSUPPORTED,
+                       "%s: tensor " NAME_FMT ": dtype %s is not supported (F32, BF16, F16, I32, "
+                       "I64, U8 are)",
+                       what, name, ds);
+    return lh_errorf(LH_ERR_FORMAT, "%s: tensor " NAME_FMT ": unknown dtype \"%.40s\"", what, name,
+                     ds);
+  }
+  t->dtype = (lh_dtype)dt;
+
+  if (!json_is_array(js))
+    return lh_errorf(LH_ERR_FORMAT, "%s: tensor " NAME_FMT ": shape: expected an array, found %s",
+                     what, name, json_type_name(js));
+  size_t nd = json_array_size(js);
+  if (nd > LH_ST_MAX_DIMS)
+    return lh_errorf(LH_ERR_LIMIT,
+                     "%s: tensor " NAME_FMT ": %zu dimensions, more than the limit "
+                     "of %d",
+                     what, name, nd, LH_ST_MAX_DIMS);
+  t->ndim = (int)nd;
+  for (size_t i = 0; i < nd; i++) {
+    const json_t *e = json_array_get(js, i);
+    if (!get_nonneg_int(e, &t->shape[i])) {
+      if (json_is_integer(e))
+        return lh_errorf(LH_ERR_FORMAT, "%s: tensor " NAME_FMT ": shape[%zu] is %lld, negative",
+                         what, name, i, (long long)json_integer_value(e));
+      return lh_errorf(LH_ERR_FORMAT,
+                       "%s: tensor " NAME_FMT ": shape[%zu]: expected an integer, found %s", what,
+                       name, i, json_type_name(e));
+    }
+  }
+
+  int64_t b = 0, e = 0;
+  if (!json_is_array(jo) || json_array_size(jo) != 2 ||
+      !get_nonneg_int(json_array_get(jo, 0), &b) || !get_nonneg_int(json_array_get(jo, 1), &e))
+    return lh_errorf(LH_ERR_FORMAT,
+                     "%s: tensor " NAME_FMT ": data_offsets: expected two non-negative integers "
+                     "[begin, end]",
+                     what, name);
+  char sh[256];
+  shape_str(sh, sizeof sh, t->shape, t->ndim);
+  if (b > e)
+    return lh_errorf(LH_ERR_FORMAT,
+                     "%s: tensor " NAME_FMT ": data_offsets [%lld, %lld]: begin > end", what, name,
+                     (long long)b, (long long)e);
+  if ((uint64_t)e > data_len)
+    return lh_errorf(LH_ERR_FORMAT,
+                     "%s: tensor " NAME_FMT ": data_offsets [%lld, %lld] outside the data section "
+                     "of %zu bytes",
+                     what, name, (long long)b, (long long)e, data_len);
+  int ok;
+  size_t need = checked_nbytes(t->shape, t->ndim, dtype_sizes[dt], &ok);
+  if (!ok)
+    return lh_errorf(LH_ERR_FORMAT, "%s: tensor " NAME_FMT ": dtype %s shape %s overflows the size",
+                     what, name, ds, sh);
+  if (need != (uint64_t)(e - b))
+    return lh_errorf(LH_ERR_FORMAT,
+                     "%s: tensor " NAME_FMT ": data_offsets [%lld, %lld] but dtype %s shape %s "
+                     "needs %zu bytes",
+                     what, name, (long long)b, (long long)e, ds, sh, need);
+  t->nbytes = need;
+  *begin = (uint64_t)b;
+  *end = (uint64_t)e;
+  return LH_ERR_OK;
+}
+
+lh_err lh_safetensors_parse(const uint8_t *buf, size_t len, const char *what,
+                            lh_safetensors **out) {
+  if (!what) what = "safetensors";
+  if (!out || (!buf && len)) return lh_errorf(LH_ERR_INVAL, "%s: no buffer or output", what);
+  *out = NULL;
+  if (len < 8)
+    return lh_errorf(LH_ERR_FORMAT,
+                     "%s: %zu bytes, too short for the 8-byte header length of a safetensors file",
+                     what, len);
+  uint64_t hlen = 0;
+  for (int i = 7; i >= 0; i--)
+    hlen = (hlen << 8) | buf[i];
+  if (hlen > LH_ST_MAX_HEADER)
+    return lh_errorf(LH_ERR_LIMIT, "%s: header of %llu bytes, more than the limit of %u", what,
+                     (unsigned long long)hlen, LH_ST_MAX_HEADER);
+  if (hlen > len - 8)
+    return lh_errorf(LH_ERR_FORMAT,
+                     "%s: header length %llu but only %zu bytes follow it (truncated file?)", what,
+                     (unsigned long long)hlen, len - 8);
+  if (hlen < 2)
+    return lh_errorf(LH_ERR_FORMAT, "%s: header of %llu bytes cannot hold a JSON object", what,
+                     (unsigned long long)hlen);
+
+  const uint8_t *data = buf + 8 + hlen;
+  size_t data_len = len - 8 - (size_t)hlen;
+  lh_err err = LH_ERR_OK;
+  lh_safetensors *st = NULL;
+  span *spans = NULL;
+  json_error_t jerr;
+  json_t *root = json_loadb((const char *)buf + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
+  if (!root) {
+    err = lh_errorf(LH_ERR_FORMAT, "%s: header is not valid JSON: %s (byte %d of the header)", what,
+                    jerr.text, jerr.position);
+    goto out;
+  }
+  if (!json_is_object(root)) {
+    err = lh_errorf(LH_ERR_FORMAT, "%s: header: expected a JSON object, found %s", what,
+                    json_type_name(root));
+    goto out;
+  }
+  const json_t *meta = json_object_get(root, "__metadata__");
+  size_t count = json_object_size(root) - (meta ? 1 : 0);
+  if (count > LH_ST_MAX_TENSORS) {
+    err = lh_errorf(LH_ERR_LIMIT, "%s: %zu tensors, more than the limit of %d", what, count,
+                    LH_ST_MAX_TENSORS);
+    goto out;
+  }
+
+  st = calloc(1, sizeof *st);
+  if (!st) goto nomem;
+  st->path = strdup(what);
+  /* tensors, then the name index (n ints); at least one byte so that calloc succeeds. */
+  st->tensors = calloc(1, count * (sizeof(lh_st_tensor) + sizeof(int)) + 1);
+  spans = calloc(count + 1, sizeof *spans);
+  if (!st->path || !st->tensors || !spans) goto nomem;
+
+  if (meta) {
+    if (!json_is_object(meta)) {
+      err = lh_errorf(LH_ERR_FORMAT, "%s: __metadata__: expected an object, found %s", what,
+                      json_type_name(meta));
+      goto out;
+    }
+    const char *k;
+    const json_t *mv;
+    json_object_foreach((json_t *)meta, k, mv) {
+      if (!json_is_string(mv)) {
+        err = lh_errorf(LH_ERR_FORMAT,
+                        "%s: __metadata__: key " NAME_FMT ": expected a string, "
+                        "found %s",
+                        what, k, json_type_name(mv));
+        goto out;
+      }
+    }
+    st->metadata_json = json_dumps(meta, JSON_COMPACT);
+    if (!st->metadata_json) goto nomem;
+  }
+
+  const char *key;
+  const json_t *val;
+  int n = 0;
+  json_object_foreach(root, key, val) {
+    if (strcmp(key, "__metadata__") == 0) continue;
+    lh_st_tensor *t = &st->tensors[n];
+    if (key[0] == '\0') {
+      err = lh_errorf(LH_ERR_FORMAT, "%s: tensor with an empty name", what);
+      goto out;
+    }
+    err = parse_entry(what, key, val, data_len, t, &spans[n].begin, &spans[n].end);
+    if (err) goto out;
+    t->name = strdup(key);
+    if (!t->name) goto nomem;
+    spans[n].idx = n;
+    n++;
+    st->n = n; /* names allocated so far are freed on error */
+  }
+
+  /* No two tensors may share bytes: sorted by begin, each must end before the next begins. */
+  qsort(spans, (size_t)n, sizeof *spans, span_cmp);
+  for (int i = 1; i < n; i++) {
+    if (spans[i].begin < spans[i - 1].end) {
+      err = lh_errorf(LH_ERR_FORMAT,
+                      "%s: tensor " NAME_FMT ": data_offsets [%llu, %llu] overlap tensor " NAME_FMT
+                      " at [%llu, %llu]",
+                      what, st->tensors[spans[i].idx].name, (unsigned long long)spans[i].begin,
+                      (unsigned long long)spans[i].end, st->tensors[spans[i - 1].idx].name,
+                      (unsigned long long)spans[i - 1].begin, (unsigned long long)spans[i - 1].end);
+      goto out;
+    }
+  }
+  for (int i = 0; i < n; i++)
+    st->tensors[spans[i].idx].data = data + spans[i].begin;
+
+  int *idx = name_index(st);
+  for (int i = 0; i < n; i++)
+    idx[i] = i;
+  sort_base = st->tensors;
+  qsort(idx, (size_t)n, sizeof *idx, name_idx_cmp);
+  sort_base = NULL;
+  goto out;
+
+nomem:
+  err = lh_errorf(LH_ERR_NOMEM, "%s: out of memory while parsing the header", what);
+out:
+  free(spans);
+  json_decref(root);
+  if (err) {
+    free_parsed(st);
+    return err;
+  }
+  *out = st;
+  return LH_ERR_OK;
+}
+
+lh_err lh_safetensors_open(const char *path, lh_safetensors **out) {
+  if (!path || !out) return lh_errorf(LH_ERR_INVAL, "lh_safetensors_open: NULL argument");
+  *out = NULL;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return lh_errorf(LH_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  struct stat sb;
+  lh_err err = LH_ERR_OK;
+  void *map = NULL;
+  size_t len = 0;
+  if (fstat(fd, &sb) != 0) {
+    err = lh_errorf(LH_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+    goto out;
+  }
+  if (!S_ISREG(sb.st_mode)) {
+    err = lh_errorf(LH_ERR_IO, "%s: not a regular file", path);
+    goto out;
+  }
+  if (sb.st_size == 0) {
+    err = lh_errorf(LH_ERR_FORMAT, "%s: empty file, not a safetensors file", path);
+    goto out;
+  }
+  if ((uint64_t)sb.st_size > SIZE_MAX) {
+    err = lh_errorf(LH_ERR_LIMIT, "%s: file too large to map", path);
+    goto out;
+  }
+  len = (size_t)sb.st_size;
+  map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+  if (map == MAP_FAILED) {
+    map = NULL;
+    err = lh_errorf(LH_ERR_IO, "%s: cannot map %zu bytes: %s", path, len, strerror(errno));
+    goto out;
+  }
+  lh_safetensors *st = NULL;
+  err = lh_safetensors_parse(map, len, path, &st);
+  if (err) goto out;
+  st->map = map;
+  st->map_len = len;
+  map = NULL;
+  *out = st;
+out:
+  if (map) munmap(map, len);
+  close(fd);
+  return err;
+}
+
+void lh_safetensors_close(lh_safetensors *st) {
+  free_parsed(st);
+}
+
+const lh_st_tensor *lh_safetensors_find(const lh_safetensors *st, const char *name) {
+  if (!st || !name) return NULL;
+  const int *idx = name_index(st);
+  int lo = 0, hi = st->n - 1;
+  while (lo <= hi) {
+    int mid = lo + (hi - lo) / 2;
+    const lh_st_tensor *t = &st->tensors[idx[mid]];
+    int c = strcmp(name, t->name);
+    if (c == 0) return t;
+    if (c < 0)
+      hi = mid - 1;
+    else
+      lo = mid + 1;
+  }
+  return NULL;
+}
+
+/* IEEE half to float, exact for every input (subnormals, infinities, NaN payloads). */
+static float f32_from_f16(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t mant = h & 0x3ffu;
+  uint32_t bits;
+  if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (mant << 13);
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112u) << 23) | (mant << 13);
+  } else if (mant == 0) {
+    bits = sign;
+  } else {
+    /* subnormal: shift the mantissa up until its leading one becomes the implicit bit */
+    uint32_t e = 113;
+    while (!(mant & 0x400u)) {
+      mant <<= 1;
+      e--;
+    }
+    bits = sign | (e << 23) | ((mant & 0x3ffu) << 13);
+  }
+  float f;
+  memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+lh_err lh_safetensors_read_f32(const lh_safetensors *st, const lh_st_tensor *t, float *dst,
+                               size_t n) {
+  const char *what = st && st->path ? st->path : "safetensors";
+  if (!t || (!dst && n)) return lh_errorf(LH_ERR_INVAL, "%s: read_f32: NULL argument", what);
+  int ok;
+  size_t numel = checked_nbytes(t->shape, t->ndim, 1, &ok);
+  if (!ok || numel != n)
+    return lh_errorf(LH_ERR_MISMATCH,
+                     "%s: tensor " NAME_FMT ": has %zu elements, caller expects %zu", what, t->name,
+                     numel, n);
+  switch (t->dtype) {
+  case LH_DTYPE_F32:
+    if (n) memcpy(dst, t->data, n * sizeof(float));
+    return LH_ERR_OK;
+  case LH_DTYPE_BF16: {
+    /* Data offsets need not be even: convert through an aligned buffer when they are not. */
+    if (((uintptr_t)t->data & 1u) == 0) {
+      lh_f32_from_bf16_n(dst, (const uint16_t *)(const void *)t->data, n);
+      return LH_ERR_OK;
+    }
+    uint16_t tmp[1024];
+    for (size_t i = 0; i < n; i += 1024) {
+      size_t k = n - i < 1024 ? n - i : 1024;
+      memcpy(tmp, t->data + 2 * i, 2 * k);
+      lh_f32_from_bf16_n(dst + i, tmp, k);
+    }
+    return LH_ERR_OK;
+  }
+  case LH_DTYPE_F16:
+    for (size_t i = 0; i < n; i++) {
+      uint16_t h;
+      memcpy(&h, t->data + 2 * i, 2);
+      dst[i] = f32_from_f16(h);
+    }
+    return LH_ERR_OK;
+  default:
+    return lh_errorf(LH_ERR_UNSUPPORTED,
+                     "%s: tensor " NAME_FMT ": dtype %s cannot be read as float", what, t->name,
+                     (unsigned)t->dtype < LH_DTYPE__COUNT ? dtype_names[t->dtype] : "?");
+  }
+}
+
+/* Builds the JSON header for entries (checked), padded with spaces to a multiple of 8 bytes.
+ * Returns a malloc'd string; *total receives the data section size. */
+static lh_err build_header(const char *path, const lh_st_entry *entries, int n, char **out,
+                           size_t *hlen, size_t *total) {
+  lh_err err = LH_ERR_OK;
+  json_t *root = json_object();
+  json_t *meta = json_pack("{s:s}", "format", "pt");
+  char *text = NULL;
+  if (!root || !meta || json_object_set_new(root, "__metadata__", meta)) {
+    json_decref(meta);
+    goto nomem;
+  }
+  size_t off = 0;
+  for (int i = 0; i < n; i++) {
+    const lh_st_entry *e = &entries[i];
+    if (!e->name || !e->name[0] || strcmp(e->name, "__metadata__") == 0) {
+      err = lh_errorf(LH_ERR_INVAL, "%s: entry %d: missing or reserved tensor name", path, i);
+      goto out;
+    }
+    if ((unsigned)e->dtype >= LH_DTYPE__COUNT) {
+      err = lh_errorf(LH_ERR_INVAL, "%s: tensor " NAME_FMT ": unknown dtype %d", path, e->name,
+                      (int)e->dtype);
+      goto out;
+    }
+    if (e->ndim < 0 || e->ndim > LH_ST_MAX_DIMS) {
+      err = lh_errorf(LH_ERR_INVAL, "%s: tensor " NAME_FMT ": %d dimensions (limit %d)", path,
+                      e->name, e->ndim, LH_ST_MAX_DIMS);
+      goto out;
+    }
+    for (int d = 0; d < e->ndim; d++)
+      if (e->shape[d] < 0) {
+        err = lh_errorf(LH_ERR_INVAL, "%s: tensor " NAME_FMT ": shape[%d] is negative", path,
+                        e->name, d);
+        goto out;
+      }
+    if (json_object_get(root, e->name)) {
+      err = lh_errorf(LH_ERR_INVAL, "%s: tensor " NAME_FMT ": name given twice", path, e->name);
+      goto out;
+    }
+    int ok;
+    size_t nb = checked_nbytes(e->shape, e->ndim, dtype_sizes[e->dtype], &ok);
+    if (!ok || off + nb < off) {
+      err = lh_errorf(LH_ERR_INVAL, "%s: tensor " NAME_FMT ": size overflows", path, e->name);
+      goto out;
+    }
+    if (nb && !e->data) {
+      err = lh_errorf(LH_ERR_INVAL, "%s: tensor " NAME_FMT ": no data", path, e->name);
+      goto out;
+    }
+    json_t *shape = json_array();
+    json_t *t = json_object();
+    if (!shape || !t) {
+      json_decref(shape);
+      json_decref(t);
+      goto nomem;
+    }
+    int bad = json_object_set_new(t, "dtype", json_string(dtype_names[e->dtype]));
+    for (int d = 0; d < e->ndim; d++)
+      bad |= json_array_append_new(shape, json_integer((json_int_t)e->shape[d]));
+    bad |= json_object_set_new(t, "shape", shape);
+    bad |= json_object_set_new(t, "data_offsets",
+                               json_pack("[I,I]", (json_int_t)off, (json_int_t)(off + nb)));
+    bad |= json_object_set_new(root, e->name, t);
+    if (bad) goto nomem;
+    off += nb;
+  }
+  text = json_dumps(root, JSON_COMPACT);
+  if (!text) goto nomem;
+  size_t len = strlen(text);
+  size_t padded = (len + 7) & ~(size_t)7;
+  char *p = realloc(text, padded + 1);
+  if (!p) goto nomem;
+  text = p;
+  memset(text + len, ' ', padded - len);
+  text[padded] = '\0';
+  *out = text;
+  text = NULL;
+  *hlen = padded;
+  *total = off;
+  goto out;
+nomem:
+  err = lh_errorf(LH_ERR_NOMEM, "%s: out of memory while building the header", path);
+out:
+  free(text);
+  json_decref(root);
+  return err;
+}
+
+static lh_err write_all(FILE *f, const void *p, size_t n, const char *tmp) {
+  if (n && fwrite(p, 1, n, f) != n)
+    return lh_errorf(LH_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
+  return LH_ERR_OK;
+}
+
+lh_err lh_safetensors_write(const char *path, const lh_st_entry *entries, int n) {
+  if (!path || n < 0 || (n > 0 && !entries))
+    return lh_errorf(LH_ERR_INVAL, "lh_safetensors_write: bad arguments");
+  if (n > LH_ST_MAX_TENSORS)
+    return lh_errorf(LH_ERR_LIMIT, "%s: %d tensors, more than the limit of %d", path, n,
+                     LH_ST_MAX_TENSORS);
+  char *header = NULL;
+  size_t hlen = 0, total = 0;
+  lh_err err = build_header(path, entries, n, &header, &hlen, &total);
+  if (err) return err;
+
+  /* Streamed rather than assembled in memory (a model can be gigabytes), with the same
+   * temp + fsync + rename pattern as lh_file_write_atomic. */
+  size_t plen = strlen(path);
+  char *tmp = malloc(plen + 5);
+  FILE *f = NULL;
+  if (!tmp) {
+    err = lh_errorf(LH_ERR_NOMEM, "%s: out of memory", path);
+    goto out;
+  }
+  memcpy(tmp, path, plen);
+  memcpy(tmp + plen, ".tmp", 5);
+  f = fopen(tmp, "wb");
+  if (!f) {
+    err = lh_errorf(LH_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    goto out;
+  }
+  uint8_t lenbuf[8];
+  for (int i = 0; i < 8; i++)
+    lenbuf[i] = (uint8_t)((uint64_t)hlen >> (8 * i));
+  err = write_all(f, lenbuf, 8, tmp);
+  if (!err) err = write_all(f, header, hlen, tmp);
+  for (int i = 0; i < n && !err; i++) {
+    int ok;
+    size_t nb =
+        checked_nbytes(entries[i].shape, entries[i].ndim, dtype_sizes[entries[i].dtype], &ok);
+    err = write_all(f, entries[i].data, nb, tmp);
+  }
+  if (err) goto out;
+  if (fflush(f) != 0 || fsync(fileno(f)) != 0) {
+    err = lh_errorf(LH_ERR_IO, "%s: flush/fsync failed: %s", tmp, strerror(errno));
+    goto out;
+  }
+  int rc = fclose(f);
+  f = NULL;
+  if (rc != 0) {
+    err = lh_errorf(LH_ERR_IO, "%s: close failed: %s", tmp, strerror(errno));
+    goto out;
+  }
+  if (rename(tmp, path) != 0) {
+    err = lh_errorf(LH_ERR_IO, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));
+    goto out;
+  }
+  char *dircopy = strdup(path);
+  if (dircopy) {
+    int dfd = open(dirname(dircopy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+      fsync(dfd);
+      close(dfd);
+    }
+    free(dircopy);
+  }
+out:
+  if (f) fclose(f);
+  if (err && tmp) unlink(tmp);
+  free(tmp);
+  free(header);
+  return err;
+}

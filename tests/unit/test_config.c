@@ -1,0 +1,451 @@
+/* Model configuration: presets and parameter counts, Hugging Face config.json as shipped with
+ * Qwen2.5-0.5B and Llama-3.2-1B, defaults, wrong types and unsupported features with messages
+ * naming the field, and save -> load round trips. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "longhaul/model.h"
+
+/* config.json of Qwen/Qwen2.5-0.5B (494,032,768 parameters). */
+static const char *qwen25_05b = "{\n"
+                                "  \"architectures\": [\n    \"Qwen2ForCausalLM\"\n  ],\n"
+                                "  \"attention_dropout\": 0.0,\n"
+                                "  \"bos_token_id\": 151643,\n"
+                                "  \"eos_token_id\": 151643,\n"
+                                "  \"hidden_act\": \"silu\",\n"
+                                "  \"hidden_size\": 896,\n"
+                                "  \"initializer_range\": 0.02,\n"
+                                "  \"intermediate_size\": 4864,\n"
+                                "  \"max_position_embeddings\": 32768,\n"
+                                "  \"max_window_layers\": 24,\n"
+                                "  \"model_type\": \"qwen2\",\n"
+                                "  \"num_attention_heads\": 14,\n"
+                                "  \"num_hidden_layers\": 24,\n"
+                                "  \"num_key_value_heads\": 2,\n"
+                                "  \"rms_norm_eps\": 1e-06,\n"
+                                "  \"rope_theta\": 1000000.0,\n"
+                                "  \"sliding_window\": 32768,\n"
+                                "  \"tie_word_embeddings\": true,\n"
+                                "  \"torch_dtype\": \"bfloat16\",\n"
+                                "  \"transformers_version\": \"4.40.1\",\n"
+                                "  \"use_cache\": true,\n"
+                                "  \"use_sliding_window\": false,\n"
+                                "  \"vocab_size\": 151936\n"
+                                "}\n";
+
+/* config.json of meta-llama/Llama-3.2-1B with %s in place of rope_scaling and eos_token_id
+ * (1,235,814,400 parameters). */
+static const char *llama32_1b_fmt = "{\n"
+                                    "  \"architectures\": [\"LlamaForCausalLM\"],\n"
+                                    "  \"attention_bias\": false,\n"
+                                    "  \"attention_dropout\": 0.0,\n"
+                                    "  \"bos_token_id\": 128000,\n"
+                                    "  \"eos_token_id\": %s,\n"
+                                    "  \"head_dim\": 64,\n"
+                                    "  \"hidden_act\": \"silu\",\n"
+                                    "  \"hidden_size\": 2048,\n"
+                                    "  \"initializer_range\": 0.02,\n"
+                                    "  \"intermediate_size\": 8192,\n"
+                                    "  \"max_position_embeddings\": 131072,\n"
+                                    "  \"mlp_bias\": false,\n"
+                                    "  \"model_type\": \"llama\",\n"
+                                    "  \"num_attention_heads\": 32,\n"
+                                    "  \"num_hidden_layers\": 16,\n"
+                                    "  \"num_key_value_heads\": 8,\n"
+                                    "  \"pretraining_tp\": 1,\n"
+                                    "  \"rms_norm_eps\": 1e-05,\n"
+                                    "  \"rope_scaling\": %s,\n"
+                                    "  \"rope_theta\": 500000.0,\n"
+                                    "  \"tie_word_embeddings\": true,\n"
+                                    "  \"torch_dtype\": \"bfloat16\",\n"
+                                    "  \"transformers_version\": \"4.45.0.dev0\",\n"
+                                    "  \"use_cache\": true,\n"
+                                    "  \"vocab_size\": 128256\n"
+                                    "}\n";
+
+static char *llama(const char *eos, const char *rope_scaling) {
+  static char buf[4096];
+  snprintf(buf, sizeof buf, llama32_1b_fmt, eos, rope_scaling);
+  return buf;
+}
+
+static lh_err parse(const char *text, lh_config *c) {
+  return lh_config_parse(text, strlen(text), "config.json", c);
+}
+
+/* Replaces the first occurrence of `from` in `text` by `to`. The result lives in one of two
+ * static buffers used in turn, so edits can be nested once. */
+static const char *edit(const char *text, const char *from, const char *to) {
+  static char bufs[2][8192];
+  static int turn;
+  char *buf = bufs[turn ^= 1];
+  const char *p = strstr(text, from);
+  assert_non_null(p);
+  snprintf(buf, sizeof bufs[0], "%.*s%s%s", (int)(p - text), text, to, p + strlen(from));
+  return buf;
+}
+
+static void expect_error(const char *text, lh_err code, const char *needle) {
+  lh_config c;
+  memset(&c, 0x5a, sizeof c);
+  lh_config before = c;
+  lh_err e = parse(text, &c);
+  if (e != code || !strstr(lh_last_error(), needle))
+    fail_msg("got %s \"%s\", expected %s containing \"%s\"", lh_err_name(e), lh_last_error(),
+             lh_err_name(code), needle);
+  assert_memory_equal(&c, &before, sizeof c); /* output untouched on error */
+  assert_non_null(strstr(lh_last_error(), "config.json"));
+}
+
+static void test_presets(void **state) {
+  lh_config c;
+  assert_int_equal(lh_config_preset("tiny", LH_ARCH_LLAMA, &c), LH_ERR_OK);
+  assert_int_equal(c.arch, LH_ARCH_LLAMA);
+  assert_int_equal(c.hidden_size, 128);
+  assert_int_equal(c.n_layers, 4);
+  assert_int_equal(c.n_heads, 4);
+  assert_int_equal(c.n_kv_heads, 2);
+  assert_int_equal(c.head_dim, 32);
+  assert_int_equal(c.intermediate_size, 384);
+  assert_int_equal(c.vocab_size, 256);
+  assert_int_equal(c.max_positions, 2048);
+  assert_true(c.tie_embeddings);
+  assert_false(c.qkv_bias);
+  assert_true(c.rope_theta == 10000.0f);
+  assert_true(c.rms_eps == 1e-6f);
+  assert_int_equal(c.bos_token_id, -1);
+  assert_int_equal(c.eos_token_id, -1);
+  assert_int_equal(lh_config_validate(&c), LH_ERR_OK);
+  /* embed 256*128 + 4 * (2*128 + 3*128*128... ) + norm, worked out by hand */
+  assert_int_equal(lh_config_n_params(&c), 820352);
+  c.tie_embeddings = false;
+  assert_int_equal(lh_config_n_params(&c), 820352 + 256 * 128);
+
+  assert_int_equal(lh_config_preset("tiny", LH_ARCH_QWEN2, &c), LH_ERR_OK);
+  assert_true(c.qkv_bias);
+  assert_int_equal(lh_config_n_params(&c), 820352 + 4 * (128 + 64 + 64));
+
+  assert_int_equal(lh_config_preset("small", LH_ARCH_LLAMA, &c), LH_ERR_OK);
+  assert_int_equal(c.vocab_size, 4096);
+  assert_int_equal(c.hidden_size, 512);
+  assert_int_equal(c.n_layers, 8);
+  assert_int_equal(c.n_heads, 8);
+  assert_int_equal(c.n_kv_heads, 4);
+  assert_int_equal(c.head_dim, 64);
+  assert_int_equal(c.intermediate_size, 1408);
+  assert_true(c.tie_embeddings);
+  assert_int_equal(lh_config_validate(&c), LH_ERR_OK);
+
+  assert_int_equal(lh_config_preset("huge", LH_ARCH_LLAMA, &c), LH_ERR_INVAL);
+  assert_non_null(strstr(lh_last_error(), "huge"));
+  assert_int_equal(lh_config_preset(NULL, LH_ARCH_LLAMA, &c), LH_ERR_INVAL);
+}
+
+static void test_qwen25_05b(void **state) {
+  lh_config c;
+  assert_int_equal(parse(qwen25_05b, &c), LH_ERR_OK);
+  assert_int_equal(c.arch, LH_ARCH_QWEN2);
+  assert_int_equal(c.vocab_size, 151936);
+  assert_int_equal(c.hidden_size, 896);
+  assert_int_equal(c.intermediate_size, 4864);
+  assert_int_equal(c.n_layers, 24);
+  assert_int_equal(c.n_heads, 14);
+  assert_int_equal(c.n_kv_heads, 2);
+  assert_int_equal(c.head_dim, 64);
+  assert_int_equal(c.max_positions, 32768);
+  assert_true(c.rope_theta == 1000000.0f);
+  assert_true(c.rms_eps == 1e-6f);
+  assert_true(c.tie_embeddings);
+  assert_true(c.qkv_bias);
+  assert_int_equal(c.bos_token_id, 151643);
+  assert_int_equal(c.eos_token_id, 151643);
+  assert_int_equal(lh_config_n_params(&c), 494032768);
+}
+
+static void test_llama32_1b(void **state) {
+  lh_config c;
+  assert_int_equal(parse(llama("128001", "null"), &c), LH_ERR_OK);
+  assert_int_equal(c.arch, LH_ARCH_LLAMA);
+  assert_int_equal(c.vocab_size, 128256);
+  assert_int_equal(c.hidden_size, 2048);
+  assert_int_equal(c.intermediate_size, 8192);
+  assert_int_equal(c.n_layers, 16);
+  assert_int_equal(c.n_heads, 32);
+  assert_int_equal(c.n_kv_heads, 8);
+  assert_int_equal(c.head_dim, 64);
+  assert_int_equal(c.max_positions, 131072);
+  assert_true(c.rope_theta == 500000.0f);
+  assert_true(c.rms_eps == 1e-5f);
+  assert_true(c.tie_embeddings);
+  assert_false(c.qkv_bias);
+  assert_int_equal(c.bos_token_id, 128000);
+  assert_int_equal(c.eos_token_id, 128001);
+  assert_int_equal(lh_config_n_params(&c), 1235814400);
+
+  /* Llama 3.1-style eos list: the first id is used; null means none */
+  assert_int_equal(parse(llama("[128009, 128001, 128008]", "null"), &c), LH_ERR_OK);
+  assert_int_equal(c.eos_token_id, 128009);
+  assert_int_equal(parse(llama("null", "null"), &c), LH_ERR_OK);
+  assert_int_equal(c.eos_token_id, -1);
+  assert_int_equal(parse(llama("[]", "null"), &c), LH_ERR_OK);
+  assert_int_equal(c.eos_token_id, -1);
+
+  /* attention_bias turns on q/k/v biases for Llama */
+  assert_int_equal(
+      parse(edit(llama("2", "null"), "\"attention_bias\": false", "\"attention_bias\": true"), &c),
+      LH_ERR_OK);
+  assert_true(c.qkv_bias);
+  assert_int_equal(lh_config_n_params(&c), 1235814400 + 16 * (2048 + 2 * 512));
+}
+
+static void test_rope_scaling_rejected(void **state) {
+  expect_error(llama("128001", "{\"factor\": 32.0, \"high_freq_factor\": 4.0, "
+                               "\"low_freq_factor\": 1.0, "
+                               "\"original_max_position_embeddings\": 8192, "
+                               "\"rope_type\": \"llama3\"}"),
+               LH_ERR_UNSUPPORTED, "rope_scaling type llama3 is not supported yet");
+  expect_error(llama("1", "{\"type\": \"linear\", \"factor\": 2.0}"), LH_ERR_UNSUPPORTED,
+               "rope_scaling type linear");
+  expect_error(llama("1", "{\"type\": \"yarn\", \"factor\": 4.0}"), LH_ERR_UNSUPPORTED, "yarn");
+  expect_error(llama("1", "\"yes\""), LH_ERR_FORMAT, "rope_scaling");
+  lh_config c;
+  assert_int_equal(parse(llama("1", "{\"rope_type\": \"default\"}"), &c), LH_ERR_OK);
+}
+
+static void test_defaults(void **state) {
+  const char *min = "{\"model_type\": \"llama\", \"vocab_size\": 100, \"hidden_size\": 64,"
+                    " \"intermediate_size\": 160, \"num_hidden_layers\": 2,"
+                    " \"num_attention_heads\": 4}";
+  lh_config c;
+  assert_int_equal(parse(min, &c), LH_ERR_OK);
+  assert_int_equal(c.arch, LH_ARCH_LLAMA);
+  assert_int_equal(c.n_kv_heads, 4);
+  assert_int_equal(c.head_dim, 16);
+  assert_int_equal(c.max_positions, 2048);
+  assert_true(c.rope_theta == 10000.0f);
+  assert_true(c.rms_eps == 1e-6f);
+  assert_false(c.tie_embeddings);
+  assert_false(c.qkv_bias);
+  assert_int_equal(c.bos_token_id, -1);
+  assert_int_equal(c.eos_token_id, -1);
+
+  /* model_type qwen2 alone: bias always on, Qwen2's default context */
+  assert_int_equal(parse(edit(min, "\"llama\"", "\"qwen2\""), &c), LH_ERR_OK);
+  assert_int_equal(c.arch, LH_ARCH_QWEN2);
+  assert_true(c.qkv_bias);
+  assert_int_equal(c.max_positions, 32768);
+  /* explicit nulls count as absent */
+  assert_int_equal(parse(edit(min, "\"vocab_size\"",
+                              "\"num_key_value_heads\": null, "
+                              "\"head_dim\": null, \"vocab_size\""),
+                         &c),
+                   LH_ERR_OK);
+  assert_int_equal(c.n_kv_heads, 4);
+  assert_int_equal(c.head_dim, 16);
+  /* an architectures entry wins over model_type */
+  assert_int_equal(
+      parse(edit(min, "{", "{\"architectures\": [\"Foo\", \"Qwen2ForCausalLM\"], "), &c),
+      LH_ERR_OK);
+  assert_int_equal(c.arch, LH_ARCH_QWEN2);
+}
+
+static void test_bad_types(void **state) {
+  expect_error(edit(qwen25_05b, "\"num_attention_heads\": 14", "\"num_attention_heads\": \"14\""),
+               LH_ERR_FORMAT,
+               "config.json: field num_attention_heads: expected an integer, found string");
+  expect_error(edit(qwen25_05b, "\"hidden_size\": 896", "\"hidden_size\": 896.0"), LH_ERR_FORMAT,
+               "field hidden_size: expected an integer, found real");
+  expect_error(edit(qwen25_05b, "\"rope_theta\": 1000000.0", "\"rope_theta\": \"big\""),
+               LH_ERR_FORMAT, "field rope_theta: expected a number, found string");
+  expect_error(edit(qwen25_05b, "\"rms_norm_eps\": 1e-06", "\"rms_norm_eps\": [1e-06]"),
+               LH_ERR_FORMAT, "field rms_norm_eps: expected a number, found array");
+  expect_error(edit(qwen25_05b, "\"tie_word_embeddings\": true", "\"tie_word_embeddings\": 1"),
+               LH_ERR_FORMAT, "field tie_word_embeddings: expected a boolean, found integer");
+  expect_error(edit(qwen25_05b, "\"bos_token_id\": 151643", "\"bos_token_id\": \"<s>\""),
+               LH_ERR_FORMAT, "field bos_token_id");
+  expect_error(edit(qwen25_05b, "\"eos_token_id\": 151643", "\"eos_token_id\": [\"x\"]"),
+               LH_ERR_FORMAT, "field eos_token_id");
+  expect_error(edit(qwen25_05b, "[\n    \"Qwen2ForCausalLM\"\n  ]", "\"Qwen2ForCausalLM\""),
+               LH_ERR_FORMAT, "field architectures");
+  expect_error(edit(qwen25_05b, "\"vocab_size\": 151936", "\"vocab_size\": 99999999999"),
+               LH_ERR_LIMIT, "field vocab_size");
+  expect_error(edit(qwen25_05b, "\"hidden_size\": 896,", ""), LH_ERR_FORMAT,
+               "field hidden_size is missing");
+  expect_error("{\"model_type\": \"llama\", ", LH_ERR_FORMAT, "not valid JSON");
+  expect_error("[1]", LH_ERR_FORMAT, "expected a JSON object");
+  expect_error("", LH_ERR_FORMAT, "not valid JSON");
+  expect_error(edit(qwen25_05b, "\"use_cache\": true", "\"use_cache\": true, \"use_cache\": 1"),
+               LH_ERR_FORMAT, "duplicate");
+}
+
+static void test_unsupported(void **state) {
+  expect_error(edit(qwen25_05b, "Qwen2ForCausalLM", "MistralForCausalLM"), LH_ERR_UNSUPPORTED,
+               "architecture MistralForCausalLM is not supported");
+  expect_error(edit(edit(qwen25_05b, "Qwen2ForCausalLM", "X"), "\"qwen2\"", "\"gpt2\""),
+               LH_ERR_UNSUPPORTED, "architecture X");
+  expect_error(edit(qwen25_05b, "\"silu\"", "\"gelu\""), LH_ERR_UNSUPPORTED,
+               "hidden_act gelu is not supported");
+  expect_error(edit(qwen25_05b, "\"use_sliding_window\": false", "\"use_sliding_window\": true"),
+               LH_ERR_UNSUPPORTED, "use_sliding_window");
+  expect_error(edit(llama("1", "null"), "\"mlp_bias\": false", "\"mlp_bias\": true"),
+               LH_ERR_UNSUPPORTED, "mlp_bias");
+}
+
+static void test_invalid_values(void **state) {
+  expect_error(edit(qwen25_05b, "\"num_key_value_heads\": 2", "\"num_key_value_heads\": 3"),
+               LH_ERR_FORMAT, "num_key_value_heads");
+  expect_error(edit(qwen25_05b, "\"num_key_value_heads\": 2", "\"num_key_value_heads\": 28"),
+               LH_ERR_FORMAT, "num_key_value_heads is 28");
+  expect_error(edit(qwen25_05b, "\"num_hidden_layers\": 24", "\"num_hidden_layers\": 0"),
+               LH_ERR_FORMAT, "num_hidden_layers is 0");
+  expect_error(edit(qwen25_05b, "\"num_hidden_layers\": 24", "\"num_hidden_layers\": 100000"),
+               LH_ERR_LIMIT, "num_hidden_layers");
+  expect_error(edit(qwen25_05b, "\"vocab_size\": 151936", "\"vocab_size\": -5"), LH_ERR_FORMAT,
+               "vocab_size");
+  expect_error(edit(qwen25_05b, "\"hidden_size\": 896", "\"hidden_size\": 897"), LH_ERR_FORMAT,
+               "not a multiple of num_attention_heads");
+  expect_error(edit(llama("1", "null"), "\"head_dim\": 64", "\"head_dim\": 63"), LH_ERR_FORMAT,
+               "head_dim");
+  expect_error(edit(qwen25_05b, "\"rms_norm_eps\": 1e-06", "\"rms_norm_eps\": 0"), LH_ERR_FORMAT,
+               "rms_norm_eps");
+  expect_error(edit(qwen25_05b, "\"rope_theta\": 1000000.0", "\"rope_theta\": -1.0"), LH_ERR_FORMAT,
+               "rope_theta");
+  expect_error(edit(qwen25_05b, "\"rope_theta\": 1000000.0", "\"rope_theta\": 1e300"), LH_ERR_LIMIT,
+               "rope_theta");
+  expect_error(
+      edit(qwen25_05b, "\"max_position_embeddings\": 32768", "\"max_position_embeddings\": 0"),
+      LH_ERR_FORMAT, "max_position_embeddings");
+  expect_error(edit(qwen25_05b, "\"eos_token_id\": 151643", "\"eos_token_id\": 151936"),
+               LH_ERR_FORMAT, "eos_token_id");
+
+  /* validate on structs directly: each message names the field */
+  lh_config c;
+  assert_int_equal(lh_config_preset("tiny", LH_ARCH_LLAMA, &c), LH_ERR_OK);
+  lh_config bad = c;
+  bad.n_kv_heads = 3;
+  assert_int_equal(lh_config_validate(&bad), LH_ERR_FORMAT);
+  assert_non_null(strstr(lh_last_error(), "num_key_value_heads"));
+  bad = c;
+  bad.head_dim = 33;
+  assert_int_equal(lh_config_validate(&bad), LH_ERR_FORMAT);
+  assert_non_null(strstr(lh_last_error(), "head_dim"));
+  bad = c;
+  bad.rms_eps = 0.0f;
+  assert_int_equal(lh_config_validate(&bad), LH_ERR_FORMAT);
+  assert_non_null(strstr(lh_last_error(), "rms_norm_eps"));
+  bad = c;
+  bad.vocab_size = LH_MAX_VOCAB + 1;
+  assert_int_equal(lh_config_validate(&bad), LH_ERR_LIMIT);
+  assert_non_null(strstr(lh_last_error(), "vocab_size"));
+  bad = c;
+  bad.intermediate_size = 0;
+  assert_int_equal(lh_config_validate(&bad), LH_ERR_FORMAT);
+  assert_non_null(strstr(lh_last_error(), "intermediate_size"));
+  bad = c;
+  bad.arch = LH_ARCH_QWEN2; /* Qwen2 without biases cannot be written as config.json */
+  assert_int_equal(lh_config_validate(&bad), LH_ERR_FORMAT);
+}
+
+static void check_same(const lh_config *a, const lh_config *b) {
+  assert_int_equal(a->arch, b->arch);
+  assert_int_equal(a->vocab_size, b->vocab_size);
+  assert_int_equal(a->hidden_size, b->hidden_size);
+  assert_int_equal(a->n_layers, b->n_layers);
+  assert_int_equal(a->n_heads, b->n_heads);
+  assert_int_equal(a->n_kv_heads, b->n_kv_heads);
+  assert_int_equal(a->head_dim, b->head_dim);
+  assert_int_equal(a->intermediate_size, b->intermediate_size);
+  assert_int_equal(a->max_positions, b->max_positions);
+  assert_true(a->rope_theta == b->rope_theta);
+  assert_true(a->rms_eps == b->rms_eps);
+  assert_int_equal(a->tie_embeddings, b->tie_embeddings);
+  assert_int_equal(a->qkv_bias, b->qkv_bias);
+  assert_int_equal(a->bos_token_id, b->bos_token_id);
+  assert_int_equal(a->eos_token_id, b->eos_token_id);
+}
+
+static void test_save_load_round_trip(void **state) {
+  char dir[] = "/tmp/lh_test_cfg_XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char path[128];
+  snprintf(path, sizeof path, "%s/config.json", dir);
+
+  lh_config cases[6];
+  assert_int_equal(lh_config_preset("tiny", LH_ARCH_LLAMA, &cases[0]), LH_ERR_OK);
+  assert_int_equal(lh_config_preset("small", LH_ARCH_QWEN2, &cases[1]), LH_ERR_OK);
+  assert_int_equal(parse(qwen25_05b, &cases[2]), LH_ERR_OK);
+  assert_int_equal(parse(llama("128001", "null"), &cases[3]), LH_ERR_OK);
+  cases[4] = cases[0];
+  cases[4].tie_embeddings = false;
+  cases[4].qkv_bias = true;
+  cases[4].head_dim = 48; /* differs from hidden/heads: must be written */
+  cases[4].rope_theta = 12345.678f;
+  cases[4].rms_eps = 3.3e-7f;
+  cases[5] = cases[1];
+  cases[5].bos_token_id = 0;
+  cases[5].eos_token_id = 4095;
+  for (int i = 0; i < 6; i++) {
+    assert_int_equal(lh_config_save(path, &cases[i]), LH_ERR_OK);
+    lh_config back;
+    memset(&back, 0, sizeof back);
+    assert_int_equal(lh_config_load(path, &back), LH_ERR_OK);
+    check_same(&cases[i], &back);
+  }
+
+  /* the text is what Hugging Face tools expect */
+  assert_int_equal(lh_config_save(path, &cases[2]), LH_ERR_OK);
+  char *text = NULL;
+  size_t len = 0;
+  assert_int_equal(lh_file_read(path, 1 << 20, &text, &len), LH_ERR_OK);
+  assert_non_null(strstr(text, "\"architectures\": [\n    \"Qwen2ForCausalLM\"\n  ]"));
+  assert_non_null(strstr(text, "\"model_type\": \"qwen2\""));
+  assert_non_null(strstr(text, "\"rms_norm_eps\": 1e-6"));
+  assert_non_null(strstr(text, "\"rope_theta\": 1000000.0"));
+  assert_non_null(strstr(text, "\"torch_dtype\": \"float32\""));
+  assert_non_null(strstr(text, "\"hidden_act\": \"silu\""));
+  assert_non_null(strstr(text, "\"use_cache\": true"));
+  assert_non_null(strstr(text, "\"tie_word_embeddings\": true"));
+  assert_non_null(strstr(text, "\"bos_token_id\": 151643"));
+  assert_true(text[len - 1] == '\n');
+  free(text);
+  assert_int_equal(lh_config_save(path, &cases[0]), LH_ERR_OK);
+  assert_int_equal(lh_file_read(path, 1 << 20, &text, &len), LH_ERR_OK);
+  assert_non_null(strstr(text, "\"bos_token_id\": null"));
+  assert_non_null(strstr(text, "\"attention_bias\": false"));
+  free(text);
+
+  /* an invalid config is not written */
+  lh_config bad = cases[0];
+  bad.n_heads = 0;
+  snprintf(path, sizeof path, "%s/bad.json", dir);
+  assert_int_equal(lh_config_save(path, &bad), LH_ERR_FORMAT);
+  lh_config back;
+  assert_int_equal(lh_config_load(path, &back), LH_ERR_IO);
+  assert_non_null(strstr(lh_last_error(), "bad.json"));
+
+  char cmd[160];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_presets),
+      cmocka_unit_test(test_qwen25_05b),
+      cmocka_unit_test(test_llama32_1b),
+      cmocka_unit_test(test_rope_scaling_rejected),
+      cmocka_unit_test(test_defaults),
+      cmocka_unit_test(test_bad_types),
+      cmocka_unit_test(test_unsupported),
+      cmocka_unit_test(test_invalid_values),
+      cmocka_unit_test(test_save_load_round_trip),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,702 @@
+/* safetensors and model directories: write -> parse round trips (F32, BF16, F16, ints), every
+ * malformed-header case with its error code and a message naming the tensor, and
+ * lh_model_save/lh_model_load (tied, untied, sharded, missing and misshapen tensors). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "longhaul/model.h"
+#include "longhaul/tensor.h"
+
+/* ---------------------------------------------------------------- helpers */
+
+static char tmpdir[64];
+
+static int setup_dir(void **state) {
+  snprintf(tmpdir, sizeof tmpdir, "/tmp/lh_test_st_XXXXXX");
+  assert_non_null(mkdtemp(tmpdir));
+  return 0;
+}
+
+static int teardown_dir(void **state) {
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+  assert_int_equal(system(cmd), 0);
+  return 0;
+}
+
+static char *path_in(const char *name) {
+  static char buf[256];
+  snprintf(buf, sizeof buf, "%s/%s", tmpdir, name);
+  return buf;
+}
+
+/* A safetensors image: 8-byte length, header text, data. */
+static uint8_t *image(const char *header, const void *data, size_t dlen, size_t *len) {
+  size_t h = strlen(header);
+  uint8_t *b = malloc(8 + h + dlen + 1);
+  for (int i = 0; i < 8; i++)
+    b[i] = (uint8_t)((uint64_t)h >> (8 * i));
+  memcpy(b + 8, header, h);
+  if (dlen) memcpy(b + 8 + h, data, dlen);
+  *len = 8 + h + dlen;
+  return b;
+}
+
+/* Parses header+data and expects `code` with a message containing each of the given strings. */
+static void expect_parse_error(const char *header, size_t dlen, lh_err code, const char *needle1,
+                               const char *needle2) {
+  uint8_t zeros[256] = {0};
+  assert_true(dlen <= sizeof zeros);
+  size_t len;
+  uint8_t *b = image(header, zeros, dlen, &len);
+  lh_safetensors *st = (lh_safetensors *)0x1;
+  lh_err e = lh_safetensors_parse(b, len, "test.safetensors", &st);
+  const char *msg = lh_last_error();
+  if (e != code || !strstr(msg, needle1) || (needle2 && !strstr(msg, needle2)))
+    fail_msg("header %s: got %s \"%s\", expected %s containing \"%s\"", header, lh_err_name(e), msg,
+             lh_err_name(code), needle1);
+  assert_null(st);
+  assert_non_null(strstr(msg, "test.safetensors"));
+  free(b);
+}
+
+/* ---------------------------------------------------------------- round trips */
+
+static void test_round_trip_all_dtypes(void **state) {
+  float a[6] = {1.5f, -2.25f, 3.0e-8f, 1e30f, -0.0f, 7.0f};
+  float src_b[5] = {1.0f, -2.5f, 0.1f, 3.14159265f, -1e-20f};
+  uint16_t b[5];
+  lh_bf16_from_f32_n(b, src_b, 5);
+  /* F16: 1, -2, 65504 (max), 2^-24 (smallest subnormal), 2^-15 (subnormal), +inf */
+  uint16_t h[6] = {0x3C00, 0xC000, 0x7BFF, 0x0001, 0x0200, 0x7C00};
+  int32_t ints[2] = {-7, 123456};
+  float scalar = 42.0f;
+  lh_st_entry e[] = {
+      {"model.embed_tokens.weight", LH_DTYPE_F32, 2, {2, 3}, a},
+      {"b", LH_DTYPE_BF16, 1, {5}, b},
+      {"h", LH_DTYPE_F16, 2, {3, 2}, h},
+      {"ints", LH_DTYPE_I32, 1, {2}, ints},
+      {"empty", LH_DTYPE_U8, 2, {0, 4}, NULL},
+      {"scalar", LH_DTYPE_F32, 0, {0}, &scalar},
+  };
+  const char *p = path_in("rt.safetensors");
+  assert_int_equal(lh_safetensors_write(p, e, 6), LH_ERR_OK);
+
+  lh_safetensors *st = NULL;
+  assert_int_equal(lh_safetensors_open(p, &st), LH_ERR_OK);
+  assert_int_equal(st->n, 6);
+  for (int i = 0; i < 6; i++) {
+    /* file order is kept */
+    assert_string_equal(st->tensors[i].name, e[i].name);
+    const lh_st_tensor *t = lh_safetensors_find(st, e[i].name);
+    assert_ptr_equal(t, &st->tensors[i]);
+    assert_int_equal(t->dtype, e[i].dtype);
+    assert_int_equal(t->ndim, e[i].ndim);
+    for (int d = 0; d < t->ndim; d++)
+      assert_int_equal(t->shape[d], e[i].shape[d]);
+    if (t->nbytes) assert_memory_equal(t->data, e[i].data, t->nbytes);
+  }
+  assert_int_equal(lh_safetensors_find(st, "b")->nbytes, 10);
+  assert_null(lh_safetensors_find(st, "missing"));
+  assert_null(lh_safetensors_find(st, ""));
+  assert_non_null(st->metadata_json);
+  assert_string_equal(st->metadata_json, "{\"format\":\"pt\"}");
+
+  float out[6];
+  assert_int_equal(lh_safetensors_read_f32(st, &st->tensors[0], out, 6), LH_ERR_OK);
+  assert_memory_equal(out, a, sizeof a);
+  assert_int_equal(lh_safetensors_read_f32(st, &st->tensors[1], out, 5), LH_ERR_OK);
+  for (int i = 0; i < 5; i++)
+    assert_true(out[i] == lh_f32_from_bf16(b[i]));
+  assert_true(out[0] == 1.0f && out[1] == -2.5f);
+  assert_int_equal(lh_safetensors_read_f32(st, &st->tensors[2], out, 6), LH_ERR_OK);
+  assert_true(out[0] == 1.0f);
+  assert_true(out[1] == -2.0f);
+  assert_true(out[2] == 65504.0f);
+  assert_true(out[3] == 0x1p-24f);
+  assert_true(out[4] == 0x1p-15f);
+  assert_true(out[5] > 3e38f && out[5] == out[5] + 1.0f); /* inf */
+  assert_int_equal(lh_safetensors_read_f32(st, &st->tensors[5], out, 1), LH_ERR_OK);
+  assert_true(out[0] == 42.0f);
+
+  /* wrong count and non-float dtype */
+  assert_int_equal(lh_safetensors_read_f32(st, &st->tensors[0], out, 5), LH_ERR_MISMATCH);
+  assert_non_null(strstr(lh_last_error(), "model.embed_tokens.weight"));
+  assert_int_equal(lh_safetensors_read_f32(st, &st->tensors[3], out, 2), LH_ERR_UNSUPPORTED);
+  assert_non_null(strstr(lh_last_error(), "ints"));
+  assert_non_null(strstr(lh_last_error(), "I32"));
+
+  /* the header is padded to 8 bytes, so the data section is aligned */
+  char *raw = NULL;
+  size_t len = 0;
+  assert_int_equal(lh_file_read(p, 1 << 20, &raw, &len), LH_ERR_OK);
+  uint64_t hlen = 0;
+  for (int i = 7; i >= 0; i--)
+    hlen = (hlen << 8) | (uint8_t)raw[i];
+  assert_int_equal(hlen % 8, 0);
+  assert_int_equal(len, 8 + hlen + 24 + 10 + 12 + 8 + 0 + 4);
+  assert_int_equal(raw[8], '{');
+
+  /* the in-memory parser agrees with open(), and rewriting gives the same bytes */
+  lh_safetensors *st2 = NULL;
+  assert_int_equal(lh_safetensors_parse((const uint8_t *)raw, len, "mem", &st2), LH_ERR_OK);
+  assert_int_equal(st2->n, 6);
+  lh_st_entry e2[6];
+  for (int i = 0; i < 6; i++) {
+    const lh_st_tensor *t = &st2->tensors[i];
+    e2[i] = (lh_st_entry){t->name, t->dtype, t->ndim, {0}, t->data};
+    memcpy(e2[i].shape, t->shape, sizeof t->shape);
+  }
+  const char *p2 = path_in("rt2.safetensors");
+  assert_int_equal(lh_safetensors_write(p2, e2, 6), LH_ERR_OK);
+  char *raw2 = NULL;
+  size_t len2 = 0;
+  assert_int_equal(lh_file_read(p2, 1 << 20, &raw2, &len2), LH_ERR_OK);
+  assert_int_equal(len2, len);
+  assert_memory_equal(raw2, raw, len);
+  assert_int_equal(access(path_in("rt2.safetensors.tmp"), F_OK), -1); /* no temp left behind */
+
+  free(raw);
+  free(raw2);
+  lh_safetensors_close(st2);
+  lh_safetensors_close(st);
+  lh_safetensors_close(NULL);
+}
+
+static void test_round_trip_bf16_weights(void **state) {
+  /* A model-sized matrix through BF16: what is read back is exactly the rounded bits. */
+  enum { R = 64, C = 96 };
+  float *w = malloc(R * C * sizeof *w), *back = malloc(R * C * sizeof *back);
+  uint16_t *bf = malloc(R * C * sizeof *bf);
+  for (int i = 0; i < R * C; i++)
+    w[i] = (float)(i % 97) * 0.013f - 0.6f;
+  lh_bf16_from_f32_n(bf, w, R * C);
+  lh_st_entry e = {"model.layers.0.mlp.up_proj.weight", LH_DTYPE_BF16, 2, {R, C}, bf};
+  const char *p = path_in("bf16.safetensors");
+  assert_int_equal(lh_safetensors_write(p, &e, 1), LH_ERR_OK);
+  lh_safetensors *st = NULL;
+  assert_int_equal(lh_safetensors_open(p, &st), LH_ERR_OK);
+  const lh_st_tensor *t = lh_safetensors_find(st, e.name);
+  assert_non_null(t);
+  assert_int_equal(t->nbytes, R * C * 2);
+  assert_int_equal(lh_safetensors_read_f32(st, t, back, R * C), LH_ERR_OK);
+  for (int i = 0; i < R * C; i++) {
+    assert_true(back[i] == lh_f32_from_bf16(bf[i]));
+    assert_true(back[i] - w[i] < 0.005f && w[i] - back[i] < 0.005f);
+  }
+  lh_safetensors_close(st);
+  free(w);
+  free(back);
+  free(bf);
+}
+
+static void test_unaligned_bf16(void **state) {
+  /* A 9-byte header puts the data at an odd address: conversion must not assume alignment. */
+  const char *hdr = "{\"x\":{\"dtype\":\"BF16\",\"shape\":[3],\"data_offsets\":[0,6]}}";
+  uint16_t v[3] = {0x3F80, 0xC020, 0x4040}; /* 1, -2.5, 3 */
+  size_t len;
+  uint8_t *b = image(hdr, v, sizeof v, &len);
+  uint8_t *buf = malloc(len + 1);
+  size_t shift = (8 + strlen(hdr)) % 2 == 0 ? 1 : 0; /* malloc'd memory is even */
+  memcpy(buf + shift, b, len);
+  lh_safetensors *st = NULL;
+  assert_int_equal(lh_safetensors_parse(buf + shift, len, "odd", &st), LH_ERR_OK);
+  assert_int_equal((uintptr_t)st->tensors[0].data & 1u, 1);
+  float out[3];
+  assert_int_equal(lh_safetensors_read_f32(st, &st->tensors[0], out, 3), LH_ERR_OK);
+  assert_true(out[0] == 1.0f && out[1] == -2.5f && out[2] == 3.0f);
+  assert_null(st->metadata_json);
+  lh_safetensors_close(st);
+  free(buf);
+  free(b);
+}
+
+static void test_zero_length_and_metadata(void **state) {
+  /* Empty tensors may share an offset; metadata is kept; holes between tensors are allowed. */
+  const char *hdr = "{\"__metadata__\":{\"format\":\"pt\",\"note\":\"x\"},"
+                    "\"a\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]},"
+                    "\"b\":{\"dtype\":\"I64\",\"shape\":[0,3],\"data_offsets\":[0,0]},"
+                    "\"c\":{\"dtype\":\"I64\",\"shape\":[1],\"data_offsets\":[8,16]}}";
+  uint8_t data[16] = {0};
+  data[8] = 5;
+  size_t len;
+  uint8_t *b = image(hdr, data, sizeof data, &len);
+  lh_safetensors *st = NULL;
+  assert_int_equal(lh_safetensors_parse(b, len, "meta", &st), LH_ERR_OK);
+  assert_int_equal(st->n, 3);
+  assert_non_null(strstr(st->metadata_json, "\"note\":\"x\""));
+  const lh_st_tensor *c = lh_safetensors_find(st, "c");
+  assert_non_null(c);
+  int64_t v;
+  memcpy(&v, c->data, 8);
+  assert_int_equal(v, 5);
+  assert_int_equal(lh_safetensors_find(st, "b")->nbytes, 0);
+  lh_safetensors_close(st);
+  free(b);
+}
+
+/* ---------------------------------------------------------------- malformed input */
+
+static void test_truncated(void **state) {
+  uint8_t five[5] = {1, 0, 0, 0, 0};
+  lh_safetensors *st = NULL;
+  assert_int_equal(lh_safetensors_parse(five, 5, "short.safetensors", &st), LH_ERR_FORMAT);
+  assert_non_null(strstr(lh_last_error(), "short.safetensors"));
+  assert_non_null(strstr(lh_last_error(), "too short"));
+  assert_int_equal(lh_safetensors_parse(five, 0, "short.safetensors", &st), LH_ERR_FORMAT);
+
+  /* header cut off in the middle: the length says more than the file holds */
+  const char *hdr = "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}";
+  size_t len;
+  uint8_t *b = image(hdr, "abcd", 4, &len);
+  for (size_t cut = 8; cut < 8 + strlen(hdr); cut += 7) {
+    assert_int_equal(lh_safetensors_parse(b, cut, "cut.safetensors", &st), LH_ERR_FORMAT);
+    assert_non_null(strstr(lh_last_error(), "header length"));
+    assert_null(st);
+  }
+  /* data cut off: the tensor's offsets leave the data section */
+  assert_int_equal(lh_safetensors_parse(b, len - 1, "cut.safetensors", &st), LH_ERR_FORMAT);
+  assert_non_null(strstr(lh_last_error(), "tensor w"));
+  assert_int_equal(lh_safetensors_parse(b, len, "ok", &st), LH_ERR_OK);
+  lh_safetensors_close(st);
+  free(b);
+}
+
+static void test_header_length_limits(void **state) {
+  uint8_t b[16] = {0};
+  /* larger than the file */
+  b[0] = 0xe8, b[1] = 0x03; /* 1000 */
+  lh_safetensors *st = NULL;
+  assert_int_equal(lh_safetensors_parse(b, sizeof b, "big.safetensors", &st), LH_ERR_FORMAT);
+  assert_non_null(strstr(lh_last_error(), "header length 1000"));
+  /* larger than the configured maximum: refused before anything else */
+  memset(b, 0xff, 8);
+  assert_int_equal(lh_safetensors_parse(b, sizeof b, "huge.safetensors", &st), LH_ERR_LIMIT);
+  assert_non_null(strstr(lh_last_error(), "huge.safetensors"));
+  uint64_t h = (uint64_t)LH_ST_MAX_HEADER + 1;
+  for (int i = 0; i < 8; i++)
+    b[i] = (uint8_t)(h >> (8 * i));
+  assert_int_equal(lh_safetensors_parse(b, sizeof b, "huge.safetensors", &st), LH_ERR_LIMIT);
+}
+
+static void test_bad_json(void **state) {
+  expect_parse_error("{\"w\": {\"dtype\": \"F32\",", 0, LH_ERR_FORMAT, "not valid JSON", NULL);
+  expect_parse_error("[1, 2, 3]", 0, LH_ERR_FORMAT, "expected a JSON object", "array");
+  expect_parse_error("{\"w\": [1]}", 0, LH_ERR_FORMAT, "tensor w:", "expected an object");
+  expect_parse_error("{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                     "\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+                     8, LH_ERR_FORMAT, "duplicate", NULL);
+  expect_parse_error("{\"__metadata__\": {\"format\": 1}}", 0, LH_ERR_FORMAT, "__metadata__",
+                     "format");
+  expect_parse_error("{\"__metadata__\": [], \"w\": 1}", 0, LH_ERR_FORMAT, "__metadata__", NULL);
+  expect_parse_error("{\"\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
+                     LH_ERR_FORMAT, "empty name", NULL);
+  expect_parse_error("{\"w.nodtype\":{\"shape\":[1],\"data_offsets\":[0,4]}}", 4, LH_ERR_FORMAT,
+                     "tensor w.nodtype", "missing field dtype");
+  expect_parse_error("{\"w.nooff\":{\"dtype\":\"F32\",\"shape\":[1]}}", 4, LH_ERR_FORMAT,
+                     "tensor w.nooff", "data_offsets");
+  expect_parse_error("{\"w.off\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0]}}", 4,
+                     LH_ERR_FORMAT, "tensor w.off", "data_offsets");
+  expect_parse_error("{\"w.off\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,\"4\"]}}", 4,
+                     LH_ERR_FORMAT, "tensor w.off", "data_offsets");
+}
+
+static void test_unknown_dtype(void **state) {
+  expect_parse_error("{\"w.bad\":{\"dtype\":\"Q7\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1,
+                     LH_ERR_FORMAT, "tensor w.bad", "unknown dtype \"Q7\"");
+  expect_parse_error("{\"w.f64\":{\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[0,8]}}", 8,
+                     LH_ERR_UNSUPPORTED, "tensor w.f64", "F64");
+  expect_parse_error("{\"w.num\":{\"dtype\":5,\"shape\":[1],\"data_offsets\":[0,1]}}", 1,
+                     LH_ERR_FORMAT, "tensor w.num", "dtype");
+}
+
+static void test_shape_offset_mismatch(void **state) {
+  uint8_t zeros[16] = {0};
+  size_t len;
+  uint8_t *b = image("{\"model.layers.3.mlp.up_proj.weight\":{\"dtype\":\"F32\",\"shape\":[2,2],"
+                     "\"data_offsets\":[0,12]}}",
+                     zeros, 16, &len);
+  lh_safetensors *st = NULL;
+  assert_int_equal(lh_safetensors_parse(b, len, "model.safetensors", &st), LH_ERR_FORMAT);
+  assert_string_equal(lh_last_error(),
+                      "model.safetensors: tensor model.layers.3.mlp.up_proj.weight: data_offsets "
+                      "[0, 12] but dtype F32 shape [2, 2] needs 16 bytes");
+  free(b);
+  expect_parse_error("{\"w.bf\":{\"dtype\":\"BF16\",\"shape\":[3],\"data_offsets\":[0,8]}}", 8,
+                     LH_ERR_FORMAT, "tensor w.bf", "needs 6 bytes");
+  /* element count overflowing size_t */
+  expect_parse_error("{\"w.ovf\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,16],"
+                     "\"data_offsets\":[0,0]}}",
+                     0, LH_ERR_FORMAT, "tensor w.ovf", "overflows");
+  /* 2^32 * 2^32 wraps to 0 modulo 2^64, which the offsets [0, 0] would match: still refused */
+  expect_parse_error("{\"w.wrap\":{\"dtype\":\"U8\",\"shape\":[4294967296,4294967296],"
+                     "\"data_offsets\":[0,0]}}",
+                     0, LH_ERR_FORMAT, "tensor w.wrap", "overflows");
+}
+
+static void test_overlap(void **state) {
+  expect_parse_error("{\"first\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                     "\"second\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
+                     12, LH_ERR_FORMAT, "overlap", "first");
+  expect_parse_error("{\"first\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                     "\"second\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
+                     8, LH_ERR_FORMAT, "overlap", "second");
+  /* declared in reverse file order */
+  expect_parse_error("{\"late\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[6,10]},"
+                     "\"early\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[0,8]}}",
+                     10, LH_ERR_FORMAT, "tensor late", "overlap tensor early");
+}
+
+static void test_offsets_outside_data(void **state) {
+  expect_parse_error("{\"w.out\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", 8,
+                     LH_ERR_FORMAT, "tensor w.out", "outside the data section of 8 bytes");
+  expect_parse_error("{\"w.rev\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[8,4]}}", 8,
+                     LH_ERR_FORMAT, "tensor w.rev", "begin > end");
+  expect_parse_error("{\"w.neg\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[-4,0]}}", 8,
+                     LH_ERR_FORMAT, "tensor w.neg", "data_offsets");
+  expect_parse_error("{\"w.far\":{\"dtype\":\"U8\",\"shape\":[1],"
+                     "\"data_offsets\":[9223372036854775806,9223372036854775807]}}",
+                     8, LH_ERR_FORMAT, "tensor w.far", "outside");
+}
+
+static void test_negative_shape(void **state) {
+  expect_parse_error("{\"w.negshape\":{\"dtype\":\"F32\",\"shape\":[-1,2],\"data_offsets\":[0,8]}}",
+                     8, LH_ERR_FORMAT, "tensor w.negshape", "negative");
+  expect_parse_error(
+      "{\"w.strshape\":{\"dtype\":\"F32\",\"shape\":[\"2\"],\"data_offsets\":[0,8]}}", 8,
+      LH_ERR_FORMAT, "tensor w.strshape", "expected an integer, found string");
+  expect_parse_error("{\"w.realshape\":{\"dtype\":\"F32\",\"shape\":[2.0],\"data_offsets\":[0,8]}}",
+                     8, LH_ERR_FORMAT, "tensor w.realshape", "found real");
+  expect_parse_error("{\"w.objshape\":{\"dtype\":\"F32\",\"shape\":{},\"data_offsets\":[0,8]}}", 8,
+                     LH_ERR_FORMAT, "tensor w.objshape", "shape");
+}
+
+static void test_too_many_dims(void **state) {
+  expect_parse_error("{\"w.dims\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,1,1,1],"
+                     "\"data_offsets\":[0,1]}}",
+                     1, LH_ERR_LIMIT, "tensor w.dims", "9 dimensions");
+  /* exactly the limit is fine */
+  size_t len;
+  uint8_t one = 7;
+  uint8_t *b =
+      image("{\"w\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,1,1],\"data_offsets\":[0,1]}}", &one,
+            1, &len);
+  lh_safetensors *st = NULL;
+  assert_int_equal(lh_safetensors_parse(b, len, "ok", &st), LH_ERR_OK);
+  assert_int_equal(st->tensors[0].ndim, LH_ST_MAX_DIMS);
+  assert_int_equal(st->tensors[0].data[0], 7);
+  lh_safetensors_close(st);
+  free(b);
+}
+
+static void test_open_errors(void **state) {
+  lh_safetensors *st = NULL;
+  assert_int_equal(lh_safetensors_open(path_in("does-not-exist"), &st), LH_ERR_IO);
+  assert_non_null(strstr(lh_last_error(), "does-not-exist"));
+  assert_int_equal(lh_file_write_atomic(path_in("empty.safetensors"), "", 0), LH_ERR_OK);
+  assert_int_equal(lh_safetensors_open(path_in("empty.safetensors"), &st), LH_ERR_FORMAT);
+  assert_non_null(strstr(lh_last_error(), "empty"));
+  assert_int_equal(lh_file_write_atomic(path_in("short.safetensors"), "\x10\0\0", 3), LH_ERR_OK);
+  assert_int_equal(lh_safetensors_open(path_in("short.safetensors"), &st), LH_ERR_FORMAT);
+  assert_non_null(strstr(lh_last_error(), "short.safetensors"));
+  assert_int_equal(lh_safetensors_open(tmpdir, &st), LH_ERR_IO); /* a directory */
+  assert_null(st);
+}
+
+static void test_write_rejects_bad_entries(void **state) {
+  float x[2] = {1, 2};
+  lh_st_entry dup[2] = {{"a", LH_DTYPE_F32, 1, {1}, x}, {"a", LH_DTYPE_F32, 1, {1}, x + 1}};
+  assert_int_equal(lh_safetensors_write(path_in("bad.safetensors"), dup, 2), LH_ERR_INVAL);
+  assert_non_null(strstr(lh_last_error(), "a"));
+  lh_st_entry neg = {"neg", LH_DTYPE_F32, 1, {-1}, x};
+  assert_int_equal(lh_safetensors_write(path_in("bad.safetensors"), &neg, 1), LH_ERR_INVAL);
+  lh_st_entry meta = {"__metadata__", LH_DTYPE_F32, 1, {1}, x};
+  assert_int_equal(lh_safetensors_write(path_in("bad.safetensors"), &meta, 1), LH_ERR_INVAL);
+  assert_int_equal(access(path_in("bad.safetensors"), F_OK), -1);
+  /* a directory that does not exist: IO error, nothing written */
+  lh_st_entry ok = {"ok", LH_DTYPE_F32, 1, {2}, x};
+  assert_int_equal(lh_safetensors_write("/nonexistent-dir-lh/x.safetensors", &ok, 1), LH_ERR_IO);
+  /* zero tensors is a valid file */
+  assert_int_equal(lh_safetensors_write(path_in("none.safetensors"), NULL, 0), LH_ERR_OK);
+  lh_safetensors *st = NULL;
+  assert_int_equal(lh_safetensors_open(path_in("none.safetensors"), &st), LH_ERR_OK);
+  assert_int_equal(st->n, 0);
+  assert_null(lh_safetensors_find(st, "ok"));
+  lh_safetensors_close(st);
+}
+
+/* ---------------------------------------------------------------- model directories */
+
+static lh_model *tiny_model(lh_arch arch, bool tied, uint64_t seed) {
+  lh_config c;
+  assert_int_equal(lh_config_preset("tiny", arch, &c), LH_ERR_OK);
+  c.tie_embeddings = tied;
+  c.n_layers = 2;
+  c.bos_token_id = 1;
+  c.eos_token_id = 2;
+  lh_model *m = NULL;
+  assert_int_equal(lh_model_create(&c, &m), LH_ERR_OK);
+  lh_model_init_random(m, seed);
+  /* make norms and biases non-trivial so that a swapped tensor would show */
+  for (size_t i = 0; i < m->n_params; i++)
+    if (m->params[i] == 0.0f || m->params[i] == 1.0f) m->params[i] += (float)(i % 13) * 0.01f;
+  return m;
+}
+
+static void test_model_save_load_f32(void **state) {
+  for (int arch = 0; arch < 2; arch++)
+    for (int tied = 0; tied < 2; tied++) {
+      lh_model *m = tiny_model((lh_arch)arch, tied, 7 + (uint64_t)arch);
+      char dir[256];
+      snprintf(dir, sizeof dir, "%s/model/nested/f32", tmpdir);
+      assert_int_equal(lh_model_save(m, dir, LH_SAVE_F32), LH_ERR_OK);
+      lh_model *back = NULL;
+      assert_int_equal(lh_model_load(dir, &back), LH_ERR_OK);
+      assert_int_equal(back->cfg.arch, arch);
+      assert_int_equal(back->cfg.tie_embeddings, tied);
+      assert_int_equal(back->cfg.qkv_bias, arch == LH_ARCH_QWEN2);
+      assert_int_equal(back->cfg.n_layers, 2);
+      assert_int_equal(back->cfg.eos_token_id, 2);
+      assert_int_equal(back->n_params, m->n_params);
+      assert_memory_equal(back->params, m->params, m->n_params * sizeof(float));
+      /* the file holds exactly the model's tensors, with HF names */
+      lh_safetensors *st = NULL;
+      assert_int_equal(lh_safetensors_open(path_in("model/nested/f32/model.safetensors"), &st),
+                       LH_ERR_OK);
+      assert_int_equal(st->n, lh_model_tensors(&m->cfg, NULL, 0));
+      assert_int_equal(lh_safetensors_find(st, "lm_head.weight") != NULL, !tied);
+      const lh_st_tensor *q = lh_safetensors_find(st, "model.layers.1.self_attn.q_proj.weight");
+      assert_non_null(q);
+      assert_int_equal(q->shape[0], 128);
+      assert_int_equal(q->shape[1], 128);
+      assert_memory_equal(q->data, m->w.wq + 128 * 128, 128 * 128 * sizeof(float));
+      assert_int_equal(lh_safetensors_find(st, "model.layers.0.self_attn.k_proj.bias") != NULL,
+                       arch == LH_ARCH_QWEN2);
+      lh_safetensors_close(st);
+      lh_model_free(back);
+      lh_model_free(m);
+    }
+}
+
+static void test_model_save_load_bf16(void **state) {
+  lh_model *m = tiny_model(LH_ARCH_QWEN2, true, 11);
+  char *dir = strdup(path_in("bf16model"));
+  assert_int_equal(lh_model_save(m, dir, LH_SAVE_BF16), LH_ERR_OK);
+  char *cfg = NULL;
+  size_t len;
+  assert_int_equal(lh_file_read(path_in("bf16model/config.json"), 1 << 20, &cfg, &len), LH_ERR_OK);
+  assert_non_null(strstr(cfg, "\"torch_dtype\": \"bfloat16\""));
+  free(cfg);
+  lh_model *back = NULL;
+  assert_int_equal(lh_model_load(dir, &back), LH_ERR_OK);
+  for (size_t i = 0; i < m->n_params; i++)
+    assert_true(back->params[i] == lh_f32_from_bf16(lh_bf16_from_f32(m->params[i])));
+  /* saving the loaded bf16 model again is lossless */
+  assert_int_equal(lh_model_save(back, path_in("bf16model2"), LH_SAVE_BF16), LH_ERR_OK);
+  char *a = NULL, *b = NULL;
+  size_t la, lb;
+  assert_int_equal(lh_file_read(path_in("bf16model/model.safetensors"), 64 << 20, &a, &la), 0);
+  assert_int_equal(lh_file_read(path_in("bf16model2/model.safetensors"), 64 << 20, &b, &lb), 0);
+  assert_int_equal(la, lb);
+  assert_memory_equal(a, b, la);
+  free(a);
+  free(b);
+  free(dir);
+  lh_model_free(back);
+  lh_model_free(m);
+}
+
+/* Rewrites DIR/model.safetensors from the model's tensors, letting `edit` change entries. */
+static void write_weights(const lh_model *m, const char *file, int drop, int transpose,
+                          const char *extra) {
+  int n = lh_model_tensors(&m->cfg, NULL, 0);
+  lh_tensor_info *info = calloc((size_t)n + 1, sizeof *info);
+  lh_st_entry *e = calloc((size_t)n + 1, sizeof *e);
+  lh_model_tensors(&m->cfg, info, n);
+  int k = 0;
+  for (int i = 0; i < n; i++) {
+    if (i == drop) continue;
+    e[k] = (lh_st_entry){info[i].name, LH_DTYPE_F32, info[i].ndim, {0}, m->params + info[i].offset};
+    e[k].shape[0] = info[i].shape[0];
+    e[k].shape[1] = info[i].shape[1];
+    if (i == transpose) {
+      e[k].shape[0] = info[i].shape[1];
+      e[k].shape[1] = info[i].shape[0];
+    }
+    k++;
+  }
+  if (extra) {
+    e[k] = (lh_st_entry){extra, LH_DTYPE_F32, 2, {0}, m->params};
+    e[k].shape[0] = m->cfg.vocab_size;
+    e[k].shape[1] = m->cfg.hidden_size;
+    k++;
+  }
+  assert_int_equal(lh_safetensors_write(file, e, k), LH_ERR_OK);
+  free(e);
+  free(info);
+}
+
+static int tensor_index(const lh_config *c, const char *name) {
+  int n = lh_model_tensors(c, NULL, 0);
+  lh_tensor_info *info = calloc((size_t)n, sizeof *info);
+  lh_model_tensors(c, info, n);
+  int found = -1;
+  for (int i = 0; i < n; i++)
+    if (strcmp(info[i].name, name) == 0) found = i;
+  free(info);
+  assert_true(found >= 0);
+  return found;
+}
+
+static void test_model_load_errors(void **state) {
+  lh_model *m = tiny_model(LH_ARCH_LLAMA, true, 3);
+  char *dir = strdup(path_in("errmodel"));
+  char st_path[256];
+  snprintf(st_path, sizeof st_path, "%s/model.safetensors", dir);
+  assert_int_equal(lh_model_save(m, dir, LH_SAVE_F32), LH_ERR_OK);
+  lh_model *back = (lh_model *)0x1;
+
+  /* tied model with an lm_head present: accepted, lm_head ignored */
+  write_weights(m, st_path, -1, -1, "lm_head.weight");
+  assert_int_equal(lh_model_load(dir, &back), LH_ERR_OK);
+  assert_memory_equal(back->params, m->params, m->n_params * sizeof(float));
+  lh_model_free(back);
+
+  /* missing tensor: named */
+  int up = tensor_index(&m->cfg, "model.layers.1.mlp.up_proj.weight");
+  write_weights(m, st_path, up, -1, NULL);
+  back = (lh_model *)0x1;
+  assert_int_equal(lh_model_load(dir, &back), LH_ERR_NOTFOUND);
+  assert_null(back);
+  assert_non_null(strstr(lh_last_error(), "model.layers.1.mlp.up_proj.weight"));
+  assert_non_null(strstr(lh_last_error(), "missing"));
+
+  /* transposed tensor: both shapes in the message */
+  write_weights(m, st_path, -1, up, NULL);
+  assert_int_equal(lh_model_load(dir, &back), LH_ERR_MISMATCH);
+  char want[256];
+  snprintf(want, sizeof want,
+           "model.safetensors: tensor model.layers.1.mlp.up_proj.weight: shape [128, 384], "
+           "config.json says [384, 128]");
+  assert_non_null(strstr(lh_last_error(), want));
+
+  /* untied config needs lm_head */
+  lh_config untied = m->cfg;
+  untied.tie_embeddings = false;
+  char cfgp[256];
+  snprintf(cfgp, sizeof cfgp, "%s/config.json", dir);
+  assert_int_equal(lh_config_save(cfgp, &untied), LH_ERR_OK);
+  write_weights(m, st_path, -1, -1, NULL);
+  assert_int_equal(lh_model_load(dir, &back), LH_ERR_NOTFOUND);
+  assert_non_null(strstr(lh_last_error(), "lm_head.weight"));
+  write_weights(m, st_path, -1, -1, "lm_head.weight");
+  assert_int_equal(lh_model_load(dir, &back), LH_ERR_OK);
+  assert_false(back->cfg.tie_embeddings);
+  assert_memory_equal(back->w.lm_head, m->params, (size_t)256 * 128 * sizeof(float));
+  lh_model_free(back);
+
+  /* no weights at all; no config */
+  unlink(st_path);
+  assert_int_equal(lh_model_load(dir, &back), LH_ERR_IO);
+  assert_non_null(strstr(lh_last_error(), "model.safetensors"));
+  unlink(cfgp);
+  assert_int_equal(lh_model_load(dir, &back), LH_ERR_IO);
+  assert_non_null(strstr(lh_last_error(), "config.json"));
+  free(dir);
+  lh_model_free(m);
+}
+
+static void test_model_load_sharded(void **state) {
+  lh_model *m = tiny_model(LH_ARCH_QWEN2, false, 5);
+  char *dir = strdup(path_in("sharded"));
+  assert_int_equal(lh_model_save(m, dir, LH_SAVE_F32), LH_ERR_OK);
+  char p[256];
+  snprintf(p, sizeof p, "%s/model.safetensors", dir);
+  unlink(p);
+  /* split the tensors over two shards in BF16 and F32 */
+  int n = lh_model_tensors(&m->cfg, NULL, 0);
+  lh_tensor_info *info = calloc((size_t)n, sizeof *info);
+  lh_st_entry *e = calloc((size_t)n, sizeof *e);
+  uint16_t *bf = malloc(m->n_params * sizeof *bf);
+  lh_bf16_from_f32_n(bf, m->params, m->n_params);
+  lh_model_tensors(&m->cfg, info, n);
+  size_t cap = 64 + (size_t)n * 160, used = 0;
+  char *idx = malloc(cap);
+  used += (size_t)snprintf(idx, cap, "{\"metadata\": {}, \"weight_map\": {");
+  for (int i = 0; i < n; i++) {
+    int first = i < n / 2;
+    e[i] = (lh_st_entry){info[i].name,
+                         first ? LH_DTYPE_BF16 : LH_DTYPE_F32,
+                         info[i].ndim,
+                         {info[i].shape[0], info[i].shape[1]},
+                         first ? (const void *)(bf + info[i].offset)
+                               : (const void *)(m->params + info[i].offset)};
+    used +=
+        (size_t)snprintf(idx + used, cap - used, "%s\"%s\": \"model-%05d-of-00002.safetensors\"",
+                         i ? ", " : "", info[i].name, first ? 1 : 2);
+  }
+  snprintf(idx + used, cap - used, "}}");
+  snprintf(p, sizeof p, "%s/model-00001-of-00002.safetensors", dir);
+  assert_int_equal(lh_safetensors_write(p, e, n / 2), LH_ERR_OK);
+  snprintf(p, sizeof p, "%s/model-00002-of-00002.safetensors", dir);
+  assert_int_equal(lh_safetensors_write(p, e + n / 2, n - n / 2), LH_ERR_OK);
+  snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+  assert_int_equal(lh_file_write_atomic(p, idx, strlen(idx)), LH_ERR_OK);
+
+  lh_model *back = NULL;
+  assert_int_equal(lh_model_load(dir, &back), LH_ERR_OK);
+  for (int i = 0; i < n; i++)
+    for (size_t j = 0; j < info[i].numel; j++) {
+      float want = m->params[info[i].offset + j];
+      if (i < n / 2) want = lh_f32_from_bf16(bf[info[i].offset + j]);
+      assert_true(back->params[info[i].offset + j] == want);
+    }
+  lh_model_free(back);
+
+  /* a shard name that leaves the directory is refused */
+  const char *evil = "{\"weight_map\": {\"model.embed_tokens.weight\": \"../x.safetensors\"}}";
+  assert_int_equal(lh_file_write_atomic(p, evil, strlen(evil)), LH_ERR_OK);
+  assert_int_equal(lh_model_load(dir, &back), LH_ERR_FORMAT);
+  assert_non_null(strstr(lh_last_error(), "../x.safetensors"));
+
+  free(idx);
+  free(bf);
+  free(e);
+  free(info);
+  free(dir);
+  lh_model_free(m);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_round_trip_all_dtypes),
+      cmocka_unit_test(test_round_trip_bf16_weights),
+      cmocka_unit_test(test_unaligned_bf16),
+      cmocka_unit_test(test_zero_length_and_metadata),
+      cmocka_unit_test(test_truncated),
+      cmocka_unit_test(test_header_length_limits),
+      cmocka_unit_test(test_bad_json),
+      cmocka_unit_test(test_unknown_dtype),
+      cmocka_unit_test(test_shape_offset_mismatch),
+      cmocka_unit_test(test_overlap),
+      cmocka_unit_test(test_offsets_outside_data),
+      cmocka_unit_test(test_negative_shape),
+      cmocka_unit_test(test_too_many_dims),
+      cmocka_unit_test(test_open_errors),
+      cmocka_unit_test(test_write_rejects_bad_entries),
+      cmocka_unit_test(test_model_save_load_f32),
+      cmocka_unit_test(test_model_save_load_bf16),
+      cmocka_unit_test(test_model_load_errors),
+      cmocka_unit_test(test_model_load_sharded),
+  };
+  return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
+}
