@@ -106,7 +106,7 @@ static void check_variant(const char *variant) {
   float *logprob = malloc(f.N * sizeof(float));
   float loss = lh_train_forward(t, &b, logprob);
   float *want = ref_f32(&f, "logits", NV);
-  compare(variant, "logits", lh_train_logits(t), want, NV, 1e-5, 2e-5);
+  compare(variant, "logits", lh_train_logits(t), want, NV, 1e-6, 1e-5);
   free(want);
   want = ref_f32(&f, "logprob", (size_t)f.N);
   compare(variant, "logprob", logprob, want, (size_t)f.N, 1e-5, 2e-5);
@@ -126,7 +126,7 @@ static void check_variant(const char *variant) {
     char name[128];
     snprintf(name, sizeof name, "grad.%s", ti[i].name);
     want = ref_f32(&f, name, ti[i].numel);
-    compare(variant, name, grads + ti[i].offset, want, ti[i].numel, 1e-7, 1e-4);
+    compare(variant, name, grads + ti[i].offset, want, ti[i].numel, 1e-7, 2e-5);
     free(want);
   }
 
