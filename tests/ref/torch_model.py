@@ -311,11 +311,12 @@ def causal_gqa_attention(q, k, v, mask):
     B, T, H, hd = q.shape
     KV = k.shape[2]
     G = H // KV
-    qh = q.permute(0, 2, 1, 3).reshape(B, KV, G * T, hd)  # heads of a group share one k/v
+    # Heads of a group share one k/v; the scale goes on q (T*hd values, not T*T scores).
+    qh = q.permute(0, 2, 1, 3).reshape(B, KV, G * T, hd) * (1.0 / math.sqrt(hd))
     kh = k.permute(0, 2, 3, 1)  # (B, KV, hd, T)
     vh = v.permute(0, 2, 1, 3)  # (B, KV, T, hd)
     s = torch.matmul(qh, kh).view(B, KV, G, T, T)
-    s = s.to(_compute_dtype(s.dtype)) * (1.0 / math.sqrt(hd))
+    s = s.to(_compute_dtype(s.dtype))
     if mask is None:
         mask = torch.ones(T, T, dtype=torch.bool, device=q.device).triu_(1)
     s = s.masked_fill(mask, float("-inf"))
