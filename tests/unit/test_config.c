@@ -88,7 +88,9 @@ static const char *edit(const char *text, const char *from, const char *to) {
   char *buf = bufs[turn ^= 1];
   const char *p = strstr(text, from);
   assert_non_null(p);
-  snprintf(buf, sizeof bufs[0], "%.*s%s%s", (int)(p - text), text, to, p + strlen(from));
+  char tmp[sizeof bufs[0]]; /* text may be the other buffer: build apart, then copy */
+  snprintf(tmp, sizeof tmp, "%.*s%s%s", (int)(p - text), text, to, p + strlen(from));
+  memcpy(buf, tmp, sizeof tmp);
   return buf;
 }
 
