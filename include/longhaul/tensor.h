@@ -8,6 +8,29 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* exp(x) for x in [-87, 88] with about 2 ulp of error, branch-free so loops vectorise
+ * (Cody-Waite range reduction, degree-6 polynomial). Inputs outside that range are clamped:
+ * exp(-inf) gives about 1e-38 rather than 0, which no softmax here can tell apart. */
+static inline float lh_expf(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  x = x > 88.0f ? 88.0f : x;
+  float n = __builtin_floorf(x * 1.44269504f + 0.5f);
+  float r = x - n * 0.693359375f;
+  r = r + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  union {
+    uint32_t u;
+    float f;
+  } scale = {.u = (uint32_t)((int32_t)n + 127) << 23};
+  return p * scale.f;
+}
+
 /* bf16 <-> f32. lh_bf16_from_f32 rounds to nearest even; NaN stays NaN (quiet). */
 uint16_t lh_bf16_from_f32(float x);
 float lh_f32_from_bf16(uint16_t b);

@@ -262,7 +262,8 @@ float lh_train_forward(lh_train *t, const lh_batch *b, float *logprob) {
     float mx = row[0];
     for (int j = 1; j < V; j++) mx = row[j] > mx ? row[j] : mx;
     float sum = 0.0f;
-    for (int j = 0; j < V; j++) sum += expf(row[j] - mx);
+    #pragma omp simd reduction(+ : sum)
+    for (int j = 0; j < V; j++) sum += lh_expf(row[j] - mx);
     t->lse[i] = mx + logf(sum);
   }
   double loss = 0.0, wsum = 0.0;
@@ -301,7 +302,8 @@ void lh_train_backward(lh_train *t, const lh_batch *b, const float *dlogprob) {
       continue;
     }
     float lse = t->lse[r];
-    for (int j = 0; j < V; j++) row[j] = -d * expf(row[j] - lse);
+    #pragma omp simd
+    for (int j = 0; j < V; j++) row[j] = -d * lh_expf(row[j] - lse);
     row[b->tokens[r + 1]] += d;
   }
   float *dlogits = t->logits;

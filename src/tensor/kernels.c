@@ -112,23 +112,45 @@ void lh_rope_apply(float *x, int n_heads, int hd, const float *cos_t, const floa
   }
 }
 
-static inline float silu(float x) {
-  return x / (1.0f + expf(-x));
-}
-
 void lh_swiglu_forward(float *h, const float *gate, const float *up, size_t n) {
-#pragma omp parallel for schedule(static)
-  for (size_t i = 0; i < n; i++) h[i] = silu(gate[i]) * up[i];
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; i++) h[i] = gate[i] / (1.0f + lh_expf(-gate[i])) * up[i];
 }
 
 void lh_swiglu_backward(float *dgate, float *dup, const float *dh, const float *gate,
                         const float *up, size_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for simd schedule(static)
   for (size_t i = 0; i < n; i++) {
-    float g = gate[i], sg = 1.0f / (1.0f + expf(-g));
+    float g = gate[i], sg = 1.0f / (1.0f + lh_expf(-g));
     float d = dh[i];
     dup[i] = d * g * sg;
     dgate[i] = d * up[i] * sg * (1.0f + g * (1.0f - sg));
+  }
+}
+
+/* Attention works in query blocks of ATT_BLOCK rows: block b only needs keys [0, end of b), so
+ * the sgemms skip the masked upper triangle except inside diagonal blocks. */
+#define ATT_BLOCK 64
+
+static inline int imin(int a, int b) {
+  return a < b ? a : b;
+}
+
+/* Softmax of row i over columns [0, i]; columns (i, end) of the row's block are set to 0. */
+static void causal_softmax(float *P, int T) {
+  for (int i = 0; i < T; i++) {
+    float *row = P + (size_t)i * T, mx = row[0], sum = 0.0f;
+    int end = imin(T, (i / ATT_BLOCK + 1) * ATT_BLOCK);
+    for (int j = 1; j <= i; j++) mx = row[j] > mx ? row[j] : mx;
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j <= i; j++) {
+      row[j] = lh_expf(row[j] - mx);
+      sum += row[j];
+    }
+    float inv = 1.0f / sum;
+#pragma omp simd
+    for (int j = 0; j <= i; j++) row[j] *= inv;
+    for (int j = i + 1; j < end; j++) row[j] = 0.0f;
   }
 }
 
@@ -136,24 +158,21 @@ void lh_attention_forward(float *out, float *probs, const float *q, const float 
                           const float *v, int T, int H, int KV, int hd, int g) {
   int G = H / KV, qs = H * hd, ks = KV * hd;
   float scale = 1.0f / sqrtf((float)hd);
+  const float *kg = k + g * hd, *vg = v + g * hd;
   for (int h = g * G; h < (g + 1) * G; h++) {
     float *P = probs + (size_t)h * T * T;
-    /* S = scale * Q_h K_g^T (T, T); the upper triangle is computed and then discarded */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hd, scale, q + h * hd, qs,
-                k + g * hd, ks, 0.0f, P, T);
-    for (int i = 0; i < T; i++) {
-      float *row = P + (size_t)i * T, mx = row[0], sum = 0.0f;
-      for (int j = 1; j <= i; j++) mx = row[j] > mx ? row[j] : mx;
-      for (int j = 0; j <= i; j++) {
-        row[j] = expf(row[j] - mx);
-        sum += row[j];
-      }
-      float inv = 1.0f / sum;
-      for (int j = 0; j <= i; j++) row[j] *= inv;
-      for (int j = i + 1; j < T; j++) row[j] = 0.0f;
+    for (int b0 = 0; b0 < T; b0 += ATT_BLOCK) {
+      int rows = imin(ATT_BLOCK, T - b0), cols = b0 + rows;
+      /* S[b0:b0+rows, 0:cols] = scale * Q_h K_g^T */
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, hd, scale,
+                  q + (size_t)b0 * qs + h * hd, qs, kg, ks, 0.0f, P + (size_t)b0 * T, T);
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hd, T, 1.0f, P, T, v + g * hd, ks,
-                0.0f, out + h * hd, qs);
+    causal_softmax(P, T);
+    for (int b0 = 0; b0 < T; b0 += ATT_BLOCK) {
+      int rows = imin(ATT_BLOCK, T - b0), cols = b0 + rows;
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, cols, 1.0f,
+                  P + (size_t)b0 * T, T, vg, ks, 0.0f, out + (size_t)b0 * qs + h * hd, qs);
+    }
   }
 }
 
@@ -162,28 +181,42 @@ void lh_attention_backward(float *dq, float *dk, float *dv, const float *dout, c
                            int hd, int g, float *scratch) {
   int G = H / KV, qs = H * hd, ks = KV * hd;
   float scale = 1.0f / sqrtf((float)hd);
+  const float *kg = k + g * hd, *vg = v + g * hd;
+  float *dkg = dk + g * hd, *dvg = dv + g * hd;
   for (int h = g * G; h < (g + 1) * G; h++) {
     const float *P = probs + (size_t)h * T * T;
     const float *dO = dout + h * hd;
     float beta = h == g * G ? 0.0f : 1.0f; /* first head of the group overwrites dk, dv */
-    /* dV_g += P^T dO */
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hd, T, 1.0f, P, T, dO, qs, beta,
-                dv + g * hd, ks);
-    /* dP = dO V^T, then dS = P * (dP - rowsum(P * dP)) */
     float *dS = scratch;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hd, 1.0f, dO, qs, v + g * hd, ks,
-                0.0f, dS, T);
+    for (int b0 = 0; b0 < T; b0 += ATT_BLOCK) {
+      int n = imin(ATT_BLOCK, T - b0), cols = b0 + n;
+      /* key block [b0, b0+n) is seen by query rows [b0, T): dV_g += P^T dO */
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, hd, T - b0, 1.0f,
+                  P + (size_t)b0 * T + b0, T, dO + (size_t)b0 * qs, qs, beta,
+                  dvg + (size_t)b0 * ks, ks);
+      /* query block: dP = dO V^T over keys [0, cols) */
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, cols, hd, 1.0f,
+                  dO + (size_t)b0 * qs, qs, vg, ks, 0.0f, dS + (size_t)b0 * T, T);
+    }
+    /* dS = P * (dP - rowsum(P * dP)) * scale on the causal triangle, 0 above it */
     for (int i = 0; i < T; i++) {
       const float *p = P + (size_t)i * T;
       float *d = dS + (size_t)i * T, dot = 0.0f;
+      int end = imin(T, (i / ATT_BLOCK + 1) * ATT_BLOCK);
+#pragma omp simd reduction(+ : dot)
       for (int j = 0; j <= i; j++) dot += p[j] * d[j];
+#pragma omp simd
       for (int j = 0; j <= i; j++) d[j] = p[j] * (d[j] - dot) * scale;
-      for (int j = i + 1; j < T; j++) d[j] = 0.0f;
+      for (int j = i + 1; j < end; j++) d[j] = 0.0f;
     }
-    /* dQ_h = dS K_g ; dK_g += dS^T Q_h */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hd, T, 1.0f, dS, T, k + g * hd, ks,
-                0.0f, dq + h * hd, qs);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hd, T, 1.0f, dS, T, q + h * hd, qs,
-                beta, dk + g * hd, ks);
+    for (int b0 = 0; b0 < T; b0 += ATT_BLOCK) {
+      int n = imin(ATT_BLOCK, T - b0), cols = b0 + n;
+      /* dQ_h = dS K_g over keys [0, cols); dK_g += dS^T Q_h over query rows [b0, T) */
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hd, cols, 1.0f,
+                  dS + (size_t)b0 * T, T, kg, ks, 0.0f, dq + (size_t)b0 * qs + h * hd, qs);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, hd, T - b0, 1.0f,
+                  dS + (size_t)b0 * T + b0, T, q + (size_t)b0 * qs + h * hd, qs, beta,
+                  dkg + (size_t)b0 * ks, ks);
+    }
   }
 }

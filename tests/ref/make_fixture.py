@@ -46,10 +46,15 @@ def perturb(model, seed):
             p.copy_(p.float().double())
 
 
-def make_batch(vocab, seed):
+def parse_seqs(text):
+    """"150:20:10,70:5:0" -> [(150, 20, 10), (70, 5, 0)]"""
+    return [tuple(int(x) for x in part.split(":")) for part in text.split(",")]
+
+
+def make_batch(vocab, seed, seqs):
     g = torch.Generator().manual_seed(seed + 1)
     seq_start, tokens, weight = [0], [], []
-    for length, prompt, half in SEQS:
+    for length, prompt, half in seqs:
         tokens += torch.randint(0, vocab, (length,), generator=g).tolist()
         w = [0.0] * prompt + [1.0] * (length - prompt - half) + [0.5] * half
         weight += w
@@ -93,6 +98,8 @@ def main(argv):
     ap.add_argument("model_dir")
     ap.add_argument("out_dir")
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--seqs", type=parse_seqs, default=SEQS,
+                    help="length:prompt:half,... (default: the three short SEQS)")
     a = ap.parse_args(argv)
     torch.manual_seed(a.seed)
     torch.use_deterministic_algorithms(True)
@@ -106,7 +113,7 @@ def main(argv):
     tm.write_safetensors(os.path.join(a.out_dir, "model.safetensors"),
                          tm.model_state(model, torch.float32), {"format": "pt"})
 
-    tokens, seq_start, weight = make_batch(cfg.vocab_size, a.seed)
+    tokens, seq_start, weight = make_batch(cfg.vocab_size, a.seed, a.seqs)
     if max(e - b for b, e in zip(seq_start, seq_start[1:])) > cfg.max_positions:
         raise SystemExit(f"{a.model_dir}: a sequence is longer than max_position_embeddings")
     layout = tm.Layout(seq_start)

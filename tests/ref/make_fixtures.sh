@@ -24,26 +24,31 @@ fi
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/longhaul-fixtures.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 
-# name arch seed kv tied extra-json
+# name arch seed kv tied max-positions seqs extra-json ("-" seqs: the three short defaults)
+# qwen2_long has sequences of 150 and 70 tokens: attention runs in 64-row query blocks, so
+# these cross block boundaries (full, partial and diagonal blocks).
 VARIANTS=(
-  "qwen2_tied_gqa   qwen2 1 2 true  "
-  "qwen2_untied_mha qwen2 2 4 false "
-  "llama_untied_gqa llama 3 2 false ,\"attention_bias\":false,\"rope_theta\":500000.0,\"rms_norm_eps\":1e-5"
-  "llama_tied_mqa   llama 4 1 true  ,\"attention_bias\":true"
+  "qwen2_tied_gqa   qwen2 1 2 true  64  - "
+  "qwen2_untied_mha qwen2 2 4 false 64  - "
+  "llama_untied_gqa llama 3 2 false 64  - ,\"attention_bias\":false,\"rope_theta\":500000.0,\"rms_norm_eps\":1e-5"
+  "llama_tied_mqa   llama 4 1 true  64  - ,\"attention_bias\":true"
+  "qwen2_long       qwen2 5 2 true  256 150:20:10,70:5:0,5:1:1 "
 )
 
 for v in "${VARIANTS[@]}"; do
-  read -r name arch seed kv tied extra <<<"$v"
+  read -r name arch seed kv tied maxpos seqs extra <<<"$v"
   preset="$TMP/$name.json"
   cat >"$preset" <<JSON
 {"vocab_size":96,"hidden_size":64,"intermediate_size":160,"num_hidden_layers":2,
  "num_attention_heads":4,"num_key_value_heads":$kv,"head_dim":16,
- "max_position_embeddings":64,"tie_word_embeddings":$tied${extra:-}}
+ "max_position_embeddings":$maxpos,"tie_word_embeddings":$tied${extra:-}}
 JSON
   "$BIN" init-model --arch "$arch" --preset "$preset" --seed "$seed" --out "$TMP/$name"
   out="$ROOT/tests/fixtures/$name"
   rm -rf "$out"
-  "$PYTHON" "$ROOT/tests/ref/make_fixture.py" "$TMP/$name" "$out"
+  seqargs=()
+  if [ "$seqs" != "-" ]; then seqargs=(--seqs "$seqs"); fi
+  "$PYTHON" "$ROOT/tests/ref/make_fixture.py" "$TMP/$name" "$out" "${seqargs[@]}"
   size=$(du -sk "$out" | cut -f1)
   if [ "$size" -gt 1100 ]; then
     echo "$0: $out is ${size} KiB, over the ~1 MB budget; shrink the variant" >&2

@@ -168,6 +168,10 @@ static void test_llama_untied_gqa(void **state) {
 static void test_llama_tied_mqa(void **state) {
   check_variant("llama_tied_mqa");
 }
+/* sequences of 150 and 70 tokens: attention crosses its 64-row query blocks */
+static void test_qwen2_long(void **state) {
+  check_variant("qwen2_long");
+}
 
 int main(void) {
   const struct CMUnitTest tests[] = {
@@ -175,6 +179,7 @@ int main(void) {
       cmocka_unit_test(test_qwen2_untied_mha),
       cmocka_unit_test(test_llama_untied_gqa),
       cmocka_unit_test(test_llama_tied_mqa),
+      cmocka_unit_test(test_qwen2_long),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
