@@ -57,21 +57,26 @@ size_t lh_config_n_params(const lh_config *c);
 /* ---------------------------------------------------------------- parameters */
 
 /* Named views into a parameter-shaped slab (parameters, gradients, or Adam moments).
- * Per-layer tensors are stacked: layer i of wq starts at wq + i*(H*hd*C). */
+ * The slab holds the embedding, then each layer's tensors contiguously (layer by layer, so a
+ * range of layers is a contiguous range of the slab), then the final norm and the head.
+ * Per-layer fields point into layer 0: layer l of wq is at wq + l * layer_stride. Within a
+ * layer wq, wk, wv are adjacent (one (H*hd + 2*KV*hd, C) matrix), so are bq, bk, bv, and
+ * so are wgate and wup (one (2F, C) matrix): the trainer multiplies each group at once. */
 typedef struct lh_params {
   float *embed;   /* (V, C) */
-  float *ln1;     /* (L, C) input_layernorm */
-  float *wq;      /* (L, H*hd, C) */
-  float *bq;      /* (L, H*hd), NULL without qkv bias */
-  float *wk;      /* (L, KV*hd, C) */
-  float *bk;      /* (L, KV*hd), NULL without qkv bias */
-  float *wv;      /* (L, KV*hd, C) */
-  float *bv;      /* (L, KV*hd), NULL without qkv bias */
-  float *wo;      /* (L, C, H*hd) */
-  float *ln2;     /* (L, C) post_attention_layernorm */
-  float *wgate;   /* (L, F, C) */
-  float *wup;     /* (L, F, C) */
-  float *wdown;   /* (L, C, F) */
+  float *ln1;     /* (C) input_layernorm */
+  float *wq;      /* (H*hd, C) */
+  float *wk;      /* (KV*hd, C) */
+  float *wv;      /* (KV*hd, C) */
+  float *bq;      /* (H*hd), NULL without qkv bias */
+  float *bk;      /* (KV*hd), NULL without qkv bias */
+  float *bv;      /* (KV*hd), NULL without qkv bias */
+  float *wo;      /* (C, H*hd) */
+  float *ln2;     /* (C) post_attention_layernorm */
+  float *wgate;   /* (F, C) */
+  float *wup;     /* (F, C) */
+  float *wdown;   /* (C, F) */
+  size_t layer_stride; /* floats from one layer's tensors to the next's */
   float *norm;    /* (C) */
   float *lm_head; /* (V, C); equals embed when embeddings are tied */
 } lh_params;

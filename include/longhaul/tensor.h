@@ -60,22 +60,24 @@ void lh_rope_tables(float *cos_t, float *sin_t, int max_pos, int hd, float theta
 void lh_rope_apply(float *x, int n_heads, int hd, const float *cos_t, const float *sin_t, int pos,
                    int inverse);
 
-/* SwiGLU: h = silu(gate) * up, elementwise over n. */
-void lh_swiglu_forward(float *h, const float *gate, const float *up, size_t n);
-/* dgate, dup from dh (overwrites). */
-void lh_swiglu_backward(float *dgate, float *dup, const float *dh, const float *gate,
-                        const float *up, size_t n);
+/* SwiGLU over M rows: h (M, F) = silu(gu[:, :F]) * gu[:, F:], gu (M, 2F) holding the gate and
+ * up projections side by side. */
+void lh_swiglu_forward(float *h, const float *gu, int M, int F);
+/* dgu (M, 2F) from dh (M, F) (overwrites). */
+void lh_swiglu_backward(float *dgu, const float *dh, const float *gu, int M, int F);
 
 /* Causal attention of one sequence of T tokens for the query heads of one kv head `g` (GQA:
- * query heads g*G .. g*G+G-1, G = H/KV). q (T, H*hd), k and v (T, KV*hd), out (T, H*hd);
- * probs (H, T, T) holds the softmax rows of this sequence for backward (upper triangle 0).
- * Scale 1/sqrt(hd). Single-threaded: callers parallelise over (sequence, kv head). */
+ * query heads g*G .. g*G+G-1, G = H/KV). q (T, H*hd), k and v (T, KV*hd) are column blocks of
+ * rows `ld` floats apart (one fused qkv buffer); out (T, H*hd) is dense. probs (H, T, T) holds
+ * the softmax rows of this sequence for backward. Scale 1/sqrt(hd). Single-threaded:
+ * callers parallelise over (sequence, kv head). */
 void lh_attention_forward(float *out, float *probs, const float *q, const float *k,
-                          const float *v, int T, int H, int KV, int hd, int g);
-/* Gradients for the same slice: dq (T, H*hd) rows of heads of group g are overwritten;
- * dk, dv (T, KV*hd) columns of head g are overwritten. scratch: T*T floats. */
+                          const float *v, int ld, int T, int H, int KV, int hd, int g);
+/* Gradients for the same slice. dq, dk, dv have row stride ld like q, k, v; the columns of
+ * the group's query heads in dq and of head g in dk, dv are overwritten. dout (T, H*hd) is
+ * dense. scratch: T*T floats. */
 void lh_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *probs,
-                           const float *q, const float *k, const float *v, int T, int H, int KV,
-                           int hd, int g, float *scratch);
+                           const float *q, const float *k, const float *v, int ld, int T, int H,
+                           int KV, int hd, int g, float *scratch);
 
 #endif

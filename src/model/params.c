@@ -7,7 +7,7 @@
 
 #include "longhaul/model.h"
 
-/* One stacked parameter: `per_layer` floats per layer when layered, else a single block. */
+/* One tensor of the slab: `layered` ones repeat per layer, inside each layer's block. */
 typedef struct {
   const char *hf;  /* printf pattern of the Hugging Face name (%d = layer) */
   int layered;
@@ -15,7 +15,8 @@ typedef struct {
   size_t view;     /* offsetof(lh_params, field) */
 } param_spec;
 
-/* Fills specs in slab order; returns the count. */
+/* Fills specs in slab order (the embedding, one layer's block, the tail); returns the count.
+ * wq/wk/wv, bq/bk/bv and wgate/wup must stay adjacent: the trainer relies on it. */
 static int param_specs(const lh_config *c, param_spec *s) {
   int C = c->hidden_size, hd = c->head_dim, q = c->n_heads * hd, kv = c->n_kv_heads * hd;
   int F = c->intermediate_size, V = c->vocab_size, n = 0;
@@ -24,11 +25,13 @@ static int param_specs(const lh_config *c, param_spec *s) {
   SPEC("model.embed_tokens.weight", 0, V, C, embed);
   SPEC("model.layers.%d.input_layernorm.weight", 1, C, 0, ln1);
   SPEC("model.layers.%d.self_attn.q_proj.weight", 1, q, C, wq);
-  if (c->qkv_bias) SPEC("model.layers.%d.self_attn.q_proj.bias", 1, q, 0, bq);
   SPEC("model.layers.%d.self_attn.k_proj.weight", 1, kv, C, wk);
-  if (c->qkv_bias) SPEC("model.layers.%d.self_attn.k_proj.bias", 1, kv, 0, bk);
   SPEC("model.layers.%d.self_attn.v_proj.weight", 1, kv, C, wv);
-  if (c->qkv_bias) SPEC("model.layers.%d.self_attn.v_proj.bias", 1, kv, 0, bv);
+  if (c->qkv_bias) {
+    SPEC("model.layers.%d.self_attn.q_proj.bias", 1, q, 0, bq);
+    SPEC("model.layers.%d.self_attn.k_proj.bias", 1, kv, 0, bk);
+    SPEC("model.layers.%d.self_attn.v_proj.bias", 1, kv, 0, bv);
+  }
   SPEC("model.layers.%d.self_attn.o_proj.weight", 1, C, q, wo);
   SPEC("model.layers.%d.post_attention_layernorm.weight", 1, C, 0, ln2);
   SPEC("model.layers.%d.mlp.gate_proj.weight", 1, F, C, wgate);
@@ -46,39 +49,72 @@ static size_t spec_numel(const param_spec *p) {
   return (size_t)p->rows * (size_t)(p->cols ? p->cols : 1);
 }
 
+/* Walks the slab in order, calling visit(spec, layer, offset) for every tensor. */
+typedef void (*visit_fn)(const param_spec *p, int layer, size_t offset, void *ctx);
+
+static void walk(const lh_config *c, visit_fn visit, void *ctx) {
+  param_spec specs[MAX_SPECS];
+  int n = param_specs(c, specs), first_layered = 1, end_layered = 1;
+  while (end_layered < n && specs[end_layered].layered) end_layered++;
+  size_t off = 0;
+  visit(&specs[0], -1, off, ctx);
+  off += spec_numel(&specs[0]);
+  for (int l = 0; l < c->n_layers; l++)
+    for (int i = first_layered; i < end_layered; i++) {
+      visit(&specs[i], l, off, ctx);
+      off += spec_numel(&specs[i]);
+    }
+  for (int i = end_layered; i < n; i++) {
+    visit(&specs[i], -1, off, ctx);
+    off += spec_numel(&specs[i]);
+  }
+}
+
+typedef struct {
+  float *slab;
+  lh_params *out;
+} point_ctx;
+
+static void point_visit(const param_spec *p, int layer, size_t offset, void *ctx) {
+  point_ctx *pc = ctx;
+  if (layer > 0) return;
+  *(float **)((char *)pc->out + p->view) = pc->slab + offset;
+}
+
 void lh_params_point(const lh_config *c, float *slab, lh_params *out) {
+  memset(out, 0, sizeof *out);
+  point_ctx pc = {slab, out};
+  walk(c, point_visit, &pc);
   param_spec specs[MAX_SPECS];
   int n = param_specs(c, specs);
-  memset(out, 0, sizeof *out);
-  size_t off = 0;
-  for (int i = 0; i < n; i++) {
-    *(float **)((char *)out + specs[i].view) = slab + off;
-    off += spec_numel(&specs[i]) * (specs[i].layered ? (size_t)c->n_layers : 1);
-  }
+  for (int i = 0; i < n; i++)
+    if (specs[i].layered) out->layer_stride += spec_numel(&specs[i]);
   if (c->tie_embeddings) out->lm_head = out->embed;
 }
 
-int lh_model_tensors(const lh_config *c, lh_tensor_info *out, int cap) {
-  param_spec specs[MAX_SPECS];
-  int n = param_specs(c, specs), count = 0;
-  size_t off = 0;
-  for (int i = 0; i < n; i++) {
-    int reps = specs[i].layered ? c->n_layers : 1;
-    for (int l = 0; l < reps; l++) {
-      if (out && count < cap) {
-        lh_tensor_info *t = &out[count];
-        snprintf(t->name, sizeof t->name, specs[i].hf, l);
-        t->ndim = specs[i].cols ? 2 : 1;
-        t->shape[0] = specs[i].rows;
-        t->shape[1] = specs[i].cols;
-        t->offset = off;
-        t->numel = spec_numel(&specs[i]);
-      }
-      off += spec_numel(&specs[i]);
-      count++;
-    }
+typedef struct {
+  lh_tensor_info *out;
+  int cap, count;
+} table_ctx;
+
+static void table_visit(const param_spec *p, int layer, size_t offset, void *ctx) {
+  table_ctx *tc = ctx;
+  if (tc->out && tc->count < tc->cap) {
+    lh_tensor_info *t = &tc->out[tc->count];
+    snprintf(t->name, sizeof t->name, p->hf, layer);
+    t->ndim = p->cols ? 2 : 1;
+    t->shape[0] = p->rows;
+    t->shape[1] = p->cols;
+    t->offset = offset;
+    t->numel = spec_numel(p);
   }
-  return count;
+  tc->count++;
+}
+
+int lh_model_tensors(const lh_config *c, lh_tensor_info *out, int cap) {
+  table_ctx tc = {out, cap, 0};
+  walk(c, table_visit, &tc);
+  return tc.count;
 }
 
 lh_err lh_model_create(const lh_config *c, lh_model **out) {

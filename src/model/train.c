@@ -25,13 +25,10 @@ struct lh_train {
   float *ln2;   /* (L, N, C) */
   float *rstd1; /* (L, N) */
   float *rstd2; /* (L, N) */
-  float *q;     /* (L, N, H*hd) after RoPE */
-  float *k;     /* (L, N, KV*hd) after RoPE */
-  float *v;     /* (L, N, KV*hd) */
+  float *qkv;   /* (L, N, QKV) q | k | v per row, QKV = (H + 2*KV)*hd; q and k after RoPE */
   float *att;   /* (L, N, H*hd) attention output, before o_proj */
   float *probs; /* (L, H * max_tokens * max_seq) softmax rows, per sequence H*T*T */
-  float *gate;  /* (L, N, F) */
-  float *up;    /* (L, N, F) */
+  float *gu;    /* (L, N, 2F) gate | up per row */
   float *hmlp;  /* (L, N, F) silu(gate) * up */
   float *lnf;   /* (N, C) */
   float *rstdf; /* (N) */
@@ -41,12 +38,9 @@ struct lh_train {
   /* backward scratch */
   float *dx;    /* (N, C) gradient of the residual stream */
   float *dn;    /* (N, C) gradient of a norm output */
-  float *dq;    /* (N, H*hd) */
-  float *dk;    /* (N, KV*hd) */
-  float *dv;    /* (N, KV*hd) */
+  float *dqkv;  /* (N, QKV) */
   float *datt;  /* (N, H*hd) */
-  float *dgate; /* (N, F) */
-  float *dup;   /* (N, F) */
+  float *dgu;   /* (N, 2F) */
   float *dh;    /* (N, F) */
   float *dS;    /* (n_threads, max_seq, max_seq) */
   float *rope_cos, *rope_sin; /* (max_seq, hd/2) */
@@ -75,7 +69,7 @@ lh_err lh_train_create(lh_model *m, int max_tokens, int max_seq, lh_train **out)
 
   size_t N = (size_t)max_tokens, L = (size_t)c->n_layers, C = (size_t)c->hidden_size;
   size_t QD = (size_t)c->n_heads * c->head_dim, KD = (size_t)c->n_kv_heads * c->head_dim;
-  size_t F = (size_t)c->intermediate_size, V = (size_t)c->vocab_size;
+  size_t QKV = QD + 2 * KD, F = (size_t)c->intermediate_size, V = (size_t)c->vocab_size;
   size_t P = (size_t)c->n_heads * N * (size_t)max_seq, S = (size_t)max_seq;
   size_t half = (size_t)c->head_dim / 2;
   struct {
@@ -84,13 +78,11 @@ lh_err lh_train_create(lh_model *m, int max_tokens, int max_seq, lh_train **out)
   } parts[] = {
       {&t->x, (L + 1) * N * C}, {&t->xmid, L * N * C},   {&t->ln1, L * N * C},
       {&t->ln2, L * N * C},     {&t->rstd1, L * N},      {&t->rstd2, L * N},
-      {&t->q, L * N * QD},      {&t->k, L * N * KD},     {&t->v, L * N * KD},
-      {&t->att, L * N * QD},    {&t->probs, L * P},      {&t->gate, L * N * F},
-      {&t->up, L * N * F},      {&t->hmlp, L * N * F},   {&t->lnf, N * C},
+      {&t->qkv, L * N * QKV},   {&t->att, L * N * QD},   {&t->probs, L * P},
+      {&t->gu, L * N * 2 * F},  {&t->hmlp, L * N * F},   {&t->lnf, N * C},
       {&t->rstdf, N},           {&t->logits, N * V},     {&t->lse, N},           {&t->dlp, N},
-      {&t->dx, N * C},          {&t->dn, N * C},         {&t->dq, N * QD},
-      {&t->dk, N * KD},         {&t->dv, N * KD},        {&t->datt, N * QD},
-      {&t->dgate, N * F},       {&t->dup, N * F},        {&t->dh, N * F},
+      {&t->dx, N * C},          {&t->dn, N * C},         {&t->dqkv, N * QKV},
+      {&t->datt, N * QD},       {&t->dgu, N * 2 * F},    {&t->dh, N * F},
       {&t->dS, (size_t)t->n_threads * S * S},            {&t->rope_cos, S * half},
       {&t->rope_sin, S * half},
   };
@@ -176,12 +168,14 @@ static void bias_grad(float *db, const float *dx, int N, int D) {
   }
 }
 
-static void rope_rows(lh_train *t, float *x, int N, int n_heads, int inverse) {
-  int hd = t->m->cfg.head_dim;
+/* Rotates the q and k heads of every row of a fused (N, QKV) buffer (inverse for backward). */
+static void rope_rows(lh_train *t, float *qkv, int N, int inverse) {
+  const lh_config *c = &t->m->cfg;
+  int hd = c->head_dim, QKV = (c->n_heads + 2 * c->n_kv_heads) * hd;
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < N; i++)
-    lh_rope_apply(x + (size_t)i * n_heads * hd, n_heads, hd, t->rope_cos, t->rope_sin, t->pos[i],
-                  inverse);
+    lh_rope_apply(qkv + (size_t)i * QKV, c->n_heads + c->n_kv_heads, hd, t->rope_cos,
+                  t->rope_sin, t->pos[i], inverse);
 }
 
 static int thread_id(void) {
@@ -196,8 +190,8 @@ float lh_train_forward(lh_train *t, const lh_batch *b, float *logprob) {
   const lh_config *c = &t->m->cfg;
   const lh_params *w = &t->m->w;
   int N = b->seq_start[b->n_seqs], C = c->hidden_size, L = c->n_layers, H = c->n_heads;
-  int KV = c->n_kv_heads, hd = c->head_dim, QD = H * hd, KD = KV * hd, F = c->intermediate_size;
-  int V = c->vocab_size;
+  int KV = c->n_kv_heads, hd = c->head_dim, QD = H * hd, KD = KV * hd, QKV = QD + 2 * KD;
+  int F = c->intermediate_size, V = c->vocab_size;
   size_t NC = (size_t)N * C, P = (size_t)H * t->max_tokens * t->max_seq;
   LH_CHECK(N <= t->max_tokens, "batch of %d tokens, state sized for %d", N, t->max_tokens);
   t->n_tokens = N;
@@ -213,43 +207,34 @@ float lh_train_forward(lh_train *t, const lh_batch *b, float *logprob) {
     memcpy(t->x + (size_t)i * C, w->embed + (size_t)b->tokens[i] * C, C * sizeof(float));
 
   for (int l = 0; l < L; l++) {
+    size_t lo = (size_t)l * w->layer_stride;
     float *x = t->x + l * NC, *xmid = t->xmid + l * NC, *xnext = t->x + (l + 1) * NC;
     float *ln1 = t->ln1 + l * NC, *ln2 = t->ln2 + l * NC;
-    float *q = t->q + (size_t)l * N * QD, *k = t->k + (size_t)l * N * KD;
-    float *v = t->v + (size_t)l * N * KD, *att = t->att + (size_t)l * N * QD;
+    float *qkv = t->qkv + (size_t)l * N * QKV, *att = t->att + (size_t)l * N * QD;
     float *probs = t->probs + l * P;
-    float *gate = t->gate + (size_t)l * N * F, *up = t->up + (size_t)l * N * F;
-    float *hm = t->hmlp + (size_t)l * N * F;
+    float *gu = t->gu + (size_t)l * N * 2 * F, *hm = t->hmlp + (size_t)l * N * F;
 
-    lh_rmsnorm_forward(ln1, t->rstd1 + (size_t)l * N, x, w->ln1 + (size_t)l * C, N, C, c->rms_eps);
-    lh_matmul_xwt(q, ln1, w->wq + (size_t)l * QD * C, N, C, QD, 0.0f);
-    lh_matmul_xwt(k, ln1, w->wk + (size_t)l * KD * C, N, C, KD, 0.0f);
-    lh_matmul_xwt(v, ln1, w->wv + (size_t)l * KD * C, N, C, KD, 0.0f);
-    if (c->qkv_bias) {
-      add_bias(q, w->bq + (size_t)l * QD, N, QD);
-      add_bias(k, w->bk + (size_t)l * KD, N, KD);
-      add_bias(v, w->bv + (size_t)l * KD, N, KD);
-    }
-    rope_rows(t, q, N, H, 0);
-    rope_rows(t, k, N, KV, 0);
+    lh_rmsnorm_forward(ln1, t->rstd1 + (size_t)l * N, x, w->ln1 + lo, N, C, c->rms_eps);
+    lh_matmul_xwt(qkv, ln1, w->wq + lo, N, C, QKV, 0.0f); /* wq, wk, wv are adjacent */
+    if (c->qkv_bias) add_bias(qkv, w->bq + lo, N, QKV);   /* and so are bq, bk, bv */
+    rope_rows(t, qkv, N, 0);
 
     int pairs = b->n_seqs * KV;
 #pragma omp parallel for schedule(dynamic, 1)
     for (int pi = 0; pi < pairs; pi++) {
       int s = pi / KV, g = pi % KV, s0 = b->seq_start[s], T = b->seq_start[s + 1] - s0;
-      lh_attention_forward(att + (size_t)s0 * QD, probs + t->probs_off[s], q + (size_t)s0 * QD,
-                           k + (size_t)s0 * KD, v + (size_t)s0 * KD, T, H, KV, hd, g);
+      const float *q = qkv + (size_t)s0 * QKV;
+      lh_attention_forward(att + (size_t)s0 * QD, probs + t->probs_off[s], q, q + QD,
+                           q + QD + KD, QKV, T, H, KV, hd, g);
     }
 
     memcpy(xmid, x, NC * sizeof(float));
-    lh_matmul_xwt(xmid, att, w->wo + (size_t)l * C * QD, N, QD, C, 1.0f);
-    lh_rmsnorm_forward(ln2, t->rstd2 + (size_t)l * N, xmid, w->ln2 + (size_t)l * C, N, C,
-                       c->rms_eps);
-    lh_matmul_xwt(gate, ln2, w->wgate + (size_t)l * F * C, N, C, F, 0.0f);
-    lh_matmul_xwt(up, ln2, w->wup + (size_t)l * F * C, N, C, F, 0.0f);
-    lh_swiglu_forward(hm, gate, up, (size_t)N * F);
+    lh_matmul_xwt(xmid, att, w->wo + lo, N, QD, C, 1.0f);
+    lh_rmsnorm_forward(ln2, t->rstd2 + (size_t)l * N, xmid, w->ln2 + lo, N, C, c->rms_eps);
+    lh_matmul_xwt(gu, ln2, w->wgate + lo, N, C, 2 * F, 0.0f); /* wgate, wup are adjacent */
+    lh_swiglu_forward(hm, gu, N, F);
     memcpy(xnext, xmid, NC * sizeof(float));
-    lh_matmul_xwt(xnext, hm, w->wdown + (size_t)l * C * F, N, F, C, 1.0f);
+    lh_matmul_xwt(xnext, hm, w->wdown + lo, N, F, C, 1.0f);
   }
 
   lh_rmsnorm_forward(t->lnf, t->rstdf, t->x + (size_t)L * NC, w->norm, N, C, c->rms_eps);
@@ -284,8 +269,8 @@ void lh_train_backward(lh_train *t, const lh_batch *b, const float *dlogprob) {
   const lh_params *w = &t->m->w;
   lh_params *g = &t->g;
   int N = b->seq_start[b->n_seqs], C = c->hidden_size, L = c->n_layers, H = c->n_heads;
-  int KV = c->n_kv_heads, hd = c->head_dim, QD = H * hd, KD = KV * hd, F = c->intermediate_size;
-  int V = c->vocab_size;
+  int KV = c->n_kv_heads, hd = c->head_dim, QD = H * hd, KD = KV * hd, QKV = QD + 2 * KD;
+  int F = c->intermediate_size, V = c->vocab_size;
   size_t NC = (size_t)N * C, P = (size_t)H * t->max_tokens * t->max_seq;
   LH_CHECK(N == t->n_tokens, "backward on a batch of %d tokens after a forward of %d", N,
            t->n_tokens);
@@ -315,53 +300,42 @@ void lh_train_backward(lh_train *t, const lh_batch *b, const float *dlogprob) {
   lh_rmsnorm_backward(t->dx, g->norm, t->dn, t->x + (size_t)L * NC, w->norm, t->rstdf, N, C);
 
   for (int l = L - 1; l >= 0; l--) {
+    size_t lo = (size_t)l * w->layer_stride;
     const float *x = t->x + l * NC, *xmid = t->xmid + l * NC;
     const float *ln1 = t->ln1 + l * NC, *ln2 = t->ln2 + l * NC;
-    const float *q = t->q + (size_t)l * N * QD, *k = t->k + (size_t)l * N * KD;
-    const float *v = t->v + (size_t)l * N * KD, *att = t->att + (size_t)l * N * QD;
+    const float *qkv = t->qkv + (size_t)l * N * QKV, *att = t->att + (size_t)l * N * QD;
     const float *probs = t->probs + l * P;
-    const float *gate = t->gate + (size_t)l * N * F, *up = t->up + (size_t)l * N * F;
-    const float *hm = t->hmlp + (size_t)l * N * F;
+    const float *gu = t->gu + (size_t)l * N * 2 * F, *hm = t->hmlp + (size_t)l * N * F;
 
     /* MLP: x_next = xmid + down(h) */
-    lh_matmul_dx(t->dh, t->dx, w->wdown + (size_t)l * C * F, N, F, C, 0.0f);
-    lh_matmul_dw(g->wdown + (size_t)l * C * F, t->dx, hm, N, F, C);
-    lh_swiglu_backward(t->dgate, t->dup, t->dh, gate, up, (size_t)N * F);
-    lh_matmul_dx(t->dn, t->dgate, w->wgate + (size_t)l * F * C, N, C, F, 0.0f);
-    lh_matmul_dx(t->dn, t->dup, w->wup + (size_t)l * F * C, N, C, F, 1.0f);
-    lh_matmul_dw(g->wgate + (size_t)l * F * C, t->dgate, ln2, N, C, F);
-    lh_matmul_dw(g->wup + (size_t)l * F * C, t->dup, ln2, N, C, F);
-    lh_rmsnorm_backward(t->dx, g->ln2 + (size_t)l * C, t->dn, xmid, w->ln2 + (size_t)l * C,
-                        t->rstd2 + (size_t)l * N, N, C);
+    lh_matmul_dx(t->dh, t->dx, w->wdown + lo, N, F, C, 0.0f);
+    lh_matmul_dw(g->wdown + lo, t->dx, hm, N, F, C);
+    lh_swiglu_backward(t->dgu, t->dh, gu, N, F);
+    lh_matmul_dx(t->dn, t->dgu, w->wgate + lo, N, C, 2 * F, 0.0f);
+    lh_matmul_dw(g->wgate + lo, t->dgu, ln2, N, C, 2 * F);
+    lh_rmsnorm_backward(t->dx, g->ln2 + lo, t->dn, xmid, w->ln2 + lo, t->rstd2 + (size_t)l * N,
+                        N, C);
 
     /* attention: xmid = x + o(att) */
-    lh_matmul_dx(t->datt, t->dx, w->wo + (size_t)l * C * QD, N, QD, C, 0.0f);
-    lh_matmul_dw(g->wo + (size_t)l * C * QD, t->dx, att, N, QD, C);
+    lh_matmul_dx(t->datt, t->dx, w->wo + lo, N, QD, C, 0.0f);
+    lh_matmul_dw(g->wo + lo, t->dx, att, N, QD, C);
     int pairs = b->n_seqs * KV;
 #pragma omp parallel for schedule(dynamic, 1)
     for (int pi = 0; pi < pairs; pi++) {
       int s = pi / KV, gi = pi % KV, s0 = b->seq_start[s], T = b->seq_start[s + 1] - s0;
       float *scratch = t->dS + (size_t)thread_id() * t->max_seq * t->max_seq;
-      lh_attention_backward(t->dq + (size_t)s0 * QD, t->dk + (size_t)s0 * KD,
-                            t->dv + (size_t)s0 * KD, t->datt + (size_t)s0 * QD,
-                            probs + t->probs_off[s], q + (size_t)s0 * QD, k + (size_t)s0 * KD,
-                            v + (size_t)s0 * KD, T, H, KV, hd, gi, scratch);
+      const float *q = qkv + (size_t)s0 * QKV;
+      float *dq = t->dqkv + (size_t)s0 * QKV;
+      lh_attention_backward(dq, dq + QD, dq + QD + KD, t->datt + (size_t)s0 * QD,
+                            probs + t->probs_off[s], q, q + QD, q + QD + KD, QKV, T, H, KV, hd,
+                            gi, scratch);
     }
-    rope_rows(t, t->dq, N, H, 1);
-    rope_rows(t, t->dk, N, KV, 1);
-    if (c->qkv_bias) {
-      bias_grad(g->bq + (size_t)l * QD, t->dq, N, QD);
-      bias_grad(g->bk + (size_t)l * KD, t->dk, N, KD);
-      bias_grad(g->bv + (size_t)l * KD, t->dv, N, KD);
-    }
-    lh_matmul_dx(t->dn, t->dq, w->wq + (size_t)l * QD * C, N, C, QD, 0.0f);
-    lh_matmul_dx(t->dn, t->dk, w->wk + (size_t)l * KD * C, N, C, KD, 1.0f);
-    lh_matmul_dx(t->dn, t->dv, w->wv + (size_t)l * KD * C, N, C, KD, 1.0f);
-    lh_matmul_dw(g->wq + (size_t)l * QD * C, t->dq, ln1, N, C, QD);
-    lh_matmul_dw(g->wk + (size_t)l * KD * C, t->dk, ln1, N, C, KD);
-    lh_matmul_dw(g->wv + (size_t)l * KD * C, t->dv, ln1, N, C, KD);
-    lh_rmsnorm_backward(t->dx, g->ln1 + (size_t)l * C, t->dn, x, w->ln1 + (size_t)l * C,
-                        t->rstd1 + (size_t)l * N, N, C);
+    rope_rows(t, t->dqkv, N, 1);
+    if (c->qkv_bias) bias_grad(g->bq + lo, t->dqkv, N, QKV);
+    lh_matmul_dx(t->dn, t->dqkv, w->wq + lo, N, C, QKV, 0.0f);
+    lh_matmul_dw(g->wq + lo, t->dqkv, ln1, N, C, QKV);
+    lh_rmsnorm_backward(t->dx, g->ln1 + lo, t->dn, x, w->ln1 + lo, t->rstd1 + (size_t)l * N, N,
+                        C);
   }
 
   /* embedding rows, tokens in order */

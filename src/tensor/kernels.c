@@ -112,19 +112,27 @@ void lh_rope_apply(float *x, int n_heads, int hd, const float *cos_t, const floa
   }
 }
 
-void lh_swiglu_forward(float *h, const float *gate, const float *up, size_t n) {
-#pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < n; i++) h[i] = gate[i] / (1.0f + lh_expf(-gate[i])) * up[i];
+void lh_swiglu_forward(float *h, const float *gu, int M, int F) {
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < M; i++) {
+    const float *gate = gu + (size_t)i * 2 * F, *up = gate + F;
+    float *hi = h + (size_t)i * F;
+#pragma omp simd
+    for (int j = 0; j < F; j++) hi[j] = gate[j] / (1.0f + lh_expf(-gate[j])) * up[j];
+  }
 }
 
-void lh_swiglu_backward(float *dgate, float *dup, const float *dh, const float *gate,
-                        const float *up, size_t n) {
-#pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < n; i++) {
-    float g = gate[i], sg = 1.0f / (1.0f + lh_expf(-g));
-    float d = dh[i];
-    dup[i] = d * g * sg;
-    dgate[i] = d * up[i] * sg * (1.0f + g * (1.0f - sg));
+void lh_swiglu_backward(float *dgu, const float *dh, const float *gu, int M, int F) {
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < M; i++) {
+    const float *gate = gu + (size_t)i * 2 * F, *up = gate + F, *d = dh + (size_t)i * F;
+    float *dgate = dgu + (size_t)i * 2 * F, *dup = dgate + F;
+#pragma omp simd
+    for (int j = 0; j < F; j++) {
+      float g = gate[j], sg = 1.0f / (1.0f + lh_expf(-g));
+      dup[j] = d[j] * g * sg;
+      dgate[j] = d[j] * up[j] * sg * (1.0f + g * (1.0f - sg));
+    }
   }
 }
 
@@ -155,8 +163,8 @@ static void causal_softmax(float *P, int T) {
 }
 
 void lh_attention_forward(float *out, float *probs, const float *q, const float *k,
-                          const float *v, int T, int H, int KV, int hd, int g) {
-  int G = H / KV, qs = H * hd, ks = KV * hd;
+                          const float *v, int ld, int T, int H, int KV, int hd, int g) {
+  int G = H / KV, os = H * hd;
   float scale = 1.0f / sqrtf((float)hd);
   const float *kg = k + g * hd, *vg = v + g * hd;
   for (int h = g * G; h < (g + 1) * G; h++) {
@@ -165,21 +173,21 @@ void lh_attention_forward(float *out, float *probs, const float *q, const float 
       int rows = imin(ATT_BLOCK, T - b0), cols = b0 + rows;
       /* S[b0:b0+rows, 0:cols] = scale * Q_h K_g^T */
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, hd, scale,
-                  q + (size_t)b0 * qs + h * hd, qs, kg, ks, 0.0f, P + (size_t)b0 * T, T);
+                  q + (size_t)b0 * ld + h * hd, ld, kg, ld, 0.0f, P + (size_t)b0 * T, T);
     }
     causal_softmax(P, T);
     for (int b0 = 0; b0 < T; b0 += ATT_BLOCK) {
       int rows = imin(ATT_BLOCK, T - b0), cols = b0 + rows;
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, cols, 1.0f,
-                  P + (size_t)b0 * T, T, vg, ks, 0.0f, out + (size_t)b0 * qs + h * hd, qs);
+                  P + (size_t)b0 * T, T, vg, ld, 0.0f, out + (size_t)b0 * os + h * hd, os);
     }
   }
 }
 
 void lh_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *probs,
-                           const float *q, const float *k, const float *v, int T, int H, int KV,
-                           int hd, int g, float *scratch) {
-  int G = H / KV, qs = H * hd, ks = KV * hd;
+                           const float *q, const float *k, const float *v, int ld, int T, int H,
+                           int KV, int hd, int g, float *scratch) {
+  int G = H / KV, os = H * hd;
   float scale = 1.0f / sqrtf((float)hd);
   const float *kg = k + g * hd, *vg = v + g * hd;
   float *dkg = dk + g * hd, *dvg = dv + g * hd;
@@ -192,11 +200,11 @@ void lh_attention_backward(float *dq, float *dk, float *dv, const float *dout, c
       int n = imin(ATT_BLOCK, T - b0), cols = b0 + n;
       /* key block [b0, b0+n) is seen by query rows [b0, T): dV_g += P^T dO */
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, hd, T - b0, 1.0f,
-                  P + (size_t)b0 * T + b0, T, dO + (size_t)b0 * qs, qs, beta,
-                  dvg + (size_t)b0 * ks, ks);
+                  P + (size_t)b0 * T + b0, T, dO + (size_t)b0 * os, os, beta,
+                  dvg + (size_t)b0 * ld, ld);
       /* query block: dP = dO V^T over keys [0, cols) */
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, cols, hd, 1.0f,
-                  dO + (size_t)b0 * qs, qs, vg, ks, 0.0f, dS + (size_t)b0 * T, T);
+                  dO + (size_t)b0 * os, os, vg, ld, 0.0f, dS + (size_t)b0 * T, T);
     }
     /* dS = P * (dP - rowsum(P * dP)) * scale on the causal triangle, 0 above it */
     for (int i = 0; i < T; i++) {
@@ -213,10 +221,10 @@ void lh_attention_backward(float *dq, float *dk, float *dv, const float *dout, c
       int n = imin(ATT_BLOCK, T - b0), cols = b0 + n;
       /* dQ_h = dS K_g over keys [0, cols); dK_g += dS^T Q_h over query rows [b0, T) */
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hd, cols, 1.0f,
-                  dS + (size_t)b0 * T, T, kg, ks, 0.0f, dq + (size_t)b0 * qs + h * hd, qs);
+                  dS + (size_t)b0 * T, T, kg, ld, 0.0f, dq + (size_t)b0 * ld + h * hd, ld);
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, hd, T - b0, 1.0f,
-                  dS + (size_t)b0 * T + b0, T, q + (size_t)b0 * qs + h * hd, qs, beta,
-                  dkg + (size_t)b0 * ks, ks);
+                  dS + (size_t)b0 * T + b0, T, q + (size_t)b0 * ld + h * hd, ld, beta,
+                  dkg + (size_t)b0 * ld, ld);
     }
   }
 }

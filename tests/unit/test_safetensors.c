@@ -478,7 +478,7 @@ static void test_model_save_load_f32(void **state) {
       assert_non_null(q);
       assert_int_equal(q->shape[0], 128);
       assert_int_equal(q->shape[1], 128);
-      assert_memory_equal(q->data, m->w.wq + 128 * 128, 128 * 128 * sizeof(float));
+      assert_memory_equal(q->data, m->w.wq + m->w.layer_stride, 128 * 128 * sizeof(float));
       assert_int_equal(lh_safetensors_find(st, "model.layers.0.self_attn.k_proj.bias") != NULL,
                        arch == LH_ARCH_QWEN2);
       lh_safetensors_close(st);
