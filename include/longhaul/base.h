@@ -65,6 +65,11 @@ lh_err lh_file_write_atomic(const char *path, const void *data, size_t len);
 int lh_threads(void);
 void lh_set_threads(int n);
 
+/* The JSON type of a jansson value in words ("integer", "string", ...), for error messages
+ * such as "field num_heads: expected an integer, found string". */
+struct json_t;
+const char *lh_json_type_name(const struct json_t *v);
+
 /* Philox4x32-10 counter-based generator: four 32-bit words for key `seed` and counter
  * (stream, position). The same inputs give the same words on any thread or machine. */
 void lh_philox(uint64_t seed, uint64_t stream, uint64_t position, uint32_t out[4]);

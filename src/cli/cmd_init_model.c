@@ -52,31 +52,10 @@ static bool in_list(const char *const *list, const char *s) {
   return false;
 }
 
-static const char *json_kind(const json_t *v) {
-  switch (json_typeof(v)) {
-  case JSON_OBJECT:
-    return "an object";
-  case JSON_ARRAY:
-    return "an array";
-  case JSON_STRING:
-    return "a string";
-  case JSON_INTEGER:
-    return "an integer";
-  case JSON_REAL:
-    return "a number";
-  case JSON_TRUE:
-  case JSON_FALSE:
-    return "a boolean";
-  case JSON_NULL:
-    return "null";
-  }
-  return "?";
-}
-
 static int bad_key(const char *path, const char *key, const char *want, const json_t *v) {
   char *got = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
   int rc = lh__cli_error(CMD, LH__EXIT_FAIL, "%s: %s: expected %s, got %s", path, key, want,
-                         got ? got : json_kind(v));
+                         got ? got : lh_json_type_name(v));
   free(got);
   return rc;
 }
@@ -181,7 +160,7 @@ static int apply_file(const char *path, lh_config *cfg) {
   int rc = LH__ARGS_CONTINUE;
   if (!json_is_object(root)) {
     rc = lh__cli_error(CMD, LH__EXIT_FAIL, "%s: expected a JSON object, got %s", path,
-                       json_kind(root));
+                       lh_json_type_name(root));
     goto out;
   }
   const char *key;

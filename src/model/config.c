@@ -117,27 +117,6 @@ size_t lh_config_n_params(const lh_config *c) {
 
 /* ---------------------------------------------------------------- config.json */
 
-static const char *json_type_name(const json_t *v) {
-  switch (json_typeof(v)) {
-  case JSON_OBJECT:
-    return "object";
-  case JSON_ARRAY:
-    return "array";
-  case JSON_STRING:
-    return "string";
-  case JSON_INTEGER:
-    return "integer";
-  case JSON_REAL:
-    return "real";
-  case JSON_TRUE:
-  case JSON_FALSE:
-    return "boolean";
-  case JSON_NULL:
-    return "null";
-  }
-  return "unknown";
-}
-
 /* Field getters: a missing field (or JSON null) keeps *out and returns OK unless `required`. */
 static lh_err get_int(const json_t *root, const char *what, const char *field, int required,
                       int *out) {
@@ -148,7 +127,7 @@ static lh_err get_int(const json_t *root, const char *what, const char *field, i
   }
   if (!json_is_integer(v))
     return lh_errorf(LH_ERR_FORMAT, "%s: field %s: expected an integer, found %s", what, field,
-                     json_type_name(v));
+                     lh_json_type_name(v));
   json_int_t x = json_integer_value(v);
   if (x < -2147483647 || x > 2147483647)
     return lh_errorf(LH_ERR_LIMIT, "%s: field %s: %lld is out of range", what, field, (long long)x);
@@ -161,7 +140,7 @@ static lh_err get_num(const json_t *root, const char *what, const char *field, f
   if (!v || json_is_null(v)) return LH_ERR_OK;
   if (!json_is_number(v))
     return lh_errorf(LH_ERR_FORMAT, "%s: field %s: expected a number, found %s", what, field,
-                     json_type_name(v));
+                     lh_json_type_name(v));
   double d = json_number_value(v);
   if (!isfinite(d) || fabs(d) > 3.0e38)
     return lh_errorf(LH_ERR_LIMIT, "%s: field %s: %g is out of range", what, field, d);
@@ -174,7 +153,7 @@ static lh_err get_bool(const json_t *root, const char *what, const char *field, 
   if (!v || json_is_null(v)) return LH_ERR_OK;
   if (!json_is_boolean(v))
     return lh_errorf(LH_ERR_FORMAT, "%s: field %s: expected a boolean, found %s", what, field,
-                     json_type_name(v));
+                     lh_json_type_name(v));
   *out = json_is_true(v);
   return LH_ERR_OK;
 }
@@ -192,7 +171,7 @@ static lh_err get_token(const json_t *root, const char *what, const char *field,
     return lh_errorf(LH_ERR_FORMAT,
                      "%s: field %s: expected an integer or a list of integers, "
                      "found %s",
-                     what, field, json_type_name(v));
+                     what, field, lh_json_type_name(v));
   json_int_t x = json_integer_value(v);
   if (x < -1 || x > 2147483647)
     return lh_errorf(LH_ERR_LIMIT, "%s: field %s: %lld is out of range", what, field, (long long)x);
@@ -210,7 +189,7 @@ static lh_err get_arch(const json_t *root, const char *what, lh_arch *out) {
       return lh_errorf(LH_ERR_FORMAT,
                        "%s: field architectures: expected a list of strings, "
                        "found %s",
-                       what, json_type_name(archs));
+                       what, lh_json_type_name(archs));
     size_t i;
     const json_t *a;
     json_array_foreach(archs, i, a) {
@@ -218,7 +197,7 @@ static lh_err get_arch(const json_t *root, const char *what, lh_arch *out) {
         return lh_errorf(LH_ERR_FORMAT,
                          "%s: field architectures[%zu]: expected a string, "
                          "found %s",
-                         what, i, json_type_name(a));
+                         what, i, lh_json_type_name(a));
       const char *s = json_string_value(a);
       if (!first) first = s;
       if (strcmp(s, "Qwen2ForCausalLM") == 0) {
@@ -235,7 +214,7 @@ static lh_err get_arch(const json_t *root, const char *what, lh_arch *out) {
   if (!first && mt && !json_is_null(mt)) {
     if (!json_is_string(mt))
       return lh_errorf(LH_ERR_FORMAT, "%s: field model_type: expected a string, found %s", what,
-                       json_type_name(mt));
+                       lh_json_type_name(mt));
     const char *s = json_string_value(mt);
     if (strcmp(s, "qwen2") == 0) {
       *out = LH_ARCH_QWEN2;
@@ -265,7 +244,7 @@ static lh_err check_unsupported(const json_t *root, const char *what) {
   if (v && !json_is_null(v)) {
     if (!json_is_string(v))
       return lh_errorf(LH_ERR_FORMAT, "%s: field hidden_act: expected a string, found %s", what,
-                       json_type_name(v));
+                       lh_json_type_name(v));
     if (strcmp(json_string_value(v), "silu") != 0)
       return lh_errorf(LH_ERR_UNSUPPORTED, "%s: hidden_act %.60s is not supported (only silu)",
                        what, json_string_value(v));
@@ -276,7 +255,7 @@ static lh_err check_unsupported(const json_t *root, const char *what) {
       return lh_errorf(LH_ERR_FORMAT,
                        "%s: field rope_scaling: expected an object or null, "
                        "found %s",
-                       what, json_type_name(v));
+                       what, lh_json_type_name(v));
     const json_t *t = json_object_get(v, "rope_type");
     if (!json_is_string(t)) t = json_object_get(v, "type");
     const char *type = json_is_string(t) ? json_string_value(t) : "(unnamed)";
@@ -316,7 +295,7 @@ lh_err lh_config_parse(const char *json, size_t len, const char *what, lh_config
   lh_config c = {0};
   if (!json_is_object(root)) {
     e = lh_errorf(LH_ERR_FORMAT, "%s: expected a JSON object, found %s", what,
-                  json_type_name(root));
+                  lh_json_type_name(root));
     goto out;
   }
   if ((e = get_arch(root, what, &c.arch))) goto out;

@@ -42,27 +42,6 @@ static int is_other_dtype(const char *s) {
   return 0;
 }
 
-static const char *json_type_name(const json_t *v) {
-  switch (json_typeof(v)) {
-  case JSON_OBJECT:
-    return "object";
-  case JSON_ARRAY:
-    return "array";
-  case JSON_STRING:
-    return "string";
-  case JSON_INTEGER:
-    return "integer";
-  case JSON_REAL:
-    return "real";
-  case JSON_TRUE:
-  case JSON_FALSE:
-    return "boolean";
-  case JSON_NULL:
-    return "null";
-  }
-  return "unknown";
-}
-
 /* Formats a shape as "[a, b, c]" into buf (always NUL-terminated). */
 static void shape_str(char *buf, size_t cap, const int64_t *shape, int ndim) {
   size_t p = 0;
@@ -137,7 +116,7 @@ static lh_err parse_entry(const char *what, const char *name, const json_t *v, s
                           lh_st_tensor *t, uint64_t *begin, uint64_t *end) {
   if (!json_is_object(v))
     return lh_errorf(LH_ERR_FORMAT, "%s: tensor " NAME_FMT ": expected an object, found %s", what,
-                     name, json_type_name(v));
+                     name, lh_json_type_name(v));
   const json_t *jd = json_object_get(v, "dtype");
   const json_t *js = json_object_get(v, "shape");
   const json_t *jo = json_object_get(v, "data_offsets");
@@ -148,7 +127,7 @@ static lh_err parse_entry(const char *what, const char *name, const json_t *v, s
                            : "data_offsets");
   if (!json_is_string(jd))
     return lh_errorf(LH_ERR_FORMAT, "%s: tensor " NAME_FMT ": dtype: expected a string, found %s",
-                     what, name, json_type_name(jd));
+                     what, name, lh_json_type_name(jd));
   const char *ds = json_string_value(jd);
   int dt = dtype_from_name(ds);
   if (dt < 0) {
@@ -164,7 +143,7 @@ static lh_err parse_entry(const char *what, const char *name, const json_t *v, s
 
   if (!json_is_array(js))
     return lh_errorf(LH_ERR_FORMAT, "%s: tensor " NAME_FMT ": shape: expected an array, found %s",
-                     what, name, json_type_name(js));
+                     what, name, lh_json_type_name(js));
   size_t nd = json_array_size(js);
   if (nd > LH_ST_MAX_DIMS)
     return lh_errorf(LH_ERR_LIMIT,
@@ -180,7 +159,7 @@ static lh_err parse_entry(const char *what, const char *name, const json_t *v, s
                          what, name, i, (long long)json_integer_value(e));
       return lh_errorf(LH_ERR_FORMAT,
                        "%s: tensor " NAME_FMT ": shape[%zu]: expected an integer, found %s", what,
-                       name, i, json_type_name(e));
+                       name, i, lh_json_type_name(e));
     }
   }
 
@@ -255,7 +234,7 @@ lh_err lh_safetensors_parse(const uint8_t *buf, size_t len, const char *what,
   }
   if (!json_is_object(root)) {
     err = lh_errorf(LH_ERR_FORMAT, "%s: header: expected a JSON object, found %s", what,
-                    json_type_name(root));
+                    lh_json_type_name(root));
     goto out;
   }
   const json_t *meta = json_object_get(root, "__metadata__");
@@ -277,7 +256,7 @@ lh_err lh_safetensors_parse(const uint8_t *buf, size_t len, const char *what,
   if (meta) {
     if (!json_is_object(meta)) {
       err = lh_errorf(LH_ERR_FORMAT, "%s: __metadata__: expected an object, found %s", what,
-                      json_type_name(meta));
+                      lh_json_type_name(meta));
       goto out;
     }
     const char *k;
@@ -287,7 +266,7 @@ lh_err lh_safetensors_parse(const uint8_t *buf, size_t len, const char *what,
         err = lh_errorf(LH_ERR_FORMAT,
                         "%s: __metadata__: key " NAME_FMT ": expected a string, "
                         "found %s",
-                        what, k, json_type_name(mv));
+                        what, k, lh_json_type_name(mv));
         goto out;
       }
     }
