@@ -1,0 +1,52 @@
+/* longhaul tokenizer: byte-level BPE read from a Hugging Face tokenizer.json (GPT-2, Llama-3,
+ * Qwen2/Qwen3 pre-tokenizers, added and special tokens), and the character-level tokenizer of
+ * the built-in tasks, which is stored as a tokenizer.json too so every model directory is
+ * self-describing. A tokenizer is immutable after loading and safe to share between threads. */
+#ifndef LONGHAUL_TOKENIZER_H
+#define LONGHAUL_TOKENIZER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "longhaul/base.h"
+
+typedef struct lh_tokenizer lh_tokenizer;
+
+#define LH_TOKENIZER_MAX_FILE (64u << 20) /* bytes of tokenizer.json */
+#define LH_TOKENIZER_MAX_VOCAB (1 << 22)
+
+/* Reads a tokenizer.json. Errors name the file and the field ("tokenizer.json: model.merges[12]:
+ * expected "a b" or ["a", "b"], found integer"). Unsupported features (another model type, an
+ * unknown pre-tokenizer pattern, a normalizer other than NFC or none) give LH_ERR_UNSUPPORTED. */
+lh_err lh_tokenizer_load(const char *path, lh_tokenizer **out);
+/* The same from text in memory; `what` names the source in messages. */
+lh_err lh_tokenizer_parse(const char *json, size_t len, const char *what, lh_tokenizer **out);
+void lh_tokenizer_free(lh_tokenizer *t);
+
+/* One more than the largest token id (vocabulary and added tokens). */
+int lh_tokenizer_vocab_size(const lh_tokenizer *t);
+/* The token's string as stored in the vocabulary (byte-level form), or NULL. */
+const char *lh_tokenizer_token(const lh_tokenizer *t, int32_t id);
+/* Id of an exact vocabulary or added-token string, or -1. */
+int32_t lh_tokenizer_find(const lh_tokenizer *t, const char *token);
+/* Whether the id is a special added token (e.g. <|im_end|>). */
+bool lh_tokenizer_is_special(const lh_tokenizer *t, int32_t id);
+
+/* Encodes UTF-8 text. With allow_special, added tokens that appear verbatim in the text become
+ * their ids; without it they are encoded as ordinary text. Invalid UTF-8 is encoded byte by
+ * byte (byte-level BPE can represent any bytes). *ids is malloc'd; the caller frees it. */
+lh_err lh_tokenizer_encode(const lh_tokenizer *t, const char *text, size_t len, bool allow_special,
+                           int32_t **ids, size_t *n);
+/* Decodes ids to bytes (not necessarily valid UTF-8 if cut mid-character). Ids outside the
+ * vocabulary give LH_ERR_INVAL. skip_special leaves special tokens out. *text is malloc'd and
+ * NUL-terminated; *len excludes the NUL. */
+lh_err lh_tokenizer_decode(const lh_tokenizer *t, const int32_t *ids, size_t n, bool skip_special,
+                           char **text, size_t *len);
+
+/* The character-level tokenizer of the built-in tasks as tokenizer.json text (malloc'd):
+ * special tokens <|pad|> = 0, <|bos|> = 1, <|eos|> = 2, then one token per printable ASCII
+ * character and "\n". */
+char *lh_tokenizer_chars_json(void);
+
+#endif
