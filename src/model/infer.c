@@ -1,0 +1,351 @@
+/* longhaul inference forward: bf16 weights, fp32 activations, a KV cache per sequence slot.
+ * Products with few rows (decode) stream each bf16 weight row once and convert it on the fly
+ * (batch-1 decode is bound by reading the weights); products with many rows (prefill, large
+ * batches) convert tiles of weights to fp32 and hand them to cblas_sgemm. */
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "longhaul/infer.h"
+#include "longhaul/tensor.h"
+
+/* Offsets (in elements) of layer 0's tensors in the slab; layer l adds l * layer_stride. */
+typedef struct {
+  size_t embed, norm, lm_head;
+  size_t ln1, wqkv, bqkv, q_norm, k_norm, wo, ln2, wgu, wdown;
+  size_t layer_stride;
+  bool has_bias, has_qk_norm;
+} weight_offsets;
+
+struct lh_infer {
+  lh_config cfg;
+  size_t n_params;
+  uint16_t *w; /* (n_params) bf16 slab in the training slab's layout */
+  weight_offsets o;
+};
+
+struct lh_kv {
+  const lh_infer *m;
+  int n_slots, max_seq, max_rows, n_threads;
+  float *k, *v;     /* (L, n_slots, max_seq, KV*hd) */
+  float *x;         /* (R, C) residual stream */
+  float *xn;        /* (R, C) normed */
+  float *qkv;       /* (R, QKV) */
+  float *att;       /* (R, H*hd) */
+  float *gu;        /* (R, 2F) */
+  float *h;         /* (R, F) */
+  float *xl;        /* (R, C) rows that want logits, normed */
+  float *scores;    /* (n_threads, max_seq) */
+  float *tiles;     /* (n_threads, TILE_N * max(C, F, H*hd)) */
+  float *rope_cos, *rope_sin; /* (max_seq, hd/2) */
+};
+
+#define TILE_N 64   /* weight rows converted per sgemm tile */
+#define SMALL_M 8   /* at most this many rows: stream bf16 rows, no tiles */
+
+/* ---------------------------------------------------------------- weights */
+
+static bool find_offset(const lh_tensor_info *t, int n, const char *name, size_t *off) {
+  for (int i = 0; i < n; i++)
+    if (!strcmp(t[i].name, name)) {
+      *off = t[i].offset;
+      return true;
+    }
+  return false;
+}
+
+static void compute_offsets(const lh_config *c, weight_offsets *o) {
+  int n = lh_model_tensors(c, NULL, 0);
+  lh_tensor_info *t = lh_xmalloc((size_t)n * sizeof *t);
+  lh_model_tensors(c, t, n);
+  memset(o, 0, sizeof *o);
+  size_t ln1_next = 0;
+  LH_CHECK(find_offset(t, n, "model.embed_tokens.weight", &o->embed), "no embedding");
+  LH_CHECK(find_offset(t, n, "model.norm.weight", &o->norm), "no final norm");
+  if (!find_offset(t, n, "lm_head.weight", &o->lm_head)) o->lm_head = o->embed;
+  LH_CHECK(find_offset(t, n, "model.layers.0.input_layernorm.weight", &o->ln1), "no ln1");
+  LH_CHECK(find_offset(t, n, "model.layers.0.self_attn.q_proj.weight", &o->wqkv), "no wq");
+  o->has_bias = find_offset(t, n, "model.layers.0.self_attn.q_proj.bias", &o->bqkv);
+  o->has_qk_norm = find_offset(t, n, "model.layers.0.self_attn.q_norm.weight", &o->q_norm) &&
+                   find_offset(t, n, "model.layers.0.self_attn.k_norm.weight", &o->k_norm);
+  LH_CHECK(find_offset(t, n, "model.layers.0.self_attn.o_proj.weight", &o->wo), "no wo");
+  LH_CHECK(find_offset(t, n, "model.layers.0.post_attention_layernorm.weight", &o->ln2), "ln2");
+  LH_CHECK(find_offset(t, n, "model.layers.0.mlp.gate_proj.weight", &o->wgu), "no gate");
+  LH_CHECK(find_offset(t, n, "model.layers.0.mlp.down_proj.weight", &o->wdown), "no down");
+  if (find_offset(t, n, "model.layers.1.input_layernorm.weight", &ln1_next))
+    o->layer_stride = ln1_next - o->ln1;
+  free(t);
+}
+
+static lh_infer *infer_alloc(const lh_config *c) {
+  lh_infer *m = lh_xcalloc(1, sizeof *m);
+  m->cfg = *c;
+  m->n_params = lh_config_n_params(c);
+  m->w = lh_xmalloc_aligned(m->n_params * sizeof(uint16_t));
+  compute_offsets(c, &m->o);
+  return m;
+}
+
+lh_err lh_infer_from_model(const lh_model *src, lh_infer **out) {
+  lh_infer *m = infer_alloc(&src->cfg);
+  lh_bf16_from_f32_n(m->w, src->params, m->n_params);
+  *out = m;
+  return LH_ERR_OK;
+}
+
+lh_err lh_infer_load(const char *dir, lh_infer **out) {
+  *out = NULL;
+  lh_model *fp = NULL;
+  lh_err err = lh_model_load(dir, &fp);
+  if (err) return err;
+  err = lh_infer_from_model(fp, out);
+  lh_model_free(fp);
+  return err;
+}
+
+void lh_infer_free(lh_infer *m) {
+  if (!m) return;
+  free(m->w);
+  free(m);
+}
+
+const lh_config *lh_infer_config(const lh_infer *m) {
+  return &m->cfg;
+}
+
+size_t lh_infer_weight_bytes(const lh_infer *m) {
+  return m->n_params * sizeof(uint16_t);
+}
+
+/* ---------------------------------------------------------------- caches */
+
+lh_err lh_kv_create(const lh_infer *m, int n_slots, int max_seq, int max_rows, lh_kv **out) {
+  *out = NULL;
+  const lh_config *c = &m->cfg;
+  if (n_slots < 1 || max_seq < 1 || max_rows < 1)
+    return lh_errorf(LH_ERR_INVAL, "kv cache: need at least 1 slot, position and row (got %d, %d, %d)",
+                     n_slots, max_seq, max_rows);
+  if (max_seq > c->max_positions)
+    return lh_errorf(LH_ERR_LIMIT, "kv cache: %d positions, the model allows %d", max_seq,
+                     c->max_positions);
+  lh_kv *kv = lh_xcalloc(1, sizeof *kv);
+  kv->m = m;
+  kv->n_slots = n_slots;
+  kv->max_seq = max_seq;
+  kv->max_rows = max_rows;
+  kv->n_threads = lh_threads();
+  size_t L = (size_t)c->n_layers, C = (size_t)c->hidden_size, hd = (size_t)c->head_dim;
+  size_t QD = (size_t)c->n_heads * hd, KD = (size_t)c->n_kv_heads * hd, QKV = QD + 2 * KD;
+  size_t F = (size_t)c->intermediate_size, R = (size_t)max_rows;
+  size_t widest = C > F ? C : F;
+  widest = widest > QD ? widest : QD;
+  size_t cache = L * (size_t)n_slots * (size_t)max_seq * KD;
+  kv->k = lh_xmalloc_aligned(cache * sizeof(float));
+  kv->v = lh_xmalloc_aligned(cache * sizeof(float));
+  kv->x = lh_xmalloc_aligned(R * C * sizeof(float));
+  kv->xn = lh_xmalloc_aligned(R * C * sizeof(float));
+  kv->qkv = lh_xmalloc_aligned(R * QKV * sizeof(float));
+  kv->att = lh_xmalloc_aligned(R * QD * sizeof(float));
+  kv->gu = lh_xmalloc_aligned(R * 2 * F * sizeof(float));
+  kv->h = lh_xmalloc_aligned(R * F * sizeof(float));
+  kv->xl = lh_xmalloc_aligned(R * C * sizeof(float));
+  kv->scores = lh_xmalloc_aligned((size_t)kv->n_threads * max_seq * sizeof(float));
+  kv->tiles = lh_xmalloc_aligned((size_t)kv->n_threads * TILE_N * widest * sizeof(float));
+  kv->rope_cos = lh_xmalloc_aligned((size_t)max_seq * (hd / 2) * sizeof(float));
+  kv->rope_sin = lh_xmalloc_aligned((size_t)max_seq * (hd / 2) * sizeof(float));
+  lh_rope_tables(kv->rope_cos, kv->rope_sin, max_seq, (int)hd, c->rope_theta);
+  *out = kv;
+  return LH_ERR_OK;
+}
+
+void lh_kv_free(lh_kv *kv) {
+  if (!kv) return;
+  free(kv->k);
+  free(kv->v);
+  free(kv->x);
+  free(kv->xn);
+  free(kv->qkv);
+  free(kv->att);
+  free(kv->gu);
+  free(kv->h);
+  free(kv->xl);
+  free(kv->scores);
+  free(kv->tiles);
+  free(kv->rope_cos);
+  free(kv->rope_sin);
+  free(kv);
+}
+
+int lh_kv_max_seq(const lh_kv *kv) {
+  return kv->max_seq;
+}
+
+/* ---------------------------------------------------------------- kernels */
+
+static inline float bf16f(uint16_t b) {
+  union {
+    uint32_t u;
+    float f;
+  } v = {.u = (uint32_t)b << 16};
+  return v.f;
+}
+
+static int thread_id(void) {
+#ifdef _OPENMP
+  return omp_get_thread_num();
+#else
+  return 0;
+#endif
+}
+
+/* out (M, N) = beta * out + x (M, K) @ W^T with W (N, K) in bf16; beta is 0 or 1. */
+static void matmul_bf16(lh_kv *kv, float *out, const float *x, const uint16_t *W, int M, int K,
+                        int N, float beta) {
+  if (M <= SMALL_M) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+      const uint16_t *w = W + (size_t)n * K;
+      for (int m = 0; m < M; m++) {
+        const float *xm = x + (size_t)m * K;
+        float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+        for (int k = 0; k < K; k++) acc += xm[k] * bf16f(w[k]);
+        float *o = out + (size_t)m * N + n;
+        *o = beta != 0.0f ? *o + acc : acc;
+      }
+    }
+    return;
+  }
+  int ntiles = (N + TILE_N - 1) / TILE_N;
+#pragma omp parallel for schedule(static)
+  for (int t = 0; t < ntiles; t++) {
+    int n0 = t * TILE_N, nt = N - n0 < TILE_N ? N - n0 : TILE_N;
+    float *tile = kv->tiles + (size_t)thread_id() * TILE_N * K;
+    const uint16_t *w = W + (size_t)n0 * K;
+    size_t cnt = (size_t)nt * K;
+#pragma omp simd
+    for (size_t i = 0; i < cnt; i++) tile[i] = bf16f(w[i]);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, nt, K, 1.0f, x, K, tile, K, beta,
+                out + n0, N);
+  }
+}
+
+/* RMSNorm of rows with a bf16 weight. */
+static void rmsnorm_bf16(float *out, const float *x, const uint16_t *w, int M, int C, float eps) {
+#pragma omp parallel for schedule(static) if (M > 1)
+  for (int i = 0; i < M; i++) {
+    const float *xi = x + (size_t)i * C;
+    float *oi = out + (size_t)i * C, ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+    for (int j = 0; j < C; j++) ss += xi[j] * xi[j];
+    float r = 1.0f / sqrtf(ss / (float)C + eps);
+#pragma omp simd
+    for (int j = 0; j < C; j++) oi[j] = xi[j] * r * bf16f(w[j]);
+  }
+}
+
+lh_err lh_infer_forward(const lh_infer *m, lh_kv *kv, const lh_infer_row *rows, int n,
+                        float *logits) {
+  const lh_config *c = &m->cfg;
+  const weight_offsets *o = &m->o;
+  int C = c->hidden_size, L = c->n_layers, H = c->n_heads, KV = c->n_kv_heads, hd = c->head_dim;
+  int QD = H * hd, KD = KV * hd, QKV = QD + 2 * KD, F = c->intermediate_size;
+  int V = c->vocab_size, G = H / KV, S = kv->max_seq;
+  if (kv->m != m) return lh_errorf(LH_ERR_INVAL, "infer: the cache belongs to another model");
+  if (n < 1 || n > kv->max_rows)
+    return lh_errorf(LH_ERR_LIMIT, "infer: %d rows, the cache was sized for 1..%d", n,
+                     kv->max_rows);
+  for (int r = 0; r < n; r++) {
+    const lh_infer_row *row = &rows[r];
+    if (row->slot < 0 || row->slot >= kv->n_slots || row->pos < 0 || row->pos >= S ||
+        row->token < 0 || row->token >= V)
+      return lh_errorf(LH_ERR_LIMIT,
+                       "infer: row %d: slot %d of %d, position %d of %d, token %d of %d", r,
+                       row->slot, kv->n_slots, row->pos, S, row->token, V);
+  }
+  const uint16_t *W = m->w;
+  float scale = 1.0f / sqrtf((float)hd);
+
+  for (int r = 0; r < n; r++) {
+    const uint16_t *e = W + o->embed + (size_t)rows[r].token * C;
+    float *x = kv->x + (size_t)r * C;
+    for (int j = 0; j < C; j++) x[j] = bf16f(e[j]);
+  }
+
+  for (int l = 0; l < L; l++) {
+    size_t lo = (size_t)l * o->layer_stride;
+    float *kc = kv->k + (size_t)l * kv->n_slots * S * KD;
+    float *vc = kv->v + (size_t)l * kv->n_slots * S * KD;
+    rmsnorm_bf16(kv->xn, kv->x, W + o->ln1 + lo, n, C, c->rms_eps);
+    matmul_bf16(kv, kv->qkv, kv->xn, W + o->wqkv + lo, n, C, QKV, 0.0f);
+    /* bias, q/k norm, RoPE, then K and V into the slot's cache */
+#pragma omp parallel for schedule(static) if (n > 1)
+    for (int r = 0; r < n; r++) {
+      float *q = kv->qkv + (size_t)r * QKV;
+      if (o->has_bias) {
+        const uint16_t *b = W + o->bqkv + lo;
+        for (int j = 0; j < QKV; j++) q[j] += bf16f(b[j]);
+      }
+      if (o->has_qk_norm) {
+        rmsnorm_bf16(q, q, W + o->q_norm + lo, H, hd, c->rms_eps);
+        rmsnorm_bf16(q + QD, q + QD, W + o->k_norm + lo, KV, hd, c->rms_eps);
+      }
+      lh_rope_apply(q, H + KV, hd, kv->rope_cos, kv->rope_sin, rows[r].pos, 0);
+      size_t at = ((size_t)rows[r].slot * S + rows[r].pos) * KD;
+      memcpy(kc + at, q + QD, (size_t)KD * sizeof(float));
+      memcpy(vc + at, q + QD + KD, (size_t)KD * sizeof(float));
+    }
+    /* attention of each (row, head) over its slot's positions [0, pos] */
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int r = 0; r < n; r++)
+      for (int h = 0; h < H; h++) {
+        const float *q = kv->qkv + (size_t)r * QKV + (size_t)h * hd;
+        int g = h / G, P = rows[r].pos + 1;
+        const float *ks = kc + (size_t)rows[r].slot * S * KD + (size_t)g * hd;
+        const float *vs = vc + (size_t)rows[r].slot * S * KD + (size_t)g * hd;
+        float *s = kv->scores + (size_t)thread_id() * S, mx = -INFINITY, sum = 0.0f;
+        for (int j = 0; j < P; j++) {
+          const float *kj = ks + (size_t)j * KD;
+          float d = 0.0f;
+#pragma omp simd reduction(+ : d)
+          for (int i = 0; i < hd; i++) d += q[i] * kj[i];
+          s[j] = d * scale;
+          mx = s[j] > mx ? s[j] : mx;
+        }
+#pragma omp simd reduction(+ : sum)
+        for (int j = 0; j < P; j++) {
+          s[j] = lh_expf(s[j] - mx);
+          sum += s[j];
+        }
+        float *a = kv->att + (size_t)r * QD + (size_t)h * hd, inv = 1.0f / sum;
+        for (int i = 0; i < hd; i++) a[i] = 0.0f;
+        for (int j = 0; j < P; j++) {
+          const float *vj = vs + (size_t)j * KD;
+          float p = s[j] * inv;
+#pragma omp simd
+          for (int i = 0; i < hd; i++) a[i] += p * vj[i];
+        }
+      }
+    matmul_bf16(kv, kv->x, kv->att, W + o->wo + lo, n, QD, C, 1.0f);
+    rmsnorm_bf16(kv->xn, kv->x, W + o->ln2 + lo, n, C, c->rms_eps);
+    matmul_bf16(kv, kv->gu, kv->xn, W + o->wgu + lo, n, C, 2 * F, 0.0f);
+    lh_swiglu_forward(kv->h, kv->gu, n, F);
+    matmul_bf16(kv, kv->x, kv->h, W + o->wdown + lo, n, F, C, 1.0f);
+  }
+
+  /* final norm and head, only for the rows that want logits */
+  int nl = 0;
+  for (int r = 0; r < n; r++)
+    if (rows[r].logits) {
+      memcpy(kv->xn + (size_t)nl * C, kv->x + (size_t)r * C, (size_t)C * sizeof(float));
+      nl++;
+    }
+  if (nl == 0) return LH_ERR_OK;
+  rmsnorm_bf16(kv->xl, kv->xn, W + o->norm, nl, C, c->rms_eps);
+  matmul_bf16(kv, logits, kv->xl, W + o->lm_head, nl, C, V, 0.0f);
+  return LH_ERR_OK;
+}

@@ -1,0 +1,162 @@
+/* The KV-cache forward against the full-sequence training forward: on the same bf16 weights,
+ * prefill, one-token decode, mixed batches of several slots and the tiled (many-row) and
+ * streamed (few-row) products must all give the training forward's logits to fp32 tolerance. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "longhaul/infer.h"
+#include "longhaul/model.h"
+#include "longhaul/tensor.h"
+
+#define T 40
+
+typedef struct {
+  lh_model *m;
+  lh_infer *inf;
+  int32_t tokens[3][T];
+  float *ref[3]; /* (T, V) training-forward logits of each sequence */
+} setup;
+
+/* A random model whose fp32 weights are exactly bf16 values, so both paths see one model. */
+static void make_setup(setup *s, lh_arch arch, int tied, int kv_heads) {
+  lh_config c;
+  assert_int_equal(lh_config_preset("tiny", arch, &c), LH_ERR_OK);
+  c.vocab_size = 80;
+  c.hidden_size = 64;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = kv_heads;
+  c.head_dim = 16;
+  c.intermediate_size = 96;
+  c.max_positions = 64;
+  c.tie_embeddings = tied;
+  assert_int_equal(lh_model_create(&c, &s->m), LH_ERR_OK);
+  lh_model_init_random(s->m, 11);
+  for (size_t i = 0; i < s->m->n_params; i++) {
+    uint32_t r[4];
+    lh_philox(99, 1, i, r);
+    float v = s->m->params[i] * 10.0f + (float)(r[0] % 1000) * 1e-4f; /* biases, norms non-trivial */
+    s->m->params[i] = lh_f32_from_bf16(lh_bf16_from_f32(v));
+  }
+  assert_int_equal(lh_infer_from_model(s->m, &s->inf), LH_ERR_OK);
+
+  lh_train *t;
+  assert_int_equal(lh_train_create(s->m, T, T, &t), LH_ERR_OK);
+  for (int q = 0; q < 3; q++) {
+    int seq_start[2] = {0, T};
+    float w[T] = {0};
+    float lp[T];
+    for (int i = 0; i < T; i++) {
+      uint32_t r[4];
+      lh_philox(5, (uint64_t)q, (uint64_t)i, r);
+      s->tokens[q][i] = (int32_t)(r[0] % (uint32_t)c.vocab_size);
+    }
+    lh_batch b = {1, seq_start, s->tokens[q], w};
+    lh_train_forward(t, &b, lp);
+    s->ref[q] = malloc((size_t)T * c.vocab_size * sizeof(float));
+    memcpy(s->ref[q], lh_train_logits(t), (size_t)T * c.vocab_size * sizeof(float));
+  }
+  lh_train_free(t);
+}
+
+static void free_setup(setup *s) {
+  for (int q = 0; q < 3; q++) free(s->ref[q]);
+  lh_infer_free(s->inf);
+  lh_model_free(s->m);
+}
+
+static void expect_row(const setup *s, int q, int pos, const float *got, const char *what) {
+  int V = s->m->cfg.vocab_size;
+  const float *want = s->ref[q] + (size_t)pos * V;
+  double worst = 0, scale = 0;
+  for (int j = 0; j < V; j++) {
+    worst = fmax(worst, fabs((double)got[j] - want[j]));
+    scale = fmax(scale, fabs(want[j]));
+  }
+  if (!(worst <= 2e-5 * scale + 1e-6))
+    fail_msg("%s: sequence %d position %d: worst logit error %.3e (max |logit| %.3e)", what, q,
+             pos, worst, scale);
+}
+
+static void check_paths(lh_arch arch, int tied, int kv_heads) {
+  setup s;
+  make_setup(&s, arch, tied, kv_heads);
+  int V = s.m->cfg.vocab_size;
+  float *logits = malloc((size_t)3 * T * V * sizeof(float));
+  lh_kv *kv;
+  assert_int_equal(lh_kv_create(s.inf, 3, T, 3 * T, &kv), LH_ERR_OK);
+  lh_infer_row rows[3 * T];
+
+  /* 1. whole sequence as one prefill (many rows: tiled sgemm path), logits for every row */
+  for (int i = 0; i < T; i++) rows[i] = (lh_infer_row){0, i, s.tokens[0][i], true};
+  assert_int_equal(lh_infer_forward(s.inf, kv, rows, T, logits), LH_ERR_OK);
+  for (int i = 0; i < T; i++) expect_row(&s, 0, i, logits + (size_t)i * V, "prefill");
+
+  /* 2. prefill 10 tokens without logits but the last, then decode one token at a time
+   *    (streamed bf16 path) */
+  for (int i = 0; i < 10; i++) rows[i] = (lh_infer_row){1, i, s.tokens[1][i], i == 9};
+  assert_int_equal(lh_infer_forward(s.inf, kv, rows, 10, logits), LH_ERR_OK);
+  expect_row(&s, 1, 9, logits, "prefill last row");
+  for (int i = 10; i < T; i++) {
+    rows[0] = (lh_infer_row){1, i, s.tokens[1][i], true};
+    assert_int_equal(lh_infer_forward(s.inf, kv, rows, 1, logits), LH_ERR_OK);
+    expect_row(&s, 1, i, logits, "decode");
+  }
+
+  /* 3. three slots decoding together, with slot 2 prefilling in the same forward (chunked
+   *    prefill alongside decode), then batches of 3 rows */
+  for (int i = 0; i < 5; i++) rows[i] = (lh_infer_row){2, i, s.tokens[2][i], true};
+  rows[5] = (lh_infer_row){0, 0, s.tokens[0][0], true}; /* slot 0 restarts its sequence */
+  assert_int_equal(lh_infer_forward(s.inf, kv, rows, 6, logits), LH_ERR_OK);
+  for (int i = 0; i < 5; i++) expect_row(&s, 2, i, logits + (size_t)i * V, "mixed prefill");
+  expect_row(&s, 0, 0, logits + (size_t)5 * V, "mixed decode");
+  for (int i = 1; i < T; i++) {
+    int n = 0;
+    rows[n++] = (lh_infer_row){0, i, s.tokens[0][i], true};
+    if (i + 4 < T) rows[n++] = (lh_infer_row){2, i + 4, s.tokens[2][i + 4], true};
+    assert_int_equal(lh_infer_forward(s.inf, kv, rows, n, logits), LH_ERR_OK);
+    expect_row(&s, 0, i, logits, "batched decode");
+    if (n > 1) expect_row(&s, 2, i + 4, logits + V, "batched decode");
+  }
+
+  /* 4. bad rows are refused before anything is computed */
+  rows[0] = (lh_infer_row){3, 0, 1, true};
+  assert_int_equal(lh_infer_forward(s.inf, kv, rows, 1, logits), LH_ERR_LIMIT);
+  rows[0] = (lh_infer_row){0, T, 1, true};
+  assert_int_equal(lh_infer_forward(s.inf, kv, rows, 1, logits), LH_ERR_LIMIT);
+  rows[0] = (lh_infer_row){0, 0, V, true};
+  assert_int_equal(lh_infer_forward(s.inf, kv, rows, 1, logits), LH_ERR_LIMIT);
+  assert_int_equal(lh_infer_forward(s.inf, kv, rows, 3 * T + 1, logits), LH_ERR_LIMIT);
+  lh_kv *big;
+  assert_int_equal(lh_kv_create(s.inf, 1, 65, 1, &big), LH_ERR_LIMIT); /* max_positions 64 */
+
+  lh_kv_free(kv);
+  free(logits);
+  free_setup(&s);
+}
+
+static void test_qwen2_gqa_tied(void **state) {
+  check_paths(LH_ARCH_QWEN2, 1, 2);
+}
+static void test_llama_mha_untied(void **state) {
+  check_paths(LH_ARCH_LLAMA, 0, 4);
+}
+static void test_llama_mqa_tied(void **state) {
+  check_paths(LH_ARCH_LLAMA, 1, 1);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_qwen2_gqa_tied),
+      cmocka_unit_test(test_llama_mha_untied),
+      cmocka_unit_test(test_llama_mqa_tied),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
