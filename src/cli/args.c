@@ -190,6 +190,23 @@ int lh__args_u64(const lh__args *a, const char *name, uint64_t def, uint64_t *ou
   return LH__ARGS_CONTINUE;
 }
 
+int lh__args_double(const lh__args *a, const char *name, double lo, double hi, double def,
+                    double *out) {
+  const char *v = a->values[flag_index(a, name)];
+  if (!v) {
+    *out = def;
+    return LH__ARGS_CONTINUE;
+  }
+  char *end = NULL;
+  errno = 0;
+  double x = strtod(v, &end);
+  if (errno != 0 || end == v || *end != '\0' || !(x >= lo && x <= hi))
+    return lh__cli_error(a->cmd, LH__EXIT_USAGE, "--%s: expected a number in [%g, %g], got \"%s\"",
+                         name, lo, hi, v);
+  *out = x;
+  return LH__ARGS_CONTINUE;
+}
+
 int lh__args_choice(const lh__args *a, const char *name, const char *const *choices, int def,
                     int *out) {
   const char *v = a->values[flag_index(a, name)];

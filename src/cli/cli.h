@@ -50,6 +50,8 @@ bool lh__args_has(const lh__args *a, const char *name);
 const char *lh__args_str(const lh__args *a, const char *name, const char *def);
 int lh__args_int(const lh__args *a, const char *name, long lo, long hi, long def, long *out);
 int lh__args_u64(const lh__args *a, const char *name, uint64_t def, uint64_t *out);
+int lh__args_double(const lh__args *a, const char *name, double lo, double hi, double def,
+                    double *out);
 /* `choices` is NULL-terminated; *out is the index of the match. */
 int lh__args_choice(const lh__args *a, const char *name, const char *const *choices, int def,
                     int *out);
@@ -63,5 +65,8 @@ int lh__cli_fail(const char *cmd);
 int lh__cmd_init_model(int argc, char **argv);
 int lh__cmd_score(int argc, char **argv);
 int lh__cmd_bench(int argc, char **argv);
+int lh__cmd_generate(int argc, char **argv);
+/* `bench generate`, in cmd_generate.c next to the command it measures */
+int lh__bench_generate(int argc, char **argv);
 
 #endif
