@@ -13,6 +13,8 @@ It is meant as a fair peer, the way one would write a fast eager decoder in torc
 - the KV cache is preallocated, (layers, B, kv_heads, P+N, hd), and each step writes its keys
   and values in place (no torch.cat per step); attention reads a view of the filled prefix;
 - the prefill computes the output head for the last position only;
+- at batch 1, the products run as torch.mv (gemv), not F.linear (OpenBLAS sgemm packs the whole
+  weight matrix even for one row: 3-6x slower);
 - torch.inference_mode(), torch.set_num_threads(K), OMP_WAIT_POLICY=PASSIVE (torch's OpenMP
   pool would otherwise spin against the BLAS pool, as in bench/peer_train.py).
 Timing, as longhaul's: one untimed warmup generation (2 new tokens); prefill_s is the batched
@@ -61,6 +63,21 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import torch_model as tm  # noqa: E402
 
 
+def linear(x, w, b=None):
+    """F.linear, except that a single row goes through torch.mv: OpenBLAS's sgemm packs the
+    whole weight matrix even for one row, and gemv streams it (3-6x faster at batch 1)."""
+    if x.shape[:-1].numel() == 1:
+        y = torch.mv(w, x.reshape(-1))
+        if b is not None:
+            y = y + b
+        return y.view(*x.shape[:-1], w.shape[0])
+    return F.linear(x, w, b)
+
+
+def proj(x, lin):
+    return linear(x, lin.weight, lin.bias)
+
+
 class Decoder:
     """A torch_model.Model run with a KV cache for B sequences of up to max_t tokens."""
 
@@ -93,9 +110,9 @@ class Decoder:
         for li, layer in enumerate(self.m.model.layers):
             at = layer.self_attn
             h = layer.input_layernorm(x)
-            q = at.q_proj(h).view(B, T, H, hd)
-            k = at.k_proj(h).view(B, T, KV, hd)
-            v = at.v_proj(h).view(B, T, KV, hd)
+            q = proj(h, at.q_proj).view(B, T, H, hd)
+            k = proj(h, at.k_proj).view(B, T, KV, hd)
+            v = proj(h, at.v_proj).view(B, T, KV, hd)
             if getattr(at, "qk_norm", False):
                 q, k = at.q_norm(q), at.k_norm(k)
             q = q * cos + tm.rotate_half(q) * sin
@@ -109,11 +126,13 @@ class Decoder:
                 s = s.view(B, KV, G, T, S).masked_fill(mask, float("-inf")).view(B, KV, G * T, S)
             o = torch.matmul(torch.softmax(s, dim=-1), vc)  # (B, KV, G*T, hd)
             o = o.view(B, KV, G, T, hd).permute(0, 3, 1, 2, 4).reshape(B, T, H * hd)
-            x = x + at.o_proj(o)
-            x = x + layer.mlp(layer.post_attention_layernorm(x))
+            x = x + proj(o, at.o_proj)
+            h = layer.post_attention_layernorm(x)
+            mlp = layer.mlp
+            x = x + proj(F.silu(proj(h, mlp.gate_proj)) * proj(h, mlp.up_proj), mlp.down_proj)
         if not all_logits:
             x = x[:, -1]
-        return F.linear(self.m.model.norm(x), self.head)
+        return linear(self.m.model.norm(x), self.head)
 
 
 def sample(logits, gen):
@@ -137,35 +156,38 @@ def generate(dec, prompts, new, gen):
 
 
 def check(model_dir):
-    """KV-cache logits (prefill in one and in two chunks, then decode) equal full recompute
-    with torch_model.Model, in float64."""
+    """KV-cache logits (prefill in two chunks, then decode) equal full recompute with
+    torch_model.Model, in float64, with 3 sequences (F.linear) and with 1 (torch.mv)."""
     torch.manual_seed(0)
     model = tm.load_model_dir(model_dir, torch.float64)
     V = model.cfg.vocab_size
-    B, P, N = 3, 7, 9
-    prompts = torch.randint(0, V, (B, P))
-    dec = Decoder(model, B, P + N)
-    gen = torch.Generator().manual_seed(1)
-    worst = 0.0
-    scale = 0.0
-    with torch.inference_mode():
-        got = [dec.forward(prompts[:, :3], 0, all_logits=True),
-               dec.forward(prompts[:, 3:], 3, all_logits=True)]
-        seqs = prompts.clone()
-        for i in range(N):
-            tok = sample(got[-1][:, -1], gen)
-            seqs = torch.cat((seqs, tok), 1)
-            got.append(dec.forward(tok, seqs.shape[1] - 1, all_logits=True))
-        kv_logits = torch.cat(got, 1)  # (B, P+N, V)
-        T = seqs.shape[1]
-        for b in range(B):
-            full = model(seqs[b], [0, T])
-            worst = max(worst, float((full - kv_logits[b]).abs().max()))
-            scale = max(scale, float(full.abs().max()))
-    ok = worst <= 1e-10 * max(scale, 1.0)
-    print(f"{model_dir}: KV-cache decode vs full recompute (float64, {B} x ({P} prompt + {N} "
-          f"new), prefill in 2 chunks): worst logit difference {worst:.2e} (max |logit| "
-          f"{scale:.2f}): {'ok' if ok else 'FAILED'}")
+    P, N = 7, 9
+    ok = True
+    for B in (3, 1):
+        prompts = torch.randint(0, V, (B, P))
+        dec = Decoder(model, B, P + N)
+        gen = torch.Generator().manual_seed(1)
+        worst = 0.0
+        scale = 0.0
+        with torch.inference_mode():
+            got = [dec.forward(prompts[:, :3], 0, all_logits=True),
+                   dec.forward(prompts[:, 3:], 3, all_logits=True)]
+            seqs = prompts.clone()
+            for i in range(N):
+                tok = sample(got[-1][:, -1], gen)
+                seqs = torch.cat((seqs, tok), 1)
+                got.append(dec.forward(tok, seqs.shape[1] - 1, all_logits=True))
+            kv_logits = torch.cat(got, 1)  # (B, P+N, V)
+            T = seqs.shape[1]
+            for b in range(B):
+                full = model(seqs[b], [0, T])
+                worst = max(worst, float((full - kv_logits[b]).abs().max()))
+                scale = max(scale, float(full.abs().max()))
+        good = worst <= 1e-10 * max(scale, 1.0)
+        print(f"{model_dir}: KV-cache decode vs full recompute (float64, {B} x ({P} prompt + "
+              f"{N} new), prefill in 2 chunks): worst logit difference {worst:.2e} (max |logit| "
+              f"{scale:.2f}): {'ok' if good else 'FAILED'}")
+        ok = ok and good
     return ok
 
 
