@@ -4,7 +4,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build test demo asan tsan noomp fuzz bench-train fixtures clean format
+.PHONY: all deps build test demo asan tsan noomp fuzz bench-train bench-generate fixtures clean format
 
 all: build
 
@@ -57,6 +57,10 @@ fuzz: deps
 # Training-step benchmark against the PyTorch peer (see docs/PERFORMANCE.md).
 bench-train: build
 	@bash bench/train.sh $(BUILD)
+
+# Generation (rollout decode) benchmark against the PyTorch peer (see docs/PERFORMANCE.md).
+bench-generate: build
+	@bash bench/generate.sh $(BUILD)
 
 # Regenerates the PyTorch reference fixtures in tests/fixtures (needs python3-torch).
 fixtures: build
