@@ -1,5 +1,5 @@
-/* longhaul model: Llama/Qwen2-family decoder configuration, the parameter slab with named views,
- * Hugging Face files (config.json, model.safetensors), and the training forward/backward.
+/* longhaul model: Llama/Qwen2/Qwen3-family decoder configuration, the parameter slab with named
+ * views, Hugging Face files (config.json, model.safetensors), and the training forward/backward.
  * The model owns its parameter slab; a training state owns activations and the gradient slab,
  * both sized once at creation: no allocation happens inside a step. */
 #ifndef LONGHAUL_MODEL_H
@@ -13,7 +13,13 @@
 
 /* ---------------------------------------------------------------- configuration */
 
-typedef enum { LH_ARCH_LLAMA = 0, LH_ARCH_QWEN2 = 1 } lh_arch;
+typedef enum { LH_ARCH_LLAMA = 0, LH_ARCH_QWEN2 = 1, LH_ARCH_QWEN3 = 2 } lh_arch;
+
+/* config.json rope_scaling: none ("default" or null), or Llama 3.1's frequency-dependent
+ * stretch ("llama3"); other types are refused. */
+typedef enum { LH_ROPE_DEFAULT = 0, LH_ROPE_LLAMA3 = 1 } lh_rope_scaling;
+
+#define LH_MAX_EOS 8 /* end-of-sequence ids a config may list */
 
 typedef struct lh_config {
   lh_arch arch;
@@ -28,9 +34,18 @@ typedef struct lh_config {
   float rope_theta;
   float rms_eps;
   bool tie_embeddings;
-  bool qkv_bias;         /* Qwen2 always; Llama when attention_bias is true */
-  int bos_token_id;      /* -1 when absent */
-  int eos_token_id;      /* -1 when absent */
+  bool qkv_bias; /* Qwen2 always; Llama and Qwen3 when attention_bias is true */
+  bool qk_norm;  /* per-head RMSNorm of q and k before RoPE (Qwen3) */
+  lh_rope_scaling rope_scaling;
+  float rope_factor;          /* llama3: factor, low_freq_factor, high_freq_factor, */
+  float rope_low_freq_factor; /* original_max_position_embeddings; unused otherwise */
+  float rope_high_freq_factor;
+  int rope_original_max_positions;
+  int bos_token_id;        /* -1 when absent */
+  int eos_token_id;        /* eos_ids[0], or -1 when there is none */
+  int eos_ids[LH_MAX_EOS]; /* every id that ends a generation (generation_config.json's list
+                            * when the model directory has one) */
+  int n_eos;               /* 0 with eos_token_id >= 0 means that single id */
 } lh_config;
 
 /* Limits on what a config may declare (checked before anything is allocated). */
@@ -44,8 +59,8 @@ typedef struct lh_config {
 lh_err lh_config_preset(const char *name, lh_arch arch, lh_config *out);
 /* Checks every field against the limits and the relations between them. */
 lh_err lh_config_validate(const lh_config *c);
-/* Reads a Hugging Face config.json (Qwen2ForCausalLM or LlamaForCausalLM). Missing optional
- * fields take the Hugging Face defaults. Errors name the file and the field. */
+/* Reads a Hugging Face config.json (Qwen2ForCausalLM, Qwen3ForCausalLM or LlamaForCausalLM).
+ * Missing optional fields take the Hugging Face defaults. Errors name the file and the field. */
 lh_err lh_config_load(const char *path, lh_config *out);
 /* Parses config.json text; `what` names the source in error messages. */
 lh_err lh_config_parse(const char *json, size_t len, const char *what, lh_config *out);
@@ -53,6 +68,13 @@ lh_err lh_config_parse(const char *json, size_t len, const char *what, lh_config
 lh_err lh_config_save(const char *path, const lh_config *c);
 /* Parameters the config implies (tied head counted once). */
 size_t lh_config_n_params(const lh_config *c);
+/* RoPE inverse frequencies (hd/2), as Hugging Face computes them in fp32: theta^(-2i/hd), with
+ * the llama3 rope_scaling adjustment applied when the config has one. */
+void lh_config_rope_inv_freq(const lh_config *c, float *inv_freq);
+/* Reads a Hugging Face generation_config.json: when it has eos_token_id (an integer or a list),
+ * that list replaces c's eos ids. Other fields (sampling defaults) are ignored. Errors name
+ * `what` and the field; c is unchanged on error. */
+lh_err lh_config_parse_generation(const char *json, size_t len, const char *what, lh_config *c);
 
 /* ---------------------------------------------------------------- parameters */
 
@@ -71,6 +93,8 @@ typedef struct lh_params {
   float *bq;      /* (H*hd), NULL without qkv bias */
   float *bk;      /* (KV*hd), NULL without qkv bias */
   float *bv;      /* (KV*hd), NULL without qkv bias */
+  float *q_norm;  /* (hd), NULL without qk_norm */
+  float *k_norm;  /* (hd), NULL without qk_norm */
   float *wo;      /* (C, H*hd) */
   float *ln2;     /* (C) post_attention_layernorm */
   float *wgate;   /* (F, C) */
@@ -111,7 +135,8 @@ void lh_model_free(lh_model *m);
  * ones for norms, zeros for biases. */
 void lh_model_init_random(lh_model *m, uint64_t seed);
 
-/* Loads DIR/config.json and DIR/model.safetensors (F32 or BF16). */
+/* Loads DIR/config.json, DIR/generation_config.json when present (its eos list replaces
+ * config.json's) and DIR/model.safetensors (F32 or BF16). */
 lh_err lh_model_load(const char *dir, lh_model **out);
 /* Writes DIR/config.json and DIR/model.safetensors (creating DIR), each atomically. */
 typedef enum { LH_SAVE_F32 = 0, LH_SAVE_BF16 = 1 } lh_save_dtype;

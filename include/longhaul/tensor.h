@@ -53,8 +53,9 @@ void lh_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x
                          const float *rstd, int M, int C);
 
 /* Rotary tables for positions [0, max_pos): cos/sin (max_pos, hd/2), Hugging Face rotate-half
- * convention: inv_freq[i] = theta^(-2i/hd). */
-void lh_rope_tables(float *cos_t, float *sin_t, int max_pos, int hd, float theta);
+ * convention: angle = pos * inv_freq[i] in fp32, inv_freq (hd/2) from lh_config_rope_inv_freq
+ * (theta^(-2i/hd), or its llama3-scaled form). */
+void lh_rope_tables(float *cos_t, float *sin_t, int max_pos, int hd, const float *inv_freq);
 /* Applies (inverse=0) or un-applies (inverse=1, for backward) the rotation in place to one
  * token's heads: x (n_heads, hd) at position pos. */
 void lh_rope_apply(float *x, int n_heads, int hd, const float *cos_t, const float *sin_t, int pos,

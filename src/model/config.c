@@ -1,7 +1,8 @@
 /* Model configuration: presets, validation, and Hugging Face config.json (Qwen2ForCausalLM,
- * LlamaForCausalLM) in both directions. Every field read from a file is type- and range-checked
- * and errors name the file and the field; anything the model cannot run (rope_scaling, other
- * activations, sliding windows, MLP biases) is refused with LH_ERR_UNSUPPORTED. */
+ * Qwen3ForCausalLM, LlamaForCausalLM) in both directions, plus generation_config.json's eos
+ * list. Every field read from a file is type- and range-checked and errors name the file and the
+ * field; anything the model cannot run (rope_scaling other than llama3, other activations,
+ * sliding windows, MLP biases) is refused with LH_ERR_UNSUPPORTED. */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -19,7 +20,7 @@ lh_err lh__config_save_dtype(const char *path, const lh_config *c, const char *t
 
 lh_err lh_config_preset(const char *name, lh_arch arch, lh_config *out) {
   if (!out) return lh_errorf(LH_ERR_INVAL, "lh_config_preset: NULL output");
-  if (arch != LH_ARCH_LLAMA && arch != LH_ARCH_QWEN2)
+  if (arch != LH_ARCH_LLAMA && arch != LH_ARCH_QWEN2 && arch != LH_ARCH_QWEN3)
     return lh_errorf(LH_ERR_INVAL, "preset: unknown architecture %d", (int)arch);
   lh_config c = {0};
   c.arch = arch;
@@ -47,6 +48,7 @@ lh_err lh_config_preset(const char *name, lh_arch arch, lh_config *out) {
   c.rms_eps = 1e-6f;
   c.tie_embeddings = true;
   c.qkv_bias = arch == LH_ARCH_QWEN2;
+  c.qk_norm = arch == LH_ARCH_QWEN3;
   c.bos_token_id = -1;
   c.eos_token_id = -1;
   *out = c;
@@ -66,7 +68,7 @@ static lh_err check_range(const char *field, long long v, long long lo, long lon
 lh_err lh_config_validate(const lh_config *c) {
   if (!c) return lh_errorf(LH_ERR_INVAL, "config: NULL");
   lh_err e;
-  if (c->arch != LH_ARCH_LLAMA && c->arch != LH_ARCH_QWEN2)
+  if (c->arch != LH_ARCH_LLAMA && c->arch != LH_ARCH_QWEN2 && c->arch != LH_ARCH_QWEN3)
     return lh_errorf(LH_ERR_INVAL, "config: unknown architecture %d", (int)c->arch);
   if ((e = check_range("vocab_size", c->vocab_size, 1, LH_MAX_VOCAB, LH_ERR_LIMIT))) return e;
   if ((e = check_range("hidden_size", c->hidden_size, 1, LH_MAX_HIDDEN, LH_ERR_LIMIT))) return e;
@@ -99,8 +101,38 @@ lh_err lh_config_validate(const lh_config *c) {
     return e;
   if ((e = check_range("eos_token_id", c->eos_token_id, -1, c->vocab_size - 1, LH_ERR_FORMAT)))
     return e;
+  if ((e = check_range("the number of eos_token_id entries", c->n_eos, 0, LH_MAX_EOS,
+                       LH_ERR_LIMIT)))
+    return e;
+  for (int i = 0; i < c->n_eos; i++) {
+    char field[32];
+    snprintf(field, sizeof field, "eos_token_id[%d]", i);
+    if ((e = check_range(field, c->eos_ids[i], 0, c->vocab_size - 1, LH_ERR_FORMAT))) return e;
+  }
+  if (c->n_eos > 0 && c->eos_token_id != c->eos_ids[0])
+    return lh_errorf(LH_ERR_INVAL, "config: eos_token_id is %d but the eos list starts with %d",
+                     c->eos_token_id, c->eos_ids[0]);
   if (c->arch == LH_ARCH_QWEN2 && !c->qkv_bias)
     return lh_errorf(LH_ERR_FORMAT, "config: Qwen2 models always have q/k/v biases");
+  if (c->qk_norm != (c->arch == LH_ARCH_QWEN3))
+    return lh_errorf(LH_ERR_FORMAT, c->qk_norm ? "config: only Qwen3 models have q/k norms"
+                                               : "config: Qwen3 models always have q/k norms");
+  if (c->rope_scaling == LH_ROPE_LLAMA3) {
+    if (!(isfinite(c->rope_factor) && c->rope_factor >= 1.0f))
+      return lh_errorf(LH_ERR_FORMAT, "config: rope_scaling.factor is %g, must be at least 1",
+                       (double)c->rope_factor);
+    if (!(isfinite(c->rope_low_freq_factor) && c->rope_low_freq_factor > 0.0f &&
+          isfinite(c->rope_high_freq_factor) && c->rope_high_freq_factor > c->rope_low_freq_factor))
+      return lh_errorf(LH_ERR_FORMAT,
+                       "config: rope_scaling: low_freq_factor %g and high_freq_factor %g, need "
+                       "0 < low_freq_factor < high_freq_factor",
+                       (double)c->rope_low_freq_factor, (double)c->rope_high_freq_factor);
+    if ((e = check_range("rope_scaling.original_max_position_embeddings",
+                         c->rope_original_max_positions, 1, LH_MAX_POSITIONS, LH_ERR_LIMIT)))
+      return e;
+  } else if (c->rope_scaling != LH_ROPE_DEFAULT) {
+    return lh_errorf(LH_ERR_INVAL, "config: unknown rope_scaling %d", (int)c->rope_scaling);
+  }
   return LH_ERR_OK;
 }
 
@@ -110,9 +142,35 @@ size_t lh_config_n_params(const lh_config *c) {
   size_t F = (size_t)c->intermediate_size;
   size_t layer = 2 * C + H * hd * C + 2 * KV * hd * C + C * H * hd + 3 * F * C;
   if (c->qkv_bias) layer += H * hd + 2 * KV * hd;
+  if (c->qk_norm) layer += 2 * hd;
   size_t n = V * C + L * layer + C;
   if (!c->tie_embeddings) n += V * C;
   return n;
+}
+
+void lh_config_rope_inv_freq(const lh_config *c, float *inv_freq) {
+  int half = c->head_dim / 2;
+  for (int i = 0; i < half; i++)
+    inv_freq[i] = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)c->head_dim);
+  if (c->rope_scaling != LH_ROPE_LLAMA3) return;
+  /* transformers' _compute_llama3_parameters, op for op in fp32: wavelengths above
+   * original/low_freq_factor are stretched by factor, those below original/high_freq_factor
+   * kept, and the band between interpolated smoothly. */
+  float factor = c->rope_factor, low = c->rope_low_freq_factor, high = c->rope_high_freq_factor;
+  float old_len = (float)c->rope_original_max_positions;
+  float low_wavelen = (float)((double)c->rope_original_max_positions / low);
+  float high_wavelen = (float)((double)c->rope_original_max_positions / high);
+  float band = (float)((double)high - (double)low);
+  for (int i = 0; i < half; i++) {
+    float inv = inv_freq[i];
+    float wavelen = (1.0f / inv) * (float)(2.0 * 3.14159265358979323846);
+    float scaled = wavelen > low_wavelen ? inv / factor : inv;
+    if (!(wavelen < high_wavelen) && !(wavelen > low_wavelen)) {
+      float smooth = (old_len * (1.0f / wavelen) - low) / band;
+      scaled = (1.0f - smooth) * scaled / factor + smooth * scaled;
+    }
+    inv_freq[i] = scaled;
+  }
 }
 
 /* ---------------------------------------------------------------- config.json */
@@ -179,6 +237,46 @@ static lh_err get_token(const json_t *root, const char *what, const char *field,
   return LH_ERR_OK;
 }
 
+/* eos_token_id: an integer, a list of at most LH_MAX_EOS integers, or null. Sets the list and
+ * eos_token_id (its first entry, or -1). */
+static lh_err get_eos(const json_t *root, const char *what, lh_config *c) {
+  const json_t *v = json_object_get(root, "eos_token_id");
+  int ids[LH_MAX_EOS], n = 0;
+  if (v && json_is_array(v)) {
+    if (json_array_size(v) > LH_MAX_EOS)
+      return lh_errorf(LH_ERR_LIMIT, "%s: field eos_token_id: %zu ids, more than the limit of %d",
+                       what, json_array_size(v), LH_MAX_EOS);
+    size_t i;
+    const json_t *x;
+    json_array_foreach(v, i, x) {
+      if (!json_is_integer(x))
+        return lh_errorf(LH_ERR_FORMAT,
+                         "%s: field eos_token_id[%zu]: expected an integer, found %s", what, i,
+                         lh_json_type_name(x));
+      json_int_t id = json_integer_value(x);
+      if (id < 0 || id > 2147483647)
+        return lh_errorf(LH_ERR_LIMIT, "%s: field eos_token_id[%zu]: %lld is out of range", what, i,
+                         (long long)id);
+      ids[n++] = (int)id;
+    }
+  } else if (v && !json_is_null(v)) {
+    if (!json_is_integer(v))
+      return lh_errorf(LH_ERR_FORMAT,
+                       "%s: field eos_token_id: expected an integer or a list of integers, "
+                       "found %s",
+                       what, lh_json_type_name(v));
+    json_int_t id = json_integer_value(v);
+    if (id < -1 || id > 2147483647)
+      return lh_errorf(LH_ERR_LIMIT, "%s: field eos_token_id: %lld is out of range", what,
+                       (long long)id);
+    if (id >= 0) ids[n++] = (int)id;
+  }
+  memcpy(c->eos_ids, ids, (size_t)n * sizeof ids[0]);
+  c->n_eos = n;
+  c->eos_token_id = n ? ids[0] : -1;
+  return LH_ERR_OK;
+}
+
 /* The first of "architectures" that longhaul knows; when the list names only others, the model
  * is one we cannot run whatever model_type says. Without a list, model_type decides. */
 static lh_err get_arch(const json_t *root, const char *what, lh_arch *out) {
@@ -204,6 +302,10 @@ static lh_err get_arch(const json_t *root, const char *what, lh_arch *out) {
         *out = LH_ARCH_QWEN2;
         return LH_ERR_OK;
       }
+      if (strcmp(s, "Qwen3ForCausalLM") == 0) {
+        *out = LH_ARCH_QWEN3;
+        return LH_ERR_OK;
+      }
       if (strcmp(s, "LlamaForCausalLM") == 0) {
         *out = LH_ARCH_LLAMA;
         return LH_ERR_OK;
@@ -220,6 +322,10 @@ static lh_err get_arch(const json_t *root, const char *what, lh_arch *out) {
       *out = LH_ARCH_QWEN2;
       return LH_ERR_OK;
     }
+    if (strcmp(s, "qwen3") == 0) {
+      *out = LH_ARCH_QWEN3;
+      return LH_ERR_OK;
+    }
     if (strcmp(s, "llama") == 0) {
       *out = LH_ARCH_LLAMA;
       return LH_ERR_OK;
@@ -232,8 +338,8 @@ static lh_err get_arch(const json_t *root, const char *what, lh_arch *out) {
                      "model is",
                      what);
   return lh_errorf(LH_ERR_UNSUPPORTED,
-                   "%s: architecture %.100s is not supported (expected Qwen2ForCausalLM or "
-                   "LlamaForCausalLM)",
+                   "%s: architecture %.100s is not supported (expected Qwen2ForCausalLM, "
+                   "Qwen3ForCausalLM or LlamaForCausalLM)",
                    what, first);
 }
 
@@ -249,21 +355,6 @@ static lh_err check_unsupported(const json_t *root, const char *what) {
       return lh_errorf(LH_ERR_UNSUPPORTED, "%s: hidden_act %.60s is not supported (only silu)",
                        what, json_string_value(v));
   }
-  v = json_object_get(root, "rope_scaling");
-  if (v && !json_is_null(v)) {
-    if (!json_is_object(v))
-      return lh_errorf(LH_ERR_FORMAT,
-                       "%s: field rope_scaling: expected an object or null, "
-                       "found %s",
-                       what, lh_json_type_name(v));
-    const json_t *t = json_object_get(v, "rope_type");
-    if (!json_is_string(t)) t = json_object_get(v, "type");
-    const char *type = json_is_string(t) ? json_string_value(t) : "(unnamed)";
-    /* "default" is plain RoPE, written by some exporters. */
-    if (strcmp(type, "default") != 0)
-      return lh_errorf(LH_ERR_UNSUPPORTED, "%s: rope_scaling type %.60s is not supported yet", what,
-                       type);
-  }
   bool flag = false;
   lh_err e = get_bool(root, what, "use_sliding_window", &flag);
   if (e) return e;
@@ -277,6 +368,46 @@ static lh_err check_unsupported(const json_t *root, const char *what) {
   if (flag)
     return lh_errorf(LH_ERR_UNSUPPORTED, "%s: mlp_bias is true; MLP biases are not supported",
                      what);
+  return LH_ERR_OK;
+}
+
+/* rope_scaling: null, {"rope_type" (or "type"): "default"}, or llama3 with its four fields,
+ * all required as transformers requires them. */
+static lh_err get_rope_scaling(const json_t *root, const char *what, lh_config *c) {
+  c->rope_scaling = LH_ROPE_DEFAULT;
+  const json_t *v = json_object_get(root, "rope_scaling");
+  if (!v || json_is_null(v)) return LH_ERR_OK;
+  if (!json_is_object(v))
+    return lh_errorf(LH_ERR_FORMAT, "%s: field rope_scaling: expected an object or null, found %s",
+                     what, lh_json_type_name(v));
+  const json_t *t = json_object_get(v, "rope_type");
+  if (!json_is_string(t)) t = json_object_get(v, "type");
+  const char *type = json_is_string(t) ? json_string_value(t) : "(unnamed)";
+  /* "default" is plain RoPE, written by some exporters. */
+  if (strcmp(type, "default") == 0) return LH_ERR_OK;
+  if (strcmp(type, "llama3") != 0)
+    return lh_errorf(LH_ERR_UNSUPPORTED,
+                     "%s: rope_scaling type %.60s is not supported (only llama3 and default)", what,
+                     type);
+  static const char *const fields[] = {"factor", "low_freq_factor", "high_freq_factor",
+                                       "original_max_position_embeddings"};
+  double x[4];
+  for (int i = 0; i < 4; i++) {
+    const json_t *f = json_object_get(v, fields[i]);
+    if (!f || !json_is_number(f) || (i == 3 && !json_is_integer(f)))
+      return lh_errorf(LH_ERR_FORMAT, "%s: field rope_scaling.%s: expected %s, found %s", what,
+                       fields[i], i == 3 ? "an integer" : "a number",
+                       f ? lh_json_type_name(f) : "nothing");
+    x[i] = json_number_value(f);
+    if (!isfinite(x[i]) || fabs(x[i]) > (i == 3 ? (double)LH_MAX_POSITIONS : 3.0e38))
+      return lh_errorf(LH_ERR_LIMIT, "%s: field rope_scaling.%s: %g is out of range", what,
+                       fields[i], x[i]);
+  }
+  c->rope_factor = (float)x[0];
+  c->rope_low_freq_factor = (float)x[1];
+  c->rope_high_freq_factor = (float)x[2];
+  c->rope_original_max_positions = (int)x[3];
+  c->rope_scaling = LH_ROPE_LLAMA3;
   return LH_ERR_OK;
 }
 
@@ -300,6 +431,7 @@ lh_err lh_config_parse(const char *json, size_t len, const char *what, lh_config
   }
   if ((e = get_arch(root, what, &c.arch))) goto out;
   if ((e = check_unsupported(root, what))) goto out;
+  if ((e = get_rope_scaling(root, what, &c))) goto out;
   if ((e = get_int(root, what, "vocab_size", 1, &c.vocab_size))) goto out;
   if ((e = get_int(root, what, "hidden_size", 1, &c.hidden_size))) goto out;
   if ((e = get_int(root, what, "intermediate_size", 1, &c.intermediate_size))) goto out;
@@ -309,8 +441,8 @@ lh_err lh_config_parse(const char *json, size_t len, const char *what, lh_config
   if ((e = get_int(root, what, "num_key_value_heads", 0, &c.n_kv_heads))) goto out;
   c.head_dim = c.n_heads > 0 ? c.hidden_size / c.n_heads : 0;
   if ((e = get_int(root, what, "head_dim", 0, &c.head_dim))) goto out;
-  /* transformers defaults: LlamaConfig 2048, Qwen2Config 32768 */
-  c.max_positions = c.arch == LH_ARCH_QWEN2 ? 32768 : 2048;
+  /* transformers defaults: LlamaConfig 2048, Qwen2Config and Qwen3Config 32768 */
+  c.max_positions = c.arch == LH_ARCH_LLAMA ? 2048 : 32768;
   if ((e = get_int(root, what, "max_position_embeddings", 0, &c.max_positions))) goto out;
   c.rope_theta = 10000.0f;
   if ((e = get_num(root, what, "rope_theta", &c.rope_theta))) goto out;
@@ -321,8 +453,9 @@ lh_err lh_config_parse(const char *json, size_t len, const char *what, lh_config
   c.qkv_bias = false;
   if ((e = get_bool(root, what, "attention_bias", &c.qkv_bias))) goto out;
   if (c.arch == LH_ARCH_QWEN2) c.qkv_bias = true;
+  c.qk_norm = c.arch == LH_ARCH_QWEN3;
   if ((e = get_token(root, what, "bos_token_id", &c.bos_token_id))) goto out;
-  if ((e = get_token(root, what, "eos_token_id", &c.eos_token_id))) goto out;
+  if ((e = get_eos(root, what, &c))) goto out;
   if (c.hidden_size > 0 && c.n_heads > 0 && !json_is_integer(json_object_get(root, "head_dim")) &&
       c.hidden_size % c.n_heads != 0) {
     e = lh_errorf(LH_ERR_FORMAT,
@@ -372,13 +505,17 @@ lh_err lh__config_save_dtype(const char *path, const lh_config *c, const char *t
   if (!path || !c) return lh_errorf(LH_ERR_INVAL, "lh_config_save: NULL argument");
   lh_err e = lh_config_validate(c);
   if (e) return e;
-  int qwen = c->arch == LH_ARCH_QWEN2;
+  static const char *const arch_names[][2] = {
+      [LH_ARCH_LLAMA] = {"LlamaForCausalLM", "llama"},
+      [LH_ARCH_QWEN2] = {"Qwen2ForCausalLM", "qwen2"},
+      [LH_ARCH_QWEN3] = {"Qwen3ForCausalLM", "qwen3"},
+  };
+  int qwen = c->arch != LH_ARCH_LLAMA;
   json_t *root = json_object();
   if (!root) return lh_errorf(LH_ERR_NOMEM, "%s: out of memory", path);
   int bad = 0;
-  bad |= json_object_set_new(root, "architectures",
-                             json_pack("[s]", qwen ? "Qwen2ForCausalLM" : "LlamaForCausalLM"));
-  bad |= json_object_set_new(root, "model_type", json_string(qwen ? "qwen2" : "llama"));
+  bad |= json_object_set_new(root, "architectures", json_pack("[s]", arch_names[c->arch][0]));
+  bad |= json_object_set_new(root, "model_type", json_string(arch_names[c->arch][1]));
   bad |= json_object_set_new(root, "vocab_size", json_integer(c->vocab_size));
   bad |= json_object_set_new(root, "hidden_size", json_integer(c->hidden_size));
   bad |= json_object_set_new(root, "intermediate_size", json_integer(c->intermediate_size));
@@ -390,14 +527,29 @@ lh_err lh__config_save_dtype(const char *path, const lh_config *c, const char *t
   bad |= json_object_set_new(root, "rope_theta", json_real(float_to_short_double(c->rope_theta)));
   bad |= json_object_set_new(root, "rms_norm_eps", json_real(float_to_short_double(c->rms_eps)));
   bad |= json_object_set_new(root, "tie_word_embeddings", json_boolean(c->tie_embeddings));
-  if (!qwen) bad |= json_object_set_new(root, "attention_bias", json_boolean(c->qkv_bias));
+  if (c->arch != LH_ARCH_QWEN2)
+    bad |= json_object_set_new(root, "attention_bias", json_boolean(c->qkv_bias));
   if (qwen) bad |= json_object_set_new(root, "use_sliding_window", json_false());
   bad |= json_object_set_new(root, "bos_token_id",
                              c->bos_token_id >= 0 ? json_integer(c->bos_token_id) : json_null());
-  bad |= json_object_set_new(root, "eos_token_id",
-                             c->eos_token_id >= 0 ? json_integer(c->eos_token_id) : json_null());
+  /* one id as an integer, several as a list (as transformers writes them) */
+  json_t *eos = c->eos_token_id >= 0 ? json_integer(c->eos_token_id) : json_null();
+  if (c->n_eos > 1) {
+    json_decref(eos);
+    eos = json_array();
+    for (int i = 0; i < c->n_eos; i++)
+      bad |= json_array_append_new(eos, json_integer(c->eos_ids[i]));
+  }
+  bad |= json_object_set_new(root, "eos_token_id", eos);
   bad |= json_object_set_new(root, "hidden_act", json_string("silu"));
-  bad |= json_object_set_new(root, "rope_scaling", json_null());
+  json_t *scaling = json_null();
+  if (c->rope_scaling == LH_ROPE_LLAMA3)
+    scaling = json_pack(
+        "{s:f, s:f, s:f, s:i, s:s}", "factor", float_to_short_double(c->rope_factor),
+        "low_freq_factor", float_to_short_double(c->rope_low_freq_factor), "high_freq_factor",
+        float_to_short_double(c->rope_high_freq_factor), "original_max_position_embeddings",
+        c->rope_original_max_positions, "rope_type", "llama3");
+  bad |= json_object_set_new(root, "rope_scaling", scaling);
   bad |= json_object_set_new(root, "torch_dtype", json_string(torch_dtype));
   bad |= json_object_set_new(root, "use_cache", json_true());
   char *text = bad ? NULL : json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(9));
@@ -418,4 +570,40 @@ lh_err lh__config_save_dtype(const char *path, const lh_config *c, const char *t
 
 lh_err lh_config_save(const char *path, const lh_config *c) {
   return lh__config_save_dtype(path, c, "float32");
+}
+
+/* ---------------------------------------------------------------- generation_config.json */
+
+lh_err lh_config_parse_generation(const char *json, size_t len, const char *what, lh_config *c) {
+  if (!what) what = "generation_config.json";
+  if (!c || (!json && len)) return lh_errorf(LH_ERR_INVAL, "%s: NULL argument", what);
+  if (len > MAX_CONFIG_BYTES)
+    return lh_errorf(LH_ERR_LIMIT, "%s: %zu bytes, more than the limit of %u", what, len,
+                     MAX_CONFIG_BYTES);
+  json_error_t jerr;
+  json_t *root = json_loadb(json ? json : "", len, JSON_REJECT_DUPLICATES, &jerr);
+  if (!root)
+    return lh_errorf(LH_ERR_FORMAT, "%s: not valid JSON: %s (line %d, column %d)", what, jerr.text,
+                     jerr.line, jerr.column);
+  lh_err e = LH_ERR_OK;
+  lh_config g = *c;
+  if (!json_is_object(root)) {
+    e = lh_errorf(LH_ERR_FORMAT, "%s: expected a JSON object, found %s", what,
+                  lh_json_type_name(root));
+    goto out;
+  }
+  /* absent or null: config.json's list stands */
+  const json_t *v = json_object_get(root, "eos_token_id");
+  if (!v || json_is_null(v)) goto out;
+  if ((e = get_eos(root, what, &g))) goto out;
+  for (int i = 0; i < g.n_eos; i++)
+    if (g.eos_ids[i] >= g.vocab_size) {
+      e = lh_errorf(LH_ERR_FORMAT, "%s: field eos_token_id: %d is outside the vocabulary (%d)",
+                    what, g.eos_ids[i], g.vocab_size);
+      goto out;
+    }
+  *c = g;
+out:
+  json_decref(root);
+  return e;
 }

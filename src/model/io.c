@@ -1,7 +1,7 @@
-/* Model directories in the Hugging Face layout: config.json plus model.safetensors (or shards
- * listed in model.safetensors.index.json). Loading checks every expected tensor's presence,
- * dtype and shape against the config before the parameter slab is allocated; saving writes
- * both files atomically. */
+/* Model directories in the Hugging Face layout: config.json (with generation_config.json's eos
+ * list when present) plus model.safetensors (or shards listed in model.safetensors.index.json).
+ * Loading checks every expected tensor's presence, dtype and shape against the config before the
+ * parameter slab is allocated; saving writes both files atomically. */
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -17,6 +17,7 @@
 lh_err lh__config_save_dtype(const char *path, const lh_config *c, const char *torch_dtype);
 
 #define MAX_INDEX_BYTES (64u << 20)
+#define MAX_GEN_BYTES   (1u << 20)
 #define MAX_SHARDS      4096
 
 static char *join(const char *dir, const char *name) {
@@ -194,12 +195,19 @@ lh_err lh_model_load(const char *dir, lh_model **out) {
   char *cfg_path = join(dir, "config.json");
   char *st_path = join(dir, "model.safetensors");
   char *idx_path = join(dir, "model.safetensors.index.json");
-  if (!cfg_path || !st_path || !idx_path) {
+  char *gen_path = join(dir, "generation_config.json");
+  char *gen_text = NULL;
+  if (!cfg_path || !st_path || !idx_path || !gen_path) {
     e = lh_errorf(LH_ERR_NOMEM, "%s: out of memory", dir);
     goto out;
   }
   lh_config cfg;
   if ((e = lh_config_load(cfg_path, &cfg))) goto out;
+  if (file_exists(gen_path)) {
+    size_t gen_len = 0;
+    if ((e = lh_file_read(gen_path, MAX_GEN_BYTES, &gen_text, &gen_len))) goto out;
+    if ((e = lh_config_parse_generation(gen_text, gen_len, gen_path, &cfg))) goto out;
+  }
   if (file_exists(st_path) || !file_exists(idx_path))
     e = open_single(st_path, &w);
   else
@@ -259,6 +267,8 @@ out:
   free(cfg_path);
   free(st_path);
   free(idx_path);
+  free(gen_path);
+  free(gen_text);
   return e;
 }
 

@@ -32,6 +32,10 @@ static int param_specs(const lh_config *c, param_spec *s) {
     SPEC("model.layers.%d.self_attn.k_proj.bias", 1, kv, 0, bk);
     SPEC("model.layers.%d.self_attn.v_proj.bias", 1, kv, 0, bv);
   }
+  if (c->qk_norm) {
+    SPEC("model.layers.%d.self_attn.q_norm.weight", 1, hd, 0, q_norm);
+    SPEC("model.layers.%d.self_attn.k_norm.weight", 1, hd, 0, k_norm);
+  }
   SPEC("model.layers.%d.self_attn.o_proj.weight", 1, C, q, wo);
   SPEC("model.layers.%d.post_attention_layernorm.weight", 1, C, 0, ln2);
   SPEC("model.layers.%d.mlp.gate_proj.weight", 1, F, C, wgate);
@@ -43,7 +47,7 @@ static int param_specs(const lh_config *c, param_spec *s) {
   return n;
 }
 
-#define MAX_SPECS 16
+#define MAX_SPECS 20
 
 static size_t spec_numel(const param_spec *p) {
   return (size_t)p->rows * (size_t)(p->cols ? p->cols : 1);

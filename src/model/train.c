@@ -26,6 +26,8 @@ struct lh_train {
   float *rstd1; /* (L, N) */
   float *rstd2; /* (L, N) */
   float *qkv;   /* (L, N, QKV) q | k | v per row, QKV = (H + 2*KV)*hd; q and k after RoPE */
+  float *qk_x;  /* (L, N, (H+KV)*hd) q | k heads before their per-head norm (qk_norm only) */
+  float *rstdq; /* (L, N, H+KV) reciprocal RMS of each q and k head (qk_norm only) */
   float *att;   /* (L, N, H*hd) attention output, before o_proj */
   float *probs; /* (L, H * max_tokens * max_seq) softmax rows, per sequence H*T*T */
   float *gu;    /* (L, N, 2F) gate | up per row */
@@ -72,6 +74,7 @@ lh_err lh_train_create(lh_model *m, int max_tokens, int max_seq, lh_train **out)
   size_t QKV = QD + 2 * KD, F = (size_t)c->intermediate_size, V = (size_t)c->vocab_size;
   size_t P = (size_t)c->n_heads * N * (size_t)max_seq, S = (size_t)max_seq;
   size_t half = (size_t)c->head_dim / 2;
+  size_t NH = c->qk_norm ? (size_t)(c->n_heads + c->n_kv_heads) : 0; /* normed heads per row */
   struct {
     float **p;
     size_t n;
@@ -79,6 +82,7 @@ lh_err lh_train_create(lh_model *m, int max_tokens, int max_seq, lh_train **out)
       {&t->x, (L + 1) * N * C}, {&t->xmid, L * N * C},   {&t->ln1, L * N * C},
       {&t->ln2, L * N * C},     {&t->rstd1, L * N},      {&t->rstd2, L * N},
       {&t->qkv, L * N * QKV},   {&t->att, L * N * QD},   {&t->probs, L * P},
+      {&t->qk_x, L * N * NH * c->head_dim},              {&t->rstdq, L * N * NH},
       {&t->gu, L * N * 2 * F},  {&t->hmlp, L * N * F},   {&t->lnf, N * C},
       {&t->rstdf, N},           {&t->logits, N * V},     {&t->lse, N},           {&t->dlp, N},
       {&t->dx, N * C},          {&t->dn, N * C},         {&t->dqkv, N * QKV},
@@ -96,7 +100,11 @@ lh_err lh_train_create(lh_model *m, int max_tokens, int max_seq, lh_train **out)
   }
   t->pos = lh_xmalloc(N * sizeof *t->pos);
   t->probs_off = lh_xmalloc((N + 1) * sizeof *t->probs_off);
-  lh_rope_tables(t->rope_cos, t->rope_sin, max_seq, c->head_dim, c->rope_theta);
+  if (!NH) t->qk_x = t->rstdq = NULL;
+  float *inv_freq = lh_xmalloc(half * sizeof *inv_freq);
+  lh_config_rope_inv_freq(c, inv_freq);
+  lh_rope_tables(t->rope_cos, t->rope_sin, max_seq, c->head_dim, inv_freq);
+  free(inv_freq);
   *out = t;
   return LH_ERR_OK;
 }
@@ -178,6 +186,63 @@ static void rope_rows(lh_train *t, float *qkv, int N, int inverse) {
                   t->rope_sin, t->pos[i], inverse);
 }
 
+/* Qwen3's per-head RMSNorm, in place on the q and k heads of every row of a fused (N, QKV)
+ * buffer: q_norm weights wq on the H query heads, k_norm weights wk on the KV key heads. The
+ * inputs go to pre (N, (H+KV)*hd) and each head's reciprocal RMS to rstd (N, H+KV). */
+static void qk_norm_forward(const lh_config *c, float *qkv, float *pre, float *rstd,
+                            const float *wq, const float *wk, int N) {
+  int hd = c->head_dim, H = c->n_heads, NH = H + c->n_kv_heads, QKV = (NH + c->n_kv_heads) * hd;
+  float eps = c->rms_eps;
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < N; i++) {
+    float *row = qkv + (size_t)i * QKV, *p = pre + (size_t)i * NH * hd;
+    memcpy(p, row, (size_t)NH * hd * sizeof(float));
+    for (int h = 0; h < NH; h++) {
+      const float *x = p + (size_t)h * hd, *w = h < H ? wq : wk;
+      float *o = row + (size_t)h * hd, ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+      for (int j = 0; j < hd; j++)
+        ss += x[j] * x[j];
+      float r = 1.0f / sqrtf(ss / (float)hd + eps);
+      rstd[(size_t)i * NH + h] = r;
+#pragma omp simd
+      for (int j = 0; j < hd; j++)
+        o[j] = x[j] * r * w[j];
+    }
+  }
+}
+
+/* Backward of qk_norm_forward, in place on the q and k columns of dqkv (N, QKV): gradients of
+ * the normed heads in, of the projections out. dwq, dwk (hd) += the weight gradients, summed
+ * over rows in order so the result does not depend on the thread count. */
+static void qk_norm_backward(const lh_config *c, float *dqkv, const float *pre, const float *rstd,
+                             const float *wq, const float *wk, float *dwq, float *dwk, int N) {
+  int hd = c->head_dim, H = c->n_heads, NH = H + c->n_kv_heads, QKV = (NH + c->n_kv_heads) * hd;
+  for (int i = 0; i < N; i++)
+    for (int h = 0; h < NH; h++) {
+      const float *g = dqkv + (size_t)i * QKV + (size_t)h * hd;
+      const float *x = pre + ((size_t)i * NH + h) * hd;
+      float r = rstd[(size_t)i * NH + h], *dw = h < H ? dwq : dwk;
+#pragma omp simd
+      for (int j = 0; j < hd; j++)
+        dw[j] += g[j] * x[j] * r;
+    }
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < N; i++)
+    for (int h = 0; h < NH; h++) {
+      float *g = dqkv + (size_t)i * QKV + (size_t)h * hd;
+      const float *x = pre + ((size_t)i * NH + h) * hd, *w = h < H ? wq : wk;
+      float r = rstd[(size_t)i * NH + h], dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+      for (int j = 0; j < hd; j++)
+        dot += g[j] * w[j] * x[j];
+      float k = dot * r * r * r / (float)hd;
+#pragma omp simd
+      for (int j = 0; j < hd; j++)
+        g[j] = r * g[j] * w[j] - k * x[j];
+    }
+}
+
 static int thread_id(void) {
 #ifdef _OPENMP
   return omp_get_thread_num();
@@ -217,6 +282,9 @@ float lh_train_forward(lh_train *t, const lh_batch *b, float *logprob) {
     lh_rmsnorm_forward(ln1, t->rstd1 + (size_t)l * N, x, w->ln1 + lo, N, C, c->rms_eps);
     lh_matmul_xwt(qkv, ln1, w->wq + lo, N, C, QKV, 0.0f); /* wq, wk, wv are adjacent */
     if (c->qkv_bias) add_bias(qkv, w->bq + lo, N, QKV);   /* and so are bq, bk, bv */
+    if (c->qk_norm)
+      qk_norm_forward(c, qkv, t->qk_x + (size_t)l * N * (H + KV) * hd,
+                      t->rstdq + (size_t)l * N * (H + KV), w->q_norm + lo, w->k_norm + lo, N);
     rope_rows(t, qkv, N, 0);
 
     int pairs = b->n_seqs * KV;
@@ -331,6 +399,10 @@ void lh_train_backward(lh_train *t, const lh_batch *b, const float *dlogprob) {
                             gi, scratch);
     }
     rope_rows(t, t->dqkv, N, 1);
+    if (c->qk_norm)
+      qk_norm_backward(c, t->dqkv, t->qk_x + (size_t)l * N * (H + KV) * hd,
+                       t->rstdq + (size_t)l * N * (H + KV), w->q_norm + lo, w->k_norm + lo,
+                       g->q_norm + lo, g->k_norm + lo, N);
     if (c->qkv_bias) bias_grad(g->bq + lo, t->dqkv, N, QKV);
     lh_matmul_dx(t->dn, t->dqkv, w->wq + lo, N, C, QKV, 0.0f);
     lh_matmul_dw(g->wq + lo, t->dqkv, ln1, N, C, QKV);
@@ -360,9 +432,10 @@ float lh_train_ce_step(lh_train *t, const lh_batch *b, float *logprob) {
 
 double lh_train_flops(const lh_config *c, const lh_batch *b) {
   size_t n = lh_config_n_params(c);
-  /* matmul parameters: all but norms, biases and (untied) the embedding lookup */
+  /* matmul parameters: all but norms (q/k norms too), biases and (untied) the embedding lookup */
   double mm = (double)n - (double)c->hidden_size * (2.0 * c->n_layers + 1.0);
   if (c->qkv_bias) mm -= (double)c->n_layers * (c->n_heads + 2.0 * c->n_kv_heads) * c->head_dim;
+  if (c->qk_norm) mm -= (double)c->n_layers * 2.0 * c->head_dim;
   if (!c->tie_embeddings) mm -= (double)c->vocab_size * c->hidden_size;
   int N = b->seq_start[b->n_seqs];
   double flops = 6.0 * mm * N;

@@ -83,11 +83,11 @@ void lh_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x
   }
 }
 
-void lh_rope_tables(float *cos_t, float *sin_t, int max_pos, int hd, float theta) {
+void lh_rope_tables(float *cos_t, float *sin_t, int max_pos, int hd, const float *inv_freq) {
   int half = hd / 2;
   for (int i = 0; i < half; i++) {
-    /* as Hugging Face: inv_freq in fp32, angle = fp32 product */
-    float inv = 1.0f / powf(theta, (float)(2 * i) / (float)hd);
+    /* as Hugging Face: angle = fp32 product */
+    float inv = inv_freq[i];
     for (int p = 0; p < max_pos; p++) {
       float a = (float)p * inv;
       cos_t[(size_t)p * half + i] = cosf(a);

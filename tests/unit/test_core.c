@@ -53,8 +53,10 @@ static void test_philox_known_answers(void **state) {
 }
 
 static void test_rope_inverse(void **state) {
-  float cs[16 * 4], sn[16 * 4], x[2 * 8], y[2 * 8];
-  lh_rope_tables(cs, sn, 16, 8, 10000.0f);
+  float cs[16 * 4], sn[16 * 4], x[2 * 8], y[2 * 8], inv_freq[4];
+  for (int i = 0; i < 4; i++)
+    inv_freq[i] = 1.0f / powf(10000.0f, (float)(2 * i) / 8.0f);
+  lh_rope_tables(cs, sn, 16, 8, inv_freq);
   for (int i = 0; i < 16; i++) x[i] = y[i] = (float)i - 7.5f;
   lh_rope_apply(y, 2, 8, cs, sn, 11, 0);
   /* a rotation keeps the norm of each pair (i, i+hd/2) and position 0 is the identity */
