@@ -1,4 +1,4 @@
-/* `longhaul init-model`: writes a randomly initialised Qwen2/Llama model directory
+/* `longhaul init-model`: writes a randomly initialised Qwen2/Qwen3/Llama model directory
  * (config.json + model.safetensors) from a preset, or from the "tiny" preset overridden by the
  * keys of a config.json-style file. The same flags always produce the same bytes. */
 #include <jansson.h>
@@ -17,7 +17,7 @@
 #define MAX_OVERRIDE_BYTES (1u << 20)
 
 static const lh__flag flags[] = {
-    {"arch", "qwen2|llama", true, "model family"},
+    {"arch", "qwen2|qwen3|llama", true, "model family"},
     {"preset", "tiny|small|FILE.json", true, "preset, or a config.json overriding the tiny one"},
     {"seed", "N", true, "random seed for the initial weights"},
     {"out", "DIR", true, "model directory to write (created if missing)"},
@@ -63,6 +63,9 @@ static int bad_key(const char *path, const char *key, const char *want, const js
 /* Applies one key of the override file to cfg; returns LH__ARGS_CONTINUE or an exit code. */
 static int apply_key(const char *path, const char *key, const json_t *v, lh_config *cfg) {
   bool qwen2 = cfg->arch == LH_ARCH_QWEN2;
+  static const char *const hf_names[][2] = {[LH_ARCH_LLAMA] = {"llama", "LlamaForCausalLM"},
+                                            [LH_ARCH_QWEN2] = {"qwen2", "Qwen2ForCausalLM"},
+                                            [LH_ARCH_QWEN3] = {"qwen3", "Qwen3ForCausalLM"}};
   for (size_t i = 0; i < sizeof int_keys / sizeof int_keys[0]; i++) {
     if (strcmp(key, int_keys[i].key)) continue;
     if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > INT_MAX)
@@ -98,14 +101,16 @@ static int apply_key(const char *path, const char *key, const json_t *v, lh_conf
         return bad_key(path, key, "a token id or null", v);
       id = (int)json_integer_value(v);
     }
-    if (key[0] == 'b')
+    if (key[0] == 'b') {
       cfg->bos_token_id = id;
-    else
-      cfg->eos_token_id = id;
+    } else {
+      cfg->eos_token_id = cfg->eos_ids[0] = id;
+      cfg->n_eos = id >= 0;
+    }
     return LH__ARGS_CONTINUE;
   }
   if (!strcmp(key, "model_type")) {
-    const char *want = qwen2 ? "qwen2" : "llama";
+    const char *want = hf_names[cfg->arch][0];
     if (!json_is_string(v) || strcmp(json_string_value(v), want)) {
       char what[64];
       snprintf(what, sizeof what, "\"%s\" (as --arch says)", want);
@@ -114,7 +119,7 @@ static int apply_key(const char *path, const char *key, const json_t *v, lh_conf
     return LH__ARGS_CONTINUE;
   }
   if (!strcmp(key, "architectures")) {
-    const char *want = qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
+    const char *want = hf_names[cfg->arch][1];
     if (!json_is_array(v) || json_array_size(v) != 1 || !json_is_string(json_array_get(v, 0)) ||
         strcmp(json_string_value(json_array_get(v, 0)), want)) {
       char what[64];
@@ -129,7 +134,25 @@ static int apply_key(const char *path, const char *key, const json_t *v, lh_conf
     return LH__ARGS_CONTINUE;
   }
   if (!strcmp(key, "rope_scaling")) {
-    if (!json_is_null(v)) return bad_key(path, key, "null (rope scaling is not supported)", v);
+    cfg->rope_scaling = LH_ROPE_DEFAULT;
+    if (json_is_null(v)) return LH__ARGS_CONTINUE;
+    const json_t *type = json_object_get(v, "rope_type");
+    if (!type) type = json_object_get(v, "type");
+    const json_t *f = json_object_get(v, "factor"), *lo = json_object_get(v, "low_freq_factor");
+    const json_t *hi = json_object_get(v, "high_freq_factor");
+    const json_t *orig = json_object_get(v, "original_max_position_embeddings");
+    if (!json_is_string(type) || strcmp(json_string_value(type), "llama3") || !json_is_number(f) ||
+        !json_is_number(lo) || !json_is_number(hi) || !json_is_integer(orig) ||
+        json_integer_value(orig) < 1 || json_integer_value(orig) > INT_MAX)
+      return bad_key(path, key,
+                     "null or {\"rope_type\": \"llama3\", \"factor\", \"low_freq_factor\", "
+                     "\"high_freq_factor\", \"original_max_position_embeddings\"}",
+                     v);
+    cfg->rope_scaling = LH_ROPE_LLAMA3;
+    cfg->rope_factor = (float)json_number_value(f);
+    cfg->rope_low_freq_factor = (float)json_number_value(lo);
+    cfg->rope_high_freq_factor = (float)json_number_value(hi);
+    cfg->rope_original_max_positions = (int)json_integer_value(orig);
     return LH__ARGS_CONTINUE;
   }
   if (!strcmp(key, "use_sliding_window") || !strcmp(key, "mlp_bias")) {
@@ -196,7 +219,7 @@ static bool is_file_preset(const char *preset) {
 
 int lh__cmd_init_model(int argc, char **argv) {
   lh__args a = {.cmd = CMD,
-                .about = "Creates a randomly initialised Qwen2- or Llama-family model and "
+                .about = "Creates a randomly initialised Qwen2-, Qwen3- or Llama-family model and "
                          "writes it as a Hugging Face\ndirectory: DIR/config.json and "
                          "DIR/model.safetensors. The same flags give the same bytes.",
                 .flags = flags,
@@ -204,7 +227,7 @@ int lh__cmd_init_model(int argc, char **argv) {
   int rc = lh__args_parse(&a, argc, argv);
   if (rc != LH__ARGS_CONTINUE) return rc;
 
-  static const char *const arch_names[] = {"qwen2", "llama", NULL};
+  static const char *const arch_names[] = {"qwen2", "qwen3", "llama", NULL};
   static const char *const dtype_names[] = {"f32", "bf16", NULL};
   int arch_i = 0, dtype_i = 0;
   uint64_t seed = 0;
@@ -213,7 +236,8 @@ int lh__cmd_init_model(int argc, char **argv) {
   if ((rc = lh__args_choice(&a, "dtype", dtype_names, 0, &dtype_i)) != LH__ARGS_CONTINUE) return rc;
   const char *preset = lh__args_str(&a, "preset", NULL);
   const char *out_dir = lh__args_str(&a, "out", NULL);
-  lh_arch arch = arch_i == 0 ? LH_ARCH_QWEN2 : LH_ARCH_LLAMA;
+  static const lh_arch archs[] = {LH_ARCH_QWEN2, LH_ARCH_QWEN3, LH_ARCH_LLAMA};
+  lh_arch arch = archs[arch_i];
   lh_save_dtype dtype = dtype_i == 0 ? LH_SAVE_F32 : LH_SAVE_BF16;
 
   bool from_file = strcmp(preset, "tiny") && strcmp(preset, "small");

@@ -130,7 +130,7 @@ expect_rc bad-seed 2 &&
 run neg-seed "$BIN" init-model --arch qwen2 --preset tiny --seed=-4 --out "$TMP/x"
 expect_rc neg-seed 2 && expect_one_line_error neg-seed '--seed: expected a non-negative integer'
 run bad-arch "$BIN" init-model --arch gpt2 --preset tiny --seed 1 --out "$TMP/x"
-expect_rc bad-arch 2 && expect_one_line_error bad-arch '--arch: expected one of qwen2\|llama, got "gpt2"'
+expect_rc bad-arch 2 && expect_one_line_error bad-arch '--arch: expected one of qwen2\|qwen3\|llama, got "gpt2"'
 run bad-preset "$BIN" init-model --arch qwen2 --preset huge --seed 1 --out "$TMP/x"
 expect_rc bad-preset 2 && expect_one_line_error bad-preset '--preset'
 run twice "$BIN" init-model --arch qwen2 --arch llama --preset tiny --seed 1 --out "$TMP/x"
