@@ -1,6 +1,8 @@
 /* Model configuration: presets and parameter counts, Hugging Face config.json as shipped with
- * Qwen2.5-0.5B and Llama-3.2-1B, defaults, wrong types and unsupported features with messages
- * naming the field, and save -> load round trips. */
+ * Qwen2.5-0.5B, Qwen3-0.6B and Llama-3.2-1B (with its llama3 rope_scaling), eos lists and
+ * generation_config.json, defaults, wrong types and unsupported features with messages naming
+ * the field, and save -> load round trips. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -70,6 +72,42 @@ static const char *llama32_1b_fmt = "{\n"
                                     "  \"vocab_size\": 128256\n"
                                     "}\n";
 
+/* config.json of Qwen/Qwen3-0.6B (596,049,920 parameters, the tied embedding counted once). */
+static const char *qwen3_06b = "{\n"
+                               "  \"architectures\": [\n    \"Qwen3ForCausalLM\"\n  ],\n"
+                               "  \"attention_bias\": false,\n"
+                               "  \"attention_dropout\": 0.0,\n"
+                               "  \"bos_token_id\": 151643,\n"
+                               "  \"eos_token_id\": 151645,\n"
+                               "  \"head_dim\": 128,\n"
+                               "  \"hidden_act\": \"silu\",\n"
+                               "  \"hidden_size\": 1024,\n"
+                               "  \"initializer_range\": 0.02,\n"
+                               "  \"intermediate_size\": 3072,\n"
+                               "  \"max_position_embeddings\": 40960,\n"
+                               "  \"max_window_layers\": 28,\n"
+                               "  \"model_type\": \"qwen3\",\n"
+                               "  \"num_attention_heads\": 16,\n"
+                               "  \"num_hidden_layers\": 28,\n"
+                               "  \"num_key_value_heads\": 8,\n"
+                               "  \"rms_norm_eps\": 1e-06,\n"
+                               "  \"rope_scaling\": null,\n"
+                               "  \"rope_theta\": 1000000,\n"
+                               "  \"sliding_window\": null,\n"
+                               "  \"tie_word_embeddings\": true,\n"
+                               "  \"torch_dtype\": \"bfloat16\",\n"
+                               "  \"transformers_version\": \"4.51.0\",\n"
+                               "  \"use_cache\": true,\n"
+                               "  \"use_sliding_window\": false,\n"
+                               "  \"vocab_size\": 151936\n"
+                               "}\n";
+
+/* rope_scaling of meta-llama/Llama-3.2-1B */
+static const char *llama32_scaling = "{\"factor\": 32.0, \"high_freq_factor\": 4.0, "
+                                     "\"low_freq_factor\": 1.0, "
+                                     "\"original_max_position_embeddings\": 8192, "
+                                     "\"rope_type\": \"llama3\"}";
+
 static char *llama(const char *eos, const char *rope_scaling) {
   static char buf[4096];
   snprintf(buf, sizeof buf, llama32_1b_fmt, eos, rope_scaling);
@@ -134,6 +172,23 @@ static void test_presets(void **state) {
   assert_true(c.qkv_bias);
   assert_int_equal(lh_config_n_params(&c), 820352 + 4 * (128 + 64 + 64));
 
+  /* Qwen3: q/k norms of head_dim each per layer, no biases */
+  assert_int_equal(lh_config_preset("tiny", LH_ARCH_QWEN3, &c), LH_ERR_OK);
+  assert_int_equal(c.arch, LH_ARCH_QWEN3);
+  assert_true(c.qk_norm);
+  assert_false(c.qkv_bias);
+  assert_int_equal(c.rope_scaling, LH_ROPE_DEFAULT);
+  assert_int_equal(c.n_eos, 0);
+  assert_int_equal(lh_config_validate(&c), LH_ERR_OK);
+  assert_int_equal(lh_config_n_params(&c), 820352 + 4 * 2 * 32);
+  lh_config bad = c;
+  bad.qk_norm = false;
+  assert_int_equal(lh_config_validate(&bad), LH_ERR_FORMAT);
+  assert_non_null(strstr(lh_last_error(), "q/k norms"));
+  assert_int_equal(lh_config_preset("tiny", LH_ARCH_LLAMA, &bad), LH_ERR_OK);
+  bad.qk_norm = true; /* Llama has no q/k norms in config.json, so it cannot say so */
+  assert_int_equal(lh_config_validate(&bad), LH_ERR_FORMAT);
+
   assert_int_equal(lh_config_preset("small", LH_ARCH_LLAMA, &c), LH_ERR_OK);
   assert_int_equal(c.vocab_size, 4096);
   assert_int_equal(c.hidden_size, 512);
@@ -171,6 +226,66 @@ static void test_qwen25_05b(void **state) {
   assert_int_equal(lh_config_n_params(&c), 494032768);
 }
 
+static void test_qwen3_06b(void **state) {
+  lh_config c;
+  assert_int_equal(parse(qwen3_06b, &c), LH_ERR_OK);
+  assert_int_equal(c.arch, LH_ARCH_QWEN3);
+  assert_int_equal(c.vocab_size, 151936);
+  assert_int_equal(c.hidden_size, 1024);
+  assert_int_equal(c.intermediate_size, 3072);
+  assert_int_equal(c.n_layers, 28);
+  assert_int_equal(c.n_heads, 16);
+  assert_int_equal(c.n_kv_heads, 8);
+  assert_int_equal(c.head_dim, 128); /* not 1024 / 16 */
+  assert_int_equal(c.max_positions, 40960);
+  assert_true(c.rope_theta == 1000000.0f); /* written as an integer */
+  assert_true(c.rms_eps == 1e-6f);
+  assert_true(c.tie_embeddings);
+  assert_false(c.qkv_bias);
+  assert_true(c.qk_norm);
+  assert_int_equal(c.rope_scaling, LH_ROPE_DEFAULT);
+  assert_int_equal(c.bos_token_id, 151643);
+  assert_int_equal(c.eos_token_id, 151645);
+  assert_int_equal(c.n_eos, 1);
+  assert_int_equal(c.eos_ids[0], 151645);
+  assert_int_equal(lh_config_n_params(&c), 596049920);
+  /* the tensor table agrees: q_proj (2048, 1024), q_norm and k_norm (128) after the biases'
+   * place, no lm_head */
+  int n = lh_model_tensors(&c, NULL, 0);
+  assert_int_equal(n, 1 + 28 * 11 + 1);
+  lh_tensor_info *t = calloc((size_t)n, sizeof *t);
+  lh_model_tensors(&c, t, n);
+  size_t total = 0;
+  for (int i = 0; i < n; i++)
+    total += t[i].numel;
+  assert_int_equal(total, 596049920);
+  assert_string_equal(t[3].name, "model.layers.0.self_attn.k_proj.weight");
+  assert_string_equal(t[5].name, "model.layers.0.self_attn.q_norm.weight");
+  assert_string_equal(t[6].name, "model.layers.0.self_attn.k_norm.weight");
+  assert_int_equal(t[5].ndim, 1);
+  assert_int_equal(t[5].shape[0], 128);
+  assert_int_equal(t[7].shape[1], 2048); /* o_proj (1024, 16*128) */
+  assert_string_equal(t[n - 1].name, "model.norm.weight");
+  free(t);
+
+  /* model_type alone names it; attention_bias adds q/k/v biases; sliding windows refused */
+  assert_int_equal(
+      parse(edit(qwen3_06b, "\"Qwen3ForCausalLM\"", "\"Other\", \"Qwen3ForCausalLM\""), &c),
+      LH_ERR_OK);
+  assert_int_equal(c.arch, LH_ARCH_QWEN3);
+  assert_int_equal(
+      parse(edit(qwen3_06b, "\"attention_bias\": false", "\"attention_bias\": true"), &c),
+      LH_ERR_OK);
+  assert_true(c.qkv_bias && c.qk_norm);
+  assert_int_equal(lh_config_n_params(&c), 596049920 + 28 * (2048 + 2 * 1024));
+  expect_error(edit(qwen3_06b, "\"use_sliding_window\": false", "\"use_sliding_window\": true"),
+               LH_ERR_UNSUPPORTED, "use_sliding_window");
+  /* without max_position_embeddings: Qwen3Config's default */
+  assert_int_equal(parse(edit(qwen3_06b, "\"max_position_embeddings\": 40960,", ""), &c),
+                   LH_ERR_OK);
+  assert_int_equal(c.max_positions, 32768);
+}
+
 static void test_llama32_1b(void **state) {
   lh_config c;
   assert_int_equal(parse(llama("128001", "null"), &c), LH_ERR_OK);
@@ -191,13 +306,27 @@ static void test_llama32_1b(void **state) {
   assert_int_equal(c.eos_token_id, 128001);
   assert_int_equal(lh_config_n_params(&c), 1235814400);
 
-  /* Llama 3.1-style eos list: the first id is used; null means none */
+  assert_int_equal(c.n_eos, 1);
+
+  /* Llama 3.1-style eos list: kept whole, eos_token_id is its first; null means none */
   assert_int_equal(parse(llama("[128009, 128001, 128008]", "null"), &c), LH_ERR_OK);
   assert_int_equal(c.eos_token_id, 128009);
+  assert_int_equal(c.n_eos, 3);
+  assert_int_equal(c.eos_ids[0], 128009);
+  assert_int_equal(c.eos_ids[1], 128001);
+  assert_int_equal(c.eos_ids[2], 128008);
   assert_int_equal(parse(llama("null", "null"), &c), LH_ERR_OK);
   assert_int_equal(c.eos_token_id, -1);
+  assert_int_equal(c.n_eos, 0);
   assert_int_equal(parse(llama("[]", "null"), &c), LH_ERR_OK);
   assert_int_equal(c.eos_token_id, -1);
+  assert_int_equal(c.n_eos, 0);
+  assert_int_equal(parse(llama("[1, 2, 3, 4, 5, 6, 7, 8]", "null"), &c), LH_ERR_OK);
+  assert_int_equal(c.n_eos, LH_MAX_EOS);
+  expect_error(llama("[1, 2, 3, 4, 5, 6, 7, 8, 9]", "null"), LH_ERR_LIMIT,
+               "field eos_token_id: 9 ids, more than the limit of 8");
+  expect_error(llama("[1, 128256]", "null"), LH_ERR_FORMAT, "eos_token_id[1] is 128256");
+  expect_error(llama("[1, -1]", "null"), LH_ERR_LIMIT, "field eos_token_id[1]: -1 is out of range");
 
   /* attention_bias turns on q/k/v biases for Llama */
   assert_int_equal(
@@ -207,18 +336,124 @@ static void test_llama32_1b(void **state) {
   assert_int_equal(lh_config_n_params(&c), 1235814400 + 16 * (2048 + 2 * 512));
 }
 
-static void test_rope_scaling_rejected(void **state) {
-  expect_error(llama("128001", "{\"factor\": 32.0, \"high_freq_factor\": 4.0, "
-                               "\"low_freq_factor\": 1.0, "
-                               "\"original_max_position_embeddings\": 8192, "
-                               "\"rope_type\": \"llama3\"}"),
-               LH_ERR_UNSUPPORTED, "rope_scaling type llama3 is not supported yet");
-  expect_error(llama("1", "{\"type\": \"linear\", \"factor\": 2.0}"), LH_ERR_UNSUPPORTED,
-               "rope_scaling type linear");
-  expect_error(llama("1", "{\"type\": \"yarn\", \"factor\": 4.0}"), LH_ERR_UNSUPPORTED, "yarn");
-  expect_error(llama("1", "\"yes\""), LH_ERR_FORMAT, "rope_scaling");
+/* Llama 3.1/3.2 rope_scaling is read and turned into Hugging Face's inv_freq; other types are
+ * refused. */
+static void test_rope_scaling(void **state) {
   lh_config c;
+  assert_int_equal(parse(llama("128001", llama32_scaling), &c), LH_ERR_OK);
+  assert_int_equal(c.rope_scaling, LH_ROPE_LLAMA3);
+  assert_true(c.rope_factor == 32.0f);
+  assert_true(c.rope_low_freq_factor == 1.0f);
+  assert_true(c.rope_high_freq_factor == 4.0f);
+  assert_int_equal(c.rope_original_max_positions, 8192);
+  assert_int_equal(lh_config_n_params(&c), 1235814400);
+
+  /* transformers' _compute_llama3_parameters in fp32 torch for this config (head_dim 64,
+   * theta 500000): wavelengths below 8192/4 kept (i <= 14), above 8192 divided by 32
+   * (i >= 18), between interpolated (15, 16, 17) */
+  static const struct {
+    int i;
+    float want;
+  } hf[] = {
+      {0, 0x1p+0f},         {1, 0x1.53c38cp-1f},   {14, 0x1.a4ee4p-9f},   {15, 0x1.524f36p-10f},
+      {16, 0x1.c26c4p-12f}, {17, 0x1.9731eep-14f}, {18, 0x1.46831ap-16f}, {31, 0x1.94836p-24f},
+  };
+  float inv[32];
+  lh_config_rope_inv_freq(&c, inv);
+  for (size_t k = 0; k < sizeof hf / sizeof hf[0]; k++) {
+    float got = inv[hf[k].i], want = hf[k].want; /* powf may differ from torch by an ulp */
+    if (!(fabsf(got - want) <= 2e-7f * want))
+      fail_msg("inv_freq[%d] = %a, transformers gives %a", hf[k].i, (double)got, (double)want);
+  }
+  /* without rope_scaling: theta^(-2i/hd) */
+  lh_config plain = c;
+  plain.rope_scaling = LH_ROPE_DEFAULT;
+  lh_config_rope_inv_freq(&plain, inv);
+  assert_true(inv[0] == 1.0f);
+  assert_float_equal(inv[18], powf(500000.0f, -36.0f / 64.0f), 1e-12);
+  assert_float_equal(inv[18] / 32.0f, hf[6].want, 1e-13);
+
+  /* the older "type" key names it too */
+  assert_int_equal(parse(llama("1", "{\"type\": \"llama3\", \"factor\": 8.0, "
+                                    "\"low_freq_factor\": 1, \"high_freq_factor\": 4, "
+                                    "\"original_max_position_embeddings\": 8192}"),
+                         &c),
+                   LH_ERR_OK);
+  assert_int_equal(c.rope_scaling, LH_ROPE_LLAMA3);
+  assert_true(c.rope_factor == 8.0f);
+
+  expect_error(llama("1", "{\"type\": \"linear\", \"factor\": 2.0}"), LH_ERR_UNSUPPORTED,
+               "rope_scaling type linear is not supported");
+  expect_error(llama("1", "{\"type\": \"yarn\", \"factor\": 4.0}"), LH_ERR_UNSUPPORTED, "yarn");
+  expect_error(llama("1", "{\"factor\": 4.0}"), LH_ERR_UNSUPPORTED, "(unnamed)");
+  expect_error(llama("1", "\"yes\""), LH_ERR_FORMAT, "rope_scaling");
+  expect_error(llama("1", edit(llama32_scaling, "\"factor\": 32.0, ", "")), LH_ERR_FORMAT,
+               "field rope_scaling.factor: expected a number, found nothing");
+  expect_error(llama("1", edit(llama32_scaling, "8192", "8192.5")), LH_ERR_FORMAT,
+               "field rope_scaling.original_max_position_embeddings: expected an integer");
+  expect_error(
+      llama("1", edit(llama32_scaling, "\"high_freq_factor\": 4.0", "\"high_freq_factor\": 1.0")),
+      LH_ERR_FORMAT, "low_freq_factor < high_freq_factor");
+  expect_error(llama("1", edit(llama32_scaling, "32.0", "0.5")), LH_ERR_FORMAT,
+               "rope_scaling.factor is 0.5");
+  expect_error(llama("1", edit(llama32_scaling, "8192", "0")), LH_ERR_FORMAT,
+               "rope_scaling.original_max_position_embeddings is 0");
   assert_int_equal(parse(llama("1", "{\"rope_type\": \"default\"}"), &c), LH_ERR_OK);
+  assert_int_equal(c.rope_scaling, LH_ROPE_DEFAULT);
+}
+
+/* generation_config.json: its eos list replaces config.json's; other fields are ignored. */
+static void test_generation_config(void **state) {
+  lh_config c, g;
+  assert_int_equal(parse(qwen3_06b, &c), LH_ERR_OK);
+  /* Qwen3-0.6B's generation_config.json */
+  const char *qwen3_gen = "{\n  \"bos_token_id\": 151643,\n  \"do_sample\": true,\n"
+                          "  \"eos_token_id\": [\n    151645,\n    151643\n  ],\n"
+                          "  \"pad_token_id\": 151643,\n  \"temperature\": 0.6,\n"
+                          "  \"top_k\": 20,\n  \"top_p\": 0.95,\n"
+                          "  \"transformers_version\": \"4.51.0\"\n}\n";
+  g = c;
+  assert_int_equal(lh_config_parse_generation(qwen3_gen, strlen(qwen3_gen), "gen.json", &g),
+                   LH_ERR_OK);
+  assert_int_equal(g.n_eos, 2);
+  assert_int_equal(g.eos_ids[0], 151645);
+  assert_int_equal(g.eos_ids[1], 151643);
+  assert_int_equal(g.eos_token_id, 151645);
+  assert_int_equal(g.bos_token_id, 151643);
+  assert_int_equal(lh_config_validate(&g), LH_ERR_OK);
+  /* an integer; absent or null keeps config.json's */
+  g = c;
+  const char *one = "{\"eos_token_id\": 151643}";
+  assert_int_equal(lh_config_parse_generation(one, strlen(one), "gen.json", &g), LH_ERR_OK);
+  assert_int_equal(g.n_eos, 1);
+  assert_int_equal(g.eos_token_id, 151643);
+  g = c;
+  const char *none = "{\"temperature\": 0.7, \"eos_token_id\": null}";
+  assert_int_equal(lh_config_parse_generation(none, strlen(none), "gen.json", &g), LH_ERR_OK);
+  assert_memory_equal(&g, &c, sizeof c);
+
+  /* malformed: error names the file and the field, config untouched */
+  static const struct {
+    const char *text;
+    lh_err code;
+    const char *needle;
+  } bad[] = {
+      {"{\"eos_token_id\": \"</s>\"}", LH_ERR_FORMAT, "gen.json: field eos_token_id: expected"},
+      {"{\"eos_token_id\": [151645, \"x\"]}", LH_ERR_FORMAT,
+       "gen.json: field eos_token_id[1]: expected an integer, found string"},
+      {"{\"eos_token_id\": [151936]}", LH_ERR_FORMAT, "gen.json: field eos_token_id: 151936"},
+      {"{\"eos_token_id\": [1,2,3,4,5,6,7,8,9]}", LH_ERR_LIMIT, "gen.json: field eos_token_id"},
+      {"{\"eos_token_id\": 1", LH_ERR_FORMAT, "gen.json: not valid JSON"},
+      {"[151645]", LH_ERR_FORMAT, "gen.json: expected a JSON object"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    g = c;
+    lh_err e = lh_config_parse_generation(bad[i].text, strlen(bad[i].text), "gen.json", &g);
+    if (e != bad[i].code || !strstr(lh_last_error(), bad[i].needle))
+      fail_msg("%s: got %s \"%s\", expected %s containing \"%s\"", bad[i].text, lh_err_name(e),
+               lh_last_error(), lh_err_name(bad[i].code), bad[i].needle);
+    assert_memory_equal(&g, &c, sizeof c);
+  }
 }
 
 static void test_defaults(void **state) {
@@ -369,8 +604,18 @@ static void check_same(const lh_config *a, const lh_config *b) {
   assert_true(a->rms_eps == b->rms_eps);
   assert_int_equal(a->tie_embeddings, b->tie_embeddings);
   assert_int_equal(a->qkv_bias, b->qkv_bias);
+  assert_int_equal(a->qk_norm, b->qk_norm);
+  assert_int_equal(a->rope_scaling, b->rope_scaling);
+  if (a->rope_scaling == LH_ROPE_LLAMA3) {
+    assert_true(a->rope_factor == b->rope_factor);
+    assert_true(a->rope_low_freq_factor == b->rope_low_freq_factor);
+    assert_true(a->rope_high_freq_factor == b->rope_high_freq_factor);
+    assert_int_equal(a->rope_original_max_positions, b->rope_original_max_positions);
+  }
   assert_int_equal(a->bos_token_id, b->bos_token_id);
   assert_int_equal(a->eos_token_id, b->eos_token_id);
+  assert_int_equal(a->n_eos, b->n_eos);
+  assert_memory_equal(a->eos_ids, b->eos_ids, (size_t)a->n_eos * sizeof a->eos_ids[0]);
 }
 
 static void test_save_load_round_trip(void **state) {
@@ -379,7 +624,7 @@ static void test_save_load_round_trip(void **state) {
   char path[128];
   snprintf(path, sizeof path, "%s/config.json", dir);
 
-  lh_config cases[6];
+  lh_config cases[9];
   assert_int_equal(lh_config_preset("tiny", LH_ARCH_LLAMA, &cases[0]), LH_ERR_OK);
   assert_int_equal(lh_config_preset("small", LH_ARCH_QWEN2, &cases[1]), LH_ERR_OK);
   assert_int_equal(parse(qwen25_05b, &cases[2]), LH_ERR_OK);
@@ -392,8 +637,14 @@ static void test_save_load_round_trip(void **state) {
   cases[4].rms_eps = 3.3e-7f;
   cases[5] = cases[1];
   cases[5].bos_token_id = 0;
-  cases[5].eos_token_id = 4095;
-  for (int i = 0; i < 6; i++) {
+  cases[5].eos_token_id = cases[5].eos_ids[0] = 4095;
+  cases[5].n_eos = 1;
+  assert_int_equal(parse(qwen3_06b, &cases[6]), LH_ERR_OK);
+  assert_int_equal(parse(llama("[128009, 128001, 128008]", llama32_scaling), &cases[7]), LH_ERR_OK);
+  cases[7].rope_factor = 7.3f; /* not a short decimal in binary */
+  assert_int_equal(lh_config_preset("small", LH_ARCH_QWEN3, &cases[8]), LH_ERR_OK);
+  cases[8].qkv_bias = true;
+  for (int i = 0; i < 9; i++) {
     assert_int_equal(lh_config_save(path, &cases[i]), LH_ERR_OK);
     lh_config back;
     memset(&back, 0, sizeof back);
@@ -421,6 +672,25 @@ static void test_save_load_round_trip(void **state) {
   assert_int_equal(lh_file_read(path, 1 << 20, &text, &len), LH_ERR_OK);
   assert_non_null(strstr(text, "\"bos_token_id\": null"));
   assert_non_null(strstr(text, "\"attention_bias\": false"));
+  assert_non_null(strstr(text, "\"rope_scaling\": null"));
+  free(text);
+  assert_int_equal(lh_config_save(path, &cases[6]), LH_ERR_OK);
+  assert_int_equal(lh_file_read(path, 1 << 20, &text, &len), LH_ERR_OK);
+  assert_non_null(strstr(text, "\"architectures\": [\n    \"Qwen3ForCausalLM\"\n  ]"));
+  assert_non_null(strstr(text, "\"model_type\": \"qwen3\""));
+  assert_non_null(strstr(text, "\"attention_bias\": false"));
+  assert_non_null(strstr(text, "\"head_dim\": 128"));
+  assert_non_null(strstr(text, "\"eos_token_id\": 151645,"));
+  free(text);
+  /* an eos list stays a list; rope_scaling as transformers writes it */
+  cases[7].rope_factor = 32.0f;
+  assert_int_equal(lh_config_save(path, &cases[7]), LH_ERR_OK);
+  assert_int_equal(lh_file_read(path, 1 << 20, &text, &len), LH_ERR_OK);
+  assert_non_null(strstr(text, "\"eos_token_id\": [\n    128009,\n    128001,\n    128008\n  ]"));
+  assert_non_null(strstr(text, "\"rope_scaling\": {\n    \"factor\": 32.0,\n"
+                               "    \"low_freq_factor\": 1.0,\n    \"high_freq_factor\": 4.0,\n"
+                               "    \"original_max_position_embeddings\": 8192,\n"
+                               "    \"rope_type\": \"llama3\"\n  }"));
   free(text);
 
   /* an invalid config is not written */
@@ -441,8 +711,10 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_presets),
       cmocka_unit_test(test_qwen25_05b),
+      cmocka_unit_test(test_qwen3_06b),
       cmocka_unit_test(test_llama32_1b),
-      cmocka_unit_test(test_rope_scaling_rejected),
+      cmocka_unit_test(test_rope_scaling),
+      cmocka_unit_test(test_generation_config),
       cmocka_unit_test(test_defaults),
       cmocka_unit_test(test_bad_types),
       cmocka_unit_test(test_unsupported),

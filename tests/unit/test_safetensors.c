@@ -1,6 +1,7 @@
 /* safetensors and model directories: write -> parse round trips (F32, BF16, F16, ints), every
  * malformed-header case with its error code and a message naming the tensor, and
- * lh_model_save/lh_model_load (tied, untied, sharded, missing and misshapen tensors). */
+ * lh_model_save/lh_model_load (Qwen2, Qwen3, Llama; tied, untied, sharded, missing and
+ * misshapen tensors; generation_config.json's eos list). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -453,7 +454,7 @@ static lh_model *tiny_model(lh_arch arch, bool tied, uint64_t seed) {
 }
 
 static void test_model_save_load_f32(void **state) {
-  for (int arch = 0; arch < 2; arch++)
+  for (int arch = 0; arch < 3; arch++)
     for (int tied = 0; tied < 2; tied++) {
       lh_model *m = tiny_model((lh_arch)arch, tied, 7 + (uint64_t)arch);
       char dir[256];
@@ -481,6 +482,19 @@ static void test_model_save_load_f32(void **state) {
       assert_memory_equal(q->data, m->w.wq + m->w.layer_stride, 128 * 128 * sizeof(float));
       assert_int_equal(lh_safetensors_find(st, "model.layers.0.self_attn.k_proj.bias") != NULL,
                        arch == LH_ARCH_QWEN2);
+      /* Qwen3's per-head norms: (head_dim), in the slab where the views say */
+      const lh_st_tensor *kn = lh_safetensors_find(st, "model.layers.1.self_attn.k_norm.weight");
+      assert_int_equal(kn != NULL, arch == LH_ARCH_QWEN3);
+      assert_int_equal(back->cfg.qk_norm, arch == LH_ARCH_QWEN3);
+      if (kn) {
+        assert_int_equal(kn->ndim, 1);
+        assert_int_equal(kn->shape[0], 32);
+        assert_memory_equal(kn->data, m->w.k_norm + m->w.layer_stride, 32 * sizeof(float));
+        assert_true(m->w.q_norm + 32 == m->w.k_norm);
+      } else {
+        assert_null(m->w.q_norm);
+        assert_null(m->w.k_norm);
+      }
       lh_safetensors_close(st);
       lh_model_free(back);
       lh_model_free(m);
@@ -615,6 +629,65 @@ static void test_model_load_errors(void **state) {
   lh_model_free(m);
 }
 
+/* generation_config.json beside config.json: its eos list is what the loaded model stops on. */
+static void test_model_load_generation_config(void **state) {
+  lh_model *m = tiny_model(LH_ARCH_QWEN3, true, 9);
+  char *dir = strdup(path_in("genmodel"));
+  assert_int_equal(lh_model_save(m, dir, LH_SAVE_BF16), LH_ERR_OK);
+  char gen[256];
+  snprintf(gen, sizeof gen, "%s/generation_config.json", dir);
+  lh_model *back = NULL;
+
+  /* no generation_config.json: config.json's single eos */
+  assert_int_equal(lh_model_load(dir, &back), LH_ERR_OK);
+  assert_int_equal(back->cfg.eos_token_id, 2);
+  assert_int_equal(back->cfg.n_eos, 1);
+  lh_model_free(back);
+
+  /* a list, as Qwen3 ships it: replaces config.json's */
+  const char *list = "{\"bos_token_id\": 1, \"do_sample\": true, \"eos_token_id\": [7, 2],\n"
+                     " \"pad_token_id\": 1, \"temperature\": 0.6, \"top_k\": 20, "
+                     "\"top_p\": 0.95}\n";
+  assert_int_equal(lh_file_write_atomic(gen, list, strlen(list)), LH_ERR_OK);
+  assert_int_equal(lh_model_load(dir, &back), LH_ERR_OK);
+  assert_int_equal(back->cfg.n_eos, 2);
+  assert_int_equal(back->cfg.eos_ids[0], 7);
+  assert_int_equal(back->cfg.eos_ids[1], 2);
+  assert_int_equal(back->cfg.eos_token_id, 7);
+  /* saving keeps the list (in config.json) */
+  assert_int_equal(lh_model_save(back, path_in("genmodel2"), LH_SAVE_BF16), LH_ERR_OK);
+  lh_model_free(back);
+  assert_int_equal(lh_model_load(path_in("genmodel2"), &back), LH_ERR_OK);
+  assert_int_equal(back->cfg.n_eos, 2);
+  assert_int_equal(back->cfg.eos_ids[1], 2);
+  lh_model_free(back);
+
+  /* without eos_token_id it changes nothing */
+  const char *none = "{\"temperature\": 0.7}";
+  assert_int_equal(lh_file_write_atomic(gen, none, strlen(none)), LH_ERR_OK);
+  assert_int_equal(lh_model_load(dir, &back), LH_ERR_OK);
+  assert_int_equal(back->cfg.n_eos, 1);
+  assert_int_equal(back->cfg.eos_token_id, 2);
+  lh_model_free(back);
+
+  /* malformed: the load fails, naming the file and the field */
+  const char *bad[] = {"{\"eos_token_id\": [7, \"</s>\"]}", "{\"eos_token_id\": 256}",
+                       "{\"eos_token_id\": 7,", "{\"eos_token_id\": {\"id\": 7}}"};
+  const char *needle[] = {"field eos_token_id[1]", "field eos_token_id", "not valid JSON",
+                          "field eos_token_id"};
+  for (int i = 0; i < 4; i++) {
+    assert_int_equal(lh_file_write_atomic(gen, bad[i], strlen(bad[i])), LH_ERR_OK);
+    back = (lh_model *)0x1;
+    assert_int_equal(lh_model_load(dir, &back), LH_ERR_FORMAT);
+    assert_null(back);
+    if (!strstr(lh_last_error(), "generation_config.json") || !strstr(lh_last_error(), needle[i]))
+      fail_msg("%s: error \"%s\" should name generation_config.json and %s", bad[i],
+               lh_last_error(), needle[i]);
+  }
+  free(dir);
+  lh_model_free(m);
+}
+
 static void test_model_load_sharded(void **state) {
   lh_model *m = tiny_model(LH_ARCH_QWEN2, false, 5);
   char *dir = strdup(path_in("sharded"));
@@ -696,6 +769,7 @@ int main(void) {
       cmocka_unit_test(test_model_save_load_f32),
       cmocka_unit_test(test_model_save_load_bf16),
       cmocka_unit_test(test_model_load_errors),
+      cmocka_unit_test(test_model_load_generation_config),
       cmocka_unit_test(test_model_load_sharded),
   };
   return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
