@@ -1,4 +1,4 @@
-"""PyTorch reference of longhaul's model: a Llama/Qwen2-family decoder written from scratch
+"""PyTorch reference of longhaul's model: a Llama/Qwen2/Qwen3-family decoder written from scratch
 (no transformers), over sequences packed end to end, plus a self-contained safetensors reader
 and writer and a loader for Hugging Face model directories (config.json + model.safetensors).
 
@@ -138,13 +138,25 @@ class Config:
         mtype = d.get("model_type", "")
         if "Qwen2ForCausalLM" in archs or mtype == "qwen2":
             self.arch = "qwen2"
+        elif "Qwen3ForCausalLM" in archs or mtype == "qwen3":
+            self.arch = "qwen3"
         elif "LlamaForCausalLM" in archs or mtype == "llama":
             self.arch = "llama"
         else:
             raise ValueError(f"config.json: architectures {archs} / model_type {mtype!r}: "
-                             "expected Qwen2ForCausalLM or LlamaForCausalLM")
-        if d.get("rope_scaling"):
-            raise NotImplementedError(f"config.json: rope_scaling {d['rope_scaling']} not supported")
+                             "expected Qwen2ForCausalLM, Qwen3ForCausalLM or LlamaForCausalLM")
+        # rope_scaling: None, "default", or Llama 3.1's "llama3" (factor, low_freq_factor,
+        # high_freq_factor, original_max_position_embeddings)
+        self.rope_scaling = None
+        rs = d.get("rope_scaling")
+        if rs:
+            kind = rs.get("rope_type", rs.get("type"))
+            if kind == "llama3":
+                self.rope_scaling = {k: rs[k] for k in ("factor", "low_freq_factor",
+                                                        "high_freq_factor",
+                                                        "original_max_position_embeddings")}
+            elif kind != "default":
+                raise NotImplementedError(f"config.json: rope_scaling {rs} not supported")
         self.vocab_size = int(d["vocab_size"])
         self.hidden_size = int(d["hidden_size"])
         self.intermediate_size = int(d["intermediate_size"])
@@ -162,6 +174,8 @@ class Config:
             self.qkv_bias = True
         else:
             self.qkv_bias = bool(d.get("attention_bias", False))
+        # Qwen3: RMSNorm over each q and k head (weights of size head_dim) before RoPE
+        self.qk_norm = self.arch == "qwen3"
         if self.n_heads % self.n_kv_heads:
             raise ValueError(f"config.json: num_attention_heads {self.n_heads} is not a multiple "
                              f"of num_key_value_heads {self.n_kv_heads}")
@@ -191,6 +205,9 @@ def tensor_shapes(cfg):
         s[p + "self_attn.v_proj.weight"] = (KV * hd, C)
         if cfg.qkv_bias:
             s[p + "self_attn.v_proj.bias"] = (KV * hd,)
+        if cfg.qk_norm:
+            s[p + "self_attn.q_norm.weight"] = (hd,)
+            s[p + "self_attn.k_norm.weight"] = (hd,)
         s[p + "self_attn.o_proj.weight"] = (C, H * hd)
         s[p + "post_attention_layernorm.weight"] = (C,)
         s[p + "mlp.gate_proj.weight"] = (F_, C)
@@ -231,12 +248,19 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(C, KV * hd, bias=cfg.qkv_bias)
         self.v_proj = nn.Linear(C, KV * hd, bias=cfg.qkv_bias)
         self.o_proj = nn.Linear(H * hd, C, bias=False)
+        self.qk_norm = cfg.qk_norm
+        if cfg.qk_norm:
+            self.q_norm = RMSNorm(hd, cfg.rms_eps)
+            self.k_norm = RMSNorm(hd, cfg.rms_eps)
 
     def forward(self, x, cos, sin, layout):
         N = x.shape[0]
         q = self.q_proj(x).view(N, self.H, self.hd)
         k = self.k_proj(x).view(N, self.KV, self.hd)
         v = self.v_proj(x).view(N, self.KV, self.hd)
+        if self.qk_norm:
+            q = self.q_norm(q)
+            k = self.k_norm(k)
         q = apply_rope(q, cos, sin)
         k = apply_rope(k, cos, sin)
         if layout.uniform:
@@ -296,11 +320,30 @@ def apply_rope(x, cos, sin):
     return x * cos[:, None, :] + rotate_half(x) * sin[:, None, :]
 
 
-def rope_tables(positions, hd, theta, dtype):
+def rope_inv_freq(cfg):
+    """inv_freq (hd/2) in float64: theta^(-2i/hd), adjusted as transformers'
+    _compute_llama3_parameters does when rope_scaling is llama3: wavelengths 2*pi/inv_freq
+    above original/low_freq_factor are stretched by factor, those below
+    original/high_freq_factor kept, and the band between interpolated smoothly."""
+    hd = cfg.head_dim
+    inv_freq = cfg.rope_theta ** (-torch.arange(0, hd, 2, dtype=torch.float64) / hd)
+    rs = cfg.rope_scaling
+    if rs is None:
+        return inv_freq
+    factor, low, high = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"]
+    old_len = rs["original_max_position_embeddings"]
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > old_len / low, inv_freq / factor, inv_freq)
+    smooth = (old_len / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < old_len / high) & ~(wavelen > old_len / low)
+    return torch.where(medium, smoothed, scaled)
+
+
+def rope_tables(positions, inv_freq, dtype):
     """cos, sin (N, hd) for integer positions (N): angle pos*inv_freq[i], duplicated to hd.
     The angles are computed in float64 and rounded once to `dtype`."""
-    inv_freq = theta ** (-torch.arange(0, hd, 2, dtype=torch.float64) / hd)
-    ang = positions.to(torch.float64)[:, None] * inv_freq[None, :]
+    ang = positions.to(torch.float64)[:, None] * inv_freq.to(torch.float64)[None, :]
     ang = torch.cat((ang, ang), dim=-1)
     return ang.cos().to(dtype), ang.sin().to(dtype)
 
@@ -363,7 +406,7 @@ class Model(nn.Module):
         key = (tuple(layout.seq_start), dtype)
         hit = self._rope_cache.get(key)
         if hit is None:
-            hit = rope_tables(layout.positions, self.cfg.head_dim, self.cfg.rope_theta, dtype)
+            hit = rope_tables(layout.positions, rope_inv_freq(self.cfg), dtype)
             self._rope_cache = {key: hit}
         return hit
 
@@ -453,7 +496,8 @@ def default_config_dict(arch):
     """A Hugging Face config.json for a tiny model of `arch` (what `longhaul init-model`
     writes, give or take fields the reference does not read)."""
     d = {
-        "architectures": ["Qwen2ForCausalLM" if arch == "qwen2" else "LlamaForCausalLM"],
+        "architectures": [{"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
+                           "llama": "LlamaForCausalLM"}[arch]],
         "model_type": arch,
         "vocab_size": 96, "hidden_size": 64, "intermediate_size": 160,
         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
@@ -461,7 +505,7 @@ def default_config_dict(arch):
         "rms_norm_eps": 1e-6, "tie_word_embeddings": True, "hidden_act": "silu",
         "torch_dtype": "float32",
     }
-    if arch == "llama":
+    if arch != "qwen2":
         d["attention_bias"] = False
     return d
 
@@ -492,11 +536,17 @@ def init_model_dir(arch, overrides, seed, out, dtype=torch.float32):
 def _selftest():
     torch.manual_seed(0)
     ok = True
-    for arch, tie, kv in (("qwen2", True, 2), ("llama", False, 1), ("llama", True, 4)):
+    llama3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+              "high_freq_factor": 4.0, "original_max_position_embeddings": 8}
+    for arch, tie, kv, extra in (("qwen2", True, 2, {}), ("llama", False, 1, {}),
+                                 ("llama", True, 4, {}), ("qwen3", True, 2, {"head_dim": 6}),
+                                 ("qwen3", False, 1, {"head_dim": 6, "attention_bias": True}),
+                                 ("llama", False, 2, {"rope_scaling": llama3})):
         d = default_config_dict(arch)
         d.update(vocab_size=11, hidden_size=8, intermediate_size=12, num_hidden_layers=2,
                  num_attention_heads=4, num_key_value_heads=kv, head_dim=4,
                  tie_word_embeddings=tie, attention_bias=(arch == "llama" and tie))
+        d.update(extra)
         cfg = Config(d)
         model = Model(cfg).double()
         with torch.no_grad():
@@ -549,7 +599,7 @@ def _selftest():
         for fn in os.listdir(tmp):
             os.remove(os.path.join(tmp, fn))
         os.rmdir(tmp)
-        print(f"selftest {arch} tied={tie} kv={kv}: {'ok' if good else 'FAILED'}")
+        print(f"selftest {arch} tied={tie} kv={kv} {extra}: {'ok' if good else 'FAILED'}")
         ok = ok and good
     return ok
 
@@ -564,10 +614,28 @@ def _naive_logits(model, tokens, seq_start):
     def rms(x, w):
         return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
 
+    def inv_freq(i):
+        f = cfg.rope_theta ** (-2.0 * i / hd)
+        rs = cfg.rope_scaling
+        if rs is None:
+            return f
+        # Llama 3.1 (the original reference code): keep short wavelengths, divide long ones by
+        # factor, blend linearly in 1/wavelength between
+        lo = rs["original_max_position_embeddings"] / rs["low_freq_factor"]
+        hi = rs["original_max_position_embeddings"] / rs["high_freq_factor"]
+        wl = 2 * math.pi / f
+        if wl < hi:
+            return f
+        if wl > lo:
+            return f / rs["factor"]
+        a = (rs["original_max_position_embeddings"] / wl - rs["low_freq_factor"]) / (
+            rs["high_freq_factor"] - rs["low_freq_factor"])
+        return (1 - a) * f / rs["factor"] + a * f
+
     def rope(v, pos):
         r = np.empty_like(v)
         for i in range(hd // 2):
-            ang = pos * cfg.rope_theta ** (-2.0 * i / hd)
+            ang = pos * inv_freq(i)
             c, s_ = math.cos(ang), math.sin(ang)
             r[i] = v[i] * c - v[i + hd // 2] * s_
             r[i + hd // 2] = v[i + hd // 2] * c + v[i] * s_
@@ -585,6 +653,10 @@ def _naive_logits(model, tokens, seq_start):
                 if cfg.qkv_bias:
                     y = y + P[p + f"self_attn.{nm}_proj.bias"]
                 proj[nm] = y
+            if cfg.qk_norm:  # each head's q and k vector on its own
+                for nm, n_heads in (("q", H), ("k", KV)):
+                    y = proj[nm].reshape(T, n_heads, hd)
+                    proj[nm] = rms(y, P[p + f"self_attn.{nm}_norm.weight"]).reshape(T, -1)
             att = np.zeros((T, H * hd))
             for hh in range(H):
                 kh = hh // (H // KV)
@@ -620,7 +692,7 @@ def _main(argv):
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("selftest")
     im = sub.add_parser("init-model")
-    im.add_argument("--arch", choices=["qwen2", "llama"], required=True)
+    im.add_argument("--arch", choices=["qwen2", "qwen3", "llama"], required=True)
     im.add_argument("--preset", help="JSON file of config.json keys to override")
     im.add_argument("--seed", type=int, default=1)
     im.add_argument("--out", required=True)

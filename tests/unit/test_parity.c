@@ -172,6 +172,14 @@ static void test_llama_tied_mqa(void **state) {
 static void test_qwen2_long(void **state) {
   check_variant("qwen2_long");
 }
+/* Qwen3: per-head q/k RMSNorm before RoPE, no biases, head_dim 24 != hidden / heads */
+static void test_qwen3_qknorm(void **state) {
+  check_variant("qwen3_qknorm");
+}
+/* Llama 3.1 rope_scaling (factor 8, original context 32) on 150- and 70-token sequences */
+static void test_llama3_ropescale(void **state) {
+  check_variant("llama3_ropescale");
+}
 
 int main(void) {
   const struct CMUnitTest tests[] = {
@@ -180,6 +188,8 @@ int main(void) {
       cmocka_unit_test(test_llama_untied_gqa),
       cmocka_unit_test(test_llama_tied_mqa),
       cmocka_unit_test(test_qwen2_long),
+      cmocka_unit_test(test_qwen3_qknorm),
+      cmocka_unit_test(test_llama3_ropescale),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
