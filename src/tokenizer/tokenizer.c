@@ -1,0 +1,465 @@
+/* Encoding and decoding with a loaded tokenizer: added tokens (leftmost-longest), NFC,
+ * pre-tokenization, then BPE per piece with a heap of candidate merges (lowest rank, then
+ * leftmost first), as Hugging Face tokenizers does. All scratch memory belongs to the call, so
+ * one tokenizer serves any number of threads. Also the character tokenizer's tokenizer.json. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tok_internal.h"
+
+/* ---------------------------------------------------------------- accessors */
+
+int lh_tokenizer_vocab_size(const lh_tokenizer *t) {
+  return t->n_ids;
+}
+
+const char *lh_tokenizer_token(const lh_tokenizer *t, int32_t id) {
+  return id >= 0 && id < t->n_ids ? t->tok[id] : NULL;
+}
+
+int32_t lh_tokenizer_find(const lh_tokenizer *t, const char *token) {
+  size_t len = strlen(token);
+  int32_t id = lh__tok_vocab_find(t, token, len);
+  if (id >= 0) return id;
+  for (size_t i = 0; i < t->n_added; i++) {
+    int32_t a = t->added[i].id;
+    if (t->tok_len[a] == len && !memcmp(t->tok[a], token, len)) return a;
+  }
+  return -1;
+}
+
+bool lh_tokenizer_is_special(const lh_tokenizer *t, int32_t id) {
+  return id >= 0 && id < t->n_ids && (t->id_flags[id] & LH__TOK_ID_SPECIAL);
+}
+
+/* ---------------------------------------------------------------- scratch of one call */
+
+/* A candidate merge in the heap: rank << 32 | position of its left symbol, so the smallest key
+ * is the lowest rank and, among equal ranks, the leftmost. A rank names one pair, so an entry
+ * is current exactly when the pair now at its position still has that rank. */
+typedef uint64_t heap_entry;
+typedef struct scratch {
+  int32_t *out; /* the ids produced so far */
+  size_t n_out, cap_out;
+  char *norm; /* NFC of the current section */
+  size_t cap_norm;
+  uint32_t *cp; /* code points of the current section */
+  uint8_t *fl;  /* their LH__TOK_* flags */
+  size_t *off;  /* their byte offsets, plus the end */
+  size_t cap_cp;
+  int32_t *sym; /* BPE symbols: token id, or -1 once merged into the left neighbour */
+  int32_t *prev, *next;
+  size_t cap_sym;
+  heap_entry *heap;
+  size_t n_heap, cap_heap;
+  char *bl; /* a piece in byte-level form (ignore_merges lookups) */
+  size_t cap_bl;
+} scratch;
+
+static void scratch_free(scratch *s) {
+  free(s->out);
+  free(s->norm);
+  free(s->cp);
+  free(s->fl);
+  free(s->off);
+  free(s->sym);
+  free(s->prev);
+  free(s->next);
+  free(s->heap);
+  free(s->bl);
+}
+
+/* Grows *p to hold at least n elements of size sz (amortised doubling). */
+static bool grow(void *pp, size_t *cap, size_t n, size_t sz) {
+  if (n <= *cap) return true;
+  size_t c = *cap ? *cap : 64;
+  while (c < n)
+    c *= 2;
+  void *q;
+  memcpy(&q, pp, sizeof q); /* pp is the address of a T* for any T */
+  q = realloc(q, c * sz);
+  if (!q) return false;
+  memcpy(pp, &q, sizeof q);
+  *cap = c;
+  return true;
+}
+
+static bool push_id(scratch *s, int32_t id) {
+  if (!grow(&s->out, &s->cap_out, s->n_out + 1, sizeof *s->out)) return false;
+  s->out[s->n_out++] = id;
+  return true;
+}
+
+/* ---------------------------------------------------------------- BPE */
+
+static const lh__tok_merge *merge_find(const lh_tokenizer *t, int32_t a, int32_t b) {
+  if (!t->merges) return NULL;
+  uint64_t pair = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
+  uint64_t x = pair;
+  x ^= x >> 31;
+  x *= 0x7fb5d329728ea185ull;
+  x ^= x >> 27;
+  x *= 0x81dadef4bc2dd44dull;
+  x ^= x >> 33;
+  for (uint32_t h = (uint32_t)x & t->merge_mask;; h = (h + 1) & t->merge_mask) {
+    const lh__tok_merge *m = &t->merges[h];
+    if (m->rank == UINT32_MAX) return NULL;
+    if (m->pair == pair) return m;
+  }
+}
+
+/* A 4-ary min-heap: fewer levels than a binary heap, each level's children in one cache line. */
+static void heap_push(scratch *s, heap_entry e) {
+  /* capacity is reserved by bpe(): at most n - 1 + 2 * merges entries ever exist */
+  size_t i = s->n_heap++;
+  while (i > 0) {
+    size_t p = (i - 1) / 4;
+    if (s->heap[p] <= e) break;
+    s->heap[i] = s->heap[p];
+    i = p;
+  }
+  s->heap[i] = e;
+}
+
+static heap_entry heap_pop(scratch *s) {
+  heap_entry top = s->heap[0], last = s->heap[--s->n_heap];
+  size_t i = 0, n = s->n_heap;
+  for (;;) {
+    size_t c = 4 * i + 1;
+    if (c >= n) break;
+    size_t end = c + 4 < n ? c + 4 : n, best = c;
+    for (size_t k = c + 1; k < end; k++)
+      if (s->heap[k] < s->heap[best]) best = k;
+    if (s->heap[best] >= last) break;
+    s->heap[i] = s->heap[best];
+    i = best;
+  }
+  if (n) s->heap[i] = last;
+  return top;
+}
+
+static void try_pair(const lh_tokenizer *t, scratch *s, int32_t left) {
+  int32_t right = s->next[left];
+  if (right < 0) return;
+  const lh__tok_merge *m = merge_find(t, s->sym[left], s->sym[right]);
+  if (m) heap_push(s, (uint64_t)m->rank << 32 | (uint32_t)left);
+}
+
+/* Merges the n symbols in s->sym (ids; unknown pieces already resolved) and appends the
+ * result to s->out. */
+static bool bpe(const lh_tokenizer *t, scratch *s, size_t n) {
+  if (n == 0) return true;
+  if (n == 1 || !t->merges) {
+    if (!grow(&s->out, &s->cap_out, s->n_out + n, sizeof *s->out)) return false;
+    memcpy(s->out + s->n_out, s->sym, n * sizeof *s->sym);
+    s->n_out += n;
+    return true;
+  }
+  if (!grow(&s->heap, &s->cap_heap, 3 * n, sizeof *s->heap)) return false;
+  s->n_heap = 0;
+  for (size_t i = 0; i < n; i++) {
+    s->prev[i] = (int32_t)i - 1;
+    s->next[i] = i + 1 < n ? (int32_t)i + 1 : -1;
+  }
+  for (size_t i = 0; i + 1 < n; i++)
+    try_pair(t, s, (int32_t)i);
+  while (s->n_heap) {
+    heap_entry top = heap_pop(s);
+    int32_t l = (int32_t)(uint32_t)top;
+    if (s->sym[l] < 0) continue; /* merged away */
+    int32_t r = s->next[l];
+    if (r < 0) continue;
+    const lh__tok_merge *m = merge_find(t, s->sym[l], s->sym[r]);
+    if (!m || m->rank != (uint32_t)(top >> 32)) continue; /* the pair at l changed */
+    s->sym[l] = m->id;
+    s->sym[r] = -1;
+    s->next[l] = s->next[r];
+    if (s->next[r] >= 0) s->prev[s->next[r]] = l;
+    if (s->prev[l] >= 0) try_pair(t, s, s->prev[l]);
+    try_pair(t, s, l);
+  }
+  for (int32_t i = 0; i >= 0; i = s->next[i])
+    if (!push_id(s, s->sym[i])) return false;
+  return true;
+}
+
+static bool reserve_sym(scratch *s, size_t n) {
+  size_t c = s->cap_sym;
+  if (!grow(&s->sym, &c, n, sizeof *s->sym)) return false;
+  c = s->cap_sym;
+  if (!grow(&s->prev, &c, n, sizeof *s->prev)) return false;
+  c = s->cap_sym;
+  if (!grow(&s->next, &c, n, sizeof *s->next)) return false;
+  s->cap_sym = c;
+  return true;
+}
+
+/* One pre-token of a byte-level tokenizer: bytes b[0..n). */
+static lh_err encode_bytes(const lh_tokenizer *t, scratch *s, const uint8_t *b, size_t n) {
+  if (n == 1) return push_id(s, t->byte_id[b[0]]) ? LH_ERR_OK : LH_ERR_NOMEM;
+  if (t->ignore_merges) {
+    if (!grow(&s->bl, &s->cap_bl, 2 * n, 1)) return LH_ERR_NOMEM;
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+      m += lh__tok_utf8_put(t->cp_of_byte[b[i]], (uint8_t *)s->bl + m);
+    int32_t id = lh__tok_vocab_find(t, s->bl, m);
+    if (id >= 0) return push_id(s, id) ? LH_ERR_OK : LH_ERR_NOMEM;
+  }
+  if (!reserve_sym(s, n)) return LH_ERR_NOMEM;
+  for (size_t i = 0; i < n; i++)
+    s->sym[i] = t->byte_id[b[i]];
+  return bpe(t, s, n) ? LH_ERR_OK : LH_ERR_NOMEM;
+}
+
+/* One pre-token of a character-level tokenizer: code points [a, b) of the section at text
+ * (section_off: its byte offset in the caller's text, for messages). */
+static lh_err encode_chars(const lh_tokenizer *t, scratch *s, const char *text, size_t a, size_t b,
+                           size_t section_off) {
+  if (t->ignore_merges) {
+    int32_t id = lh__tok_vocab_find(t, text + s->off[a], s->off[b] - s->off[a]);
+    if (id >= 0) return push_id(s, id) ? LH_ERR_OK : LH_ERR_NOMEM;
+  }
+  if (!reserve_sym(s, b - a)) return LH_ERR_NOMEM;
+  size_t n = 0;
+  for (size_t k = a; k < b; k++) {
+    size_t o = s->off[k], len = s->off[k + 1] - o;
+    int32_t id = lh__tok_vocab_find(t, text + o, len);
+    if (id < 0) {
+      if (t->unk_id < 0) {
+        if (s->cp[k] >= LH__TOK_RAW_BASE)
+          return lh_errorf(LH_ERR_NOTFOUND,
+                           "%s: no token for byte 0x%02X (not UTF-8) at byte %zu of the text",
+                           t->what, (unsigned)(s->cp[k] - LH__TOK_RAW_BASE), section_off + o);
+        return lh_errorf(LH_ERR_NOTFOUND, "%s: no token for \"%.*s\" (U+%04X) at byte %zu of %s",
+                         t->what, (int)len, text + o, (unsigned)s->cp[k], section_off + o,
+                         t->nfc ? "the normalized text" : "the text");
+      }
+      if (t->fuse_unk && n > 0 && s->sym[n - 1] == t->unk_id) continue;
+      id = t->unk_id;
+    }
+    s->sym[n++] = id;
+  }
+  return bpe(t, s, n) ? LH_ERR_OK : LH_ERR_NOMEM;
+}
+
+/* Text between added tokens: normalize, pre-tokenize, BPE each piece. */
+static lh_err encode_section(const lh_tokenizer *t, scratch *s, const char *text, size_t len,
+                             size_t section_off) {
+  if (len == 0) return LH_ERR_OK;
+  if (t->nfc) {
+    size_t n_norm = 0;
+    if (!lh__tok_nfc(text, len, &s->norm, &s->cap_norm, &n_norm)) return LH_ERR_NOMEM;
+    text = s->norm;
+    len = n_norm;
+  }
+  const uint8_t *u = (const uint8_t *)text;
+  if (t->byte_level && t->pre == LH__TOK_PRE_NONE) return encode_bytes(t, s, u, len);
+  /* code points, their classes and offsets */
+  size_t c1 = s->cap_cp, c2 = s->cap_cp, c3 = s->cap_cp;
+  if (!grow(&s->cp, &c1, len + 1, sizeof *s->cp) || !grow(&s->fl, &c2, len + 1, 1) ||
+      !grow(&s->off, &c3, len + 1, sizeof *s->off))
+    return LH_ERR_NOMEM;
+  s->cap_cp = c1 < c2 ? (c1 < c3 ? c1 : c3) : (c2 < c3 ? c2 : c3);
+  size_t n = 0;
+  for (size_t i = 0; i < len; n++) {
+    s->off[n] = i;
+    i += lh__tok_utf8_next(u + i, len - i, &s->cp[n]);
+    s->fl[n] = lh__tok_uprop_of(s->cp[n]).flags;
+  }
+  s->off[n] = len;
+  lh_err e = LH_ERR_OK;
+  for (size_t i = 0; i < n && !e;) {
+    size_t j = t->pre == LH__TOK_PRE_NONE ? n : lh__tok_pre_match(t->pre, s->cp, s->fl, n, i);
+    if (t->byte_level)
+      e = encode_bytes(t, s, u + s->off[i], s->off[j] - s->off[i]);
+    else
+      e = encode_chars(t, s, text, i, j, section_off);
+    i = j;
+  }
+  return e;
+}
+
+/* The longest added token allowed at text[0..n), or -1; *len gets its length. */
+static int32_t match_added(const lh_tokenizer *t, const uint8_t *text, size_t n, bool allow_special,
+                           size_t *len) {
+  int32_t node = t->trie_root[text[0]], best = -1;
+  size_t i = 1;
+  while (node >= 0) {
+    int32_t a = t->trie[node].added;
+    if (a >= 0 && (allow_special || !t->added[a].special)) {
+      best = t->added[a].id;
+      *len = i;
+    }
+    if (i == n) break;
+    uint8_t c = text[i++];
+    for (node = t->trie[node].child; node >= 0 && t->trie[node].byte != c;)
+      node = t->trie[node].sibling;
+  }
+  return best;
+}
+
+lh_err lh_tokenizer_encode(const lh_tokenizer *t, const char *text, size_t len, bool allow_special,
+                           int32_t **ids, size_t *n) {
+  *ids = NULL;
+  *n = 0;
+  scratch s = {0};
+  lh_err e = LH_ERR_OK;
+  size_t start = 0, i = 0;
+  const uint8_t *u = (const uint8_t *)text;
+  while (i < len && !e) {
+    size_t mlen = 0;
+    int32_t id = t->n_added ? match_added(t, u + i, len - i, allow_special, &mlen) : -1;
+    if (id < 0) {
+      i++;
+      continue;
+    }
+    e = encode_section(t, &s, text + start, i - start, start);
+    if (!e && !push_id(&s, id)) e = LH_ERR_NOMEM;
+    i += mlen;
+    start = i;
+  }
+  if (!e) e = encode_section(t, &s, text + start, len - start, start);
+  if (e == LH_ERR_NOMEM) lh_errorf(e, "%s: out of memory encoding %zu bytes", t->what, len);
+  if (!e) {
+    *ids = s.out ? s.out : malloc(sizeof(int32_t));
+    s.out = NULL;
+    if (!*ids) e = lh_errorf(LH_ERR_NOMEM, "%s: out of memory", t->what);
+    *n = s.n_out;
+  }
+  scratch_free(&s);
+  return e;
+}
+
+/* ---------------------------------------------------------------- decoding */
+
+typedef struct bytes {
+  char *p;
+  size_t n, cap;
+} bytes;
+
+static bool put(bytes *b, const void *src, size_t k) {
+  if (!grow(&b->p, &b->cap, b->n + k + 1, 1)) return false;
+  memcpy(b->p + b->n, src, k);
+  b->n += k;
+  return true;
+}
+
+/* ByteLevel: each character back to its byte; a token with a character outside the map
+ * (an added token such as "<|im end|>" with a space) contributes its own UTF-8 bytes. */
+static bool put_byte_level(const lh_tokenizer *t, bytes *b, const char *tok, size_t len) {
+  if (!grow(&b->p, &b->cap, b->n + len + 1, 1)) return false;
+  size_t m = 0;
+  for (size_t i = 0; i < len;) {
+    uint32_t cp;
+    i += lh__tok_utf8_next((const uint8_t *)tok + i, len - i, &cp);
+    if (cp >= sizeof t->byte_of_cp / sizeof t->byte_of_cp[0] || t->byte_of_cp[cp] < 0)
+      return put(b, tok, len);
+    b->p[b->n + m++] = (char)t->byte_of_cp[cp];
+  }
+  b->n += m;
+  return true;
+}
+
+lh_err lh_tokenizer_decode(const lh_tokenizer *t, const int32_t *ids, size_t n, bool skip_special,
+                           char **text, size_t *len) {
+  *text = NULL;
+  *len = 0;
+  bytes b = {0};
+  bool ok = grow(&b.p, &b.cap, 64, 1);
+  size_t emitted = 0;
+  for (size_t i = 0; i < n && ok; i++) {
+    int32_t id = ids[i];
+    if (id < 0 || id >= t->n_ids || !t->tok[id]) {
+      free(b.p);
+      return lh_errorf(LH_ERR_INVAL,
+                       "%s: token id %d at position %zu is not in the vocabulary "
+                       "(ids 0..%d)",
+                       t->what, id, i, t->n_ids - 1);
+    }
+    if (skip_special && (t->id_flags[id] & LH__TOK_ID_SPECIAL)) continue;
+    const char *tok = t->tok[id];
+    size_t tl = t->tok_len[id];
+    switch (t->dec) {
+    case LH__TOK_DEC_BYTELEVEL:
+      ok = put_byte_level(t, &b, tok, tl);
+      break;
+    case LH__TOK_DEC_JOIN:
+      ok = (emitted == 0 || put(&b, " ", 1)) && put(&b, tok, tl);
+      break;
+    case LH__TOK_DEC_FUSE:
+      ok = put(&b, tok, tl);
+      break;
+    }
+    emitted++;
+  }
+  if (!ok) {
+    free(b.p);
+    return lh_errorf(LH_ERR_NOMEM, "%s: out of memory decoding %zu tokens", t->what, n);
+  }
+  b.p[b.n] = '\0';
+  *text = b.p;
+  *len = b.n;
+  return LH_ERR_OK;
+}
+
+/* ---------------------------------------------------------------- the character tokenizer */
+
+char *lh_tokenizer_chars_json(void) {
+  static const char *const specials[] = {"<|pad|>", "<|bos|>", "<|eos|>"};
+  json_t *root = json_object();
+  json_t *added = json_array();
+  json_t *vocab = json_object();
+  int id = 0;
+  for (; id < 3; id++) {
+    json_t *a = json_object();
+    json_object_set_new(a, "id", json_integer(id));
+    json_object_set_new(a, "content", json_string(specials[id]));
+    json_object_set_new(a, "single_word", json_false());
+    json_object_set_new(a, "lstrip", json_false());
+    json_object_set_new(a, "rstrip", json_false());
+    json_object_set_new(a, "normalized", json_false());
+    json_object_set_new(a, "special", json_true());
+    json_array_append_new(added, a);
+    json_object_set_new(vocab, specials[id], json_integer(id));
+  }
+  for (int c = ' '; c <= '~'; c++) {
+    char s[2] = {(char)c, 0};
+    json_object_set_new(vocab, s, json_integer(id++));
+  }
+  json_object_set_new(vocab, "\n", json_integer(id++));
+  json_t *model = json_object();
+  json_object_set_new(model, "type", json_string("BPE"));
+  json_object_set_new(model, "dropout", json_null());
+  json_object_set_new(model, "unk_token", json_null());
+  json_object_set_new(model, "continuing_subword_prefix", json_null());
+  json_object_set_new(model, "end_of_word_suffix", json_null());
+  json_object_set_new(model, "fuse_unk", json_false());
+  json_object_set_new(model, "byte_fallback", json_false());
+  json_object_set_new(model, "ignore_merges", json_false());
+  json_object_set_new(model, "vocab", vocab);
+  json_object_set_new(model, "merges", json_array());
+  json_t *decoder = json_object();
+  json_object_set_new(decoder, "type", json_string("Fuse"));
+  json_object_set_new(root, "version", json_string("1.0"));
+  json_object_set_new(root, "truncation", json_null());
+  json_object_set_new(root, "padding", json_null());
+  json_object_set_new(root, "added_tokens", added);
+  json_object_set_new(root, "normalizer", json_null());
+  json_object_set_new(root, "pre_tokenizer", json_null());
+  json_object_set_new(root, "post_processor", json_null());
+  json_object_set_new(root, "decoder", decoder);
+  json_object_set_new(root, "model", model);
+  char *text = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+  json_decref(root);
+  LH_CHECK(text, "out of memory writing the character tokenizer");
+  /* json_dumps memory is released with free() under jansson's default allocator */
+  size_t n = strlen(text);
+  char *out = lh_xmalloc(n + 2);
+  memcpy(out, text, n);
+  out[n] = '\n';
+  out[n + 1] = '\0';
+  free(text);
+  return out;
+}
