@@ -120,6 +120,7 @@ static const struct {
   const char *summary;
 } subcommands[] = {
     {"train", bench_train, "training steps per second (forward + backward + AdamW)"},
+    {"generate", lh__bench_generate, "prefill and decode tokens per second of the rollout engine"},
 };
 
 static void bench_usage(FILE *out) {
@@ -132,7 +133,7 @@ static void bench_usage(FILE *out) {
 int lh__cmd_bench(int argc, char **argv) {
   if (argc < 2)
     return lh__cli_error("bench", LH__EXIT_USAGE,
-                         "missing subcommand (expected: train; see longhaul bench --help)");
+                         "missing subcommand (expected: train or generate; see longhaul bench --help)");
   const char *sub = argv[1];
   if (!strcmp(sub, "--help") || !strcmp(sub, "-h")) {
     bench_usage(stdout);
@@ -141,6 +142,6 @@ int lh__cmd_bench(int argc, char **argv) {
   for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++)
     if (!strcmp(sub, subcommands[i].name)) return subcommands[i].run(argc - 1, argv + 1);
   return lh__cli_error("bench", LH__EXIT_USAGE,
-                       "unknown subcommand \"%s\" (expected: train; see longhaul bench --help)",
+                       "unknown subcommand \"%s\" (expected: train or generate; see longhaul bench --help)",
                        sub);
 }

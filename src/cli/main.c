@@ -15,7 +15,9 @@ static const command commands[] = {
     {"init-model", lh__cmd_init_model,
      "create a randomly initialised Qwen2/Llama model directory (Hugging Face layout)"},
     {"score", lh__cmd_score, "print the log-probability of every token of JSON token-id lines"},
-    {"bench", lh__cmd_bench, "measure throughput (bench train: training steps per second)"},
+    {"generate", lh__cmd_generate, "sample completions of a prompt with the rollout engine"},
+    {"bench", lh__cmd_bench, "measure throughput (bench train, bench generate)"},
+    {"tokenize", lh__cmd_tokenize, "encode text to token ids, or decode ids (tokenizer.json)"},
 };
 
 static void usage(FILE *out) {

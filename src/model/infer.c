@@ -31,21 +31,21 @@ struct lh_infer {
 struct lh_kv {
   const lh_infer *m;
   int n_slots, max_seq, max_rows, n_threads;
-  float *k, *v;     /* (L, n_slots, max_seq, KV*hd) */
-  float *x;         /* (R, C) residual stream */
-  float *xn;        /* (R, C) normed */
-  float *qkv;       /* (R, QKV) */
-  float *att;       /* (R, H*hd) */
-  float *gu;        /* (R, 2F) */
-  float *h;         /* (R, F) */
-  float *xl;        /* (R, C) rows that want logits, normed */
-  float *scores;    /* (n_threads, max_seq) */
-  float *tiles;     /* (n_threads, TILE_N * max(C, F, H*hd)) */
+  float *k, *v;               /* (L, n_slots, max_seq, KV*hd) */
+  float *x;                   /* (R, C) residual stream */
+  float *xn;                  /* (R, C) normed */
+  float *qkv;                 /* (R, QKV) */
+  float *att;                 /* (R, H*hd) */
+  float *gu;                  /* (R, 2F) */
+  float *h;                   /* (R, F) */
+  float *xl;                  /* (R, C) rows that want logits, normed */
+  float *scores;              /* (n_threads, max_seq) */
+  float *tiles;               /* (n_threads, TILE_N * max(C, F, H*hd)) */
   float *rope_cos, *rope_sin; /* (max_seq, hd/2) */
 };
 
-#define TILE_N 64   /* weight rows converted per sgemm tile */
-#define SMALL_M 8   /* at most this many rows: stream bf16 rows, no tiles */
+#define TILE_N  64 /* weight rows converted per sgemm tile */
+#define SMALL_M 8  /* at most this many rows: stream bf16 rows, no tiles */
 
 /* ---------------------------------------------------------------- weights */
 
@@ -127,8 +127,9 @@ lh_err lh_kv_create(const lh_infer *m, int n_slots, int max_seq, int max_rows, l
   *out = NULL;
   const lh_config *c = &m->cfg;
   if (n_slots < 1 || max_seq < 1 || max_rows < 1)
-    return lh_errorf(LH_ERR_INVAL, "kv cache: need at least 1 slot, position and row (got %d, %d, %d)",
-                     n_slots, max_seq, max_rows);
+    return lh_errorf(LH_ERR_INVAL,
+                     "kv cache: need at least 1 slot, position and row (got %d, %d, %d)", n_slots,
+                     max_seq, max_rows);
   if (max_seq > c->max_positions)
     return lh_errorf(LH_ERR_LIMIT, "kv cache: %d positions, the model allows %d", max_seq,
                      c->max_positions);
@@ -216,7 +217,8 @@ static void matmul_bf16(lh_kv *kv, float *out, const float *x, const uint16_t *W
         const float *xm = x + (size_t)m * K;
         float acc = 0.0f;
 #pragma omp simd reduction(+ : acc)
-        for (int k = 0; k < K; k++) acc += xm[k] * bf16f(w[k]);
+        for (int k = 0; k < K; k++)
+          acc += xm[k] * bf16f(w[k]);
         float *o = out + (size_t)m * N + n;
         *o = beta != 0.0f ? *o + acc : acc;
       }
@@ -231,7 +233,8 @@ static void matmul_bf16(lh_kv *kv, float *out, const float *x, const uint16_t *W
     const uint16_t *w = W + (size_t)n0 * K;
     size_t cnt = (size_t)nt * K;
 #pragma omp simd
-    for (size_t i = 0; i < cnt; i++) tile[i] = bf16f(w[i]);
+    for (size_t i = 0; i < cnt; i++)
+      tile[i] = bf16f(w[i]);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, nt, K, 1.0f, x, K, tile, K, beta,
                 out + n0, N);
   }
@@ -244,10 +247,12 @@ static void rmsnorm_bf16(float *out, const float *x, const uint16_t *w, int M, i
     const float *xi = x + (size_t)i * C;
     float *oi = out + (size_t)i * C, ss = 0.0f;
 #pragma omp simd reduction(+ : ss)
-    for (int j = 0; j < C; j++) ss += xi[j] * xi[j];
+    for (int j = 0; j < C; j++)
+      ss += xi[j] * xi[j];
     float r = 1.0f / sqrtf(ss / (float)C + eps);
 #pragma omp simd
-    for (int j = 0; j < C; j++) oi[j] = xi[j] * r * bf16f(w[j]);
+    for (int j = 0; j < C; j++)
+      oi[j] = xi[j] * r * bf16f(w[j]);
   }
 }
 
@@ -276,7 +281,8 @@ lh_err lh_infer_forward(const lh_infer *m, lh_kv *kv, const lh_infer_row *rows, 
   for (int r = 0; r < n; r++) {
     const uint16_t *e = W + o->embed + (size_t)rows[r].token * C;
     float *x = kv->x + (size_t)r * C;
-    for (int j = 0; j < C; j++) x[j] = bf16f(e[j]);
+    for (int j = 0; j < C; j++)
+      x[j] = bf16f(e[j]);
   }
 
   for (int l = 0; l < L; l++) {
@@ -291,7 +297,8 @@ lh_err lh_infer_forward(const lh_infer *m, lh_kv *kv, const lh_infer_row *rows, 
       float *q = kv->qkv + (size_t)r * QKV;
       if (o->has_bias) {
         const uint16_t *b = W + o->bqkv + lo;
-        for (int j = 0; j < QKV; j++) q[j] += bf16f(b[j]);
+        for (int j = 0; j < QKV; j++)
+          q[j] += bf16f(b[j]);
       }
       if (o->has_qk_norm) {
         rmsnorm_bf16(q, q, W + o->q_norm + lo, H, hd, c->rms_eps);
@@ -315,7 +322,8 @@ lh_err lh_infer_forward(const lh_infer *m, lh_kv *kv, const lh_infer_row *rows, 
           const float *kj = ks + (size_t)j * KD;
           float d = 0.0f;
 #pragma omp simd reduction(+ : d)
-          for (int i = 0; i < hd; i++) d += q[i] * kj[i];
+          for (int i = 0; i < hd; i++)
+            d += q[i] * kj[i];
           s[j] = d * scale;
           mx = s[j] > mx ? s[j] : mx;
         }
@@ -325,12 +333,14 @@ lh_err lh_infer_forward(const lh_infer *m, lh_kv *kv, const lh_infer_row *rows, 
           sum += s[j];
         }
         float *a = kv->att + (size_t)r * QD + (size_t)h * hd, inv = 1.0f / sum;
-        for (int i = 0; i < hd; i++) a[i] = 0.0f;
+        for (int i = 0; i < hd; i++)
+          a[i] = 0.0f;
         for (int j = 0; j < P; j++) {
           const float *vj = vs + (size_t)j * KD;
           float p = s[j] * inv;
 #pragma omp simd
-          for (int i = 0; i < hd; i++) a[i] += p * vj[i];
+          for (int i = 0; i < hd; i++)
+            a[i] += p * vj[i];
         }
       }
     matmul_bf16(kv, kv->x, kv->att, W + o->wo + lo, n, QD, C, 1.0f);

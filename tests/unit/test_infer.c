@@ -42,7 +42,8 @@ static void make_setup(setup *s, lh_arch arch, int tied, int kv_heads) {
   for (size_t i = 0; i < s->m->n_params; i++) {
     uint32_t r[4];
     lh_philox(99, 1, i, r);
-    float v = s->m->params[i] * 10.0f + (float)(r[0] % 1000) * 1e-4f; /* biases, norms non-trivial */
+    float v =
+        s->m->params[i] * 10.0f + (float)(r[0] % 1000) * 1e-4f; /* biases, norms non-trivial */
     s->m->params[i] = lh_f32_from_bf16(lh_bf16_from_f32(v));
   }
   assert_int_equal(lh_infer_from_model(s->m, &s->inf), LH_ERR_OK);
@@ -67,7 +68,8 @@ static void make_setup(setup *s, lh_arch arch, int tied, int kv_heads) {
 }
 
 static void free_setup(setup *s) {
-  for (int q = 0; q < 3; q++) free(s->ref[q]);
+  for (int q = 0; q < 3; q++)
+    free(s->ref[q]);
   lh_infer_free(s->inf);
   lh_model_free(s->m);
 }
@@ -81,8 +83,8 @@ static void expect_row(const setup *s, int q, int pos, const float *got, const c
     scale = fmax(scale, fabs(want[j]));
   }
   if (!(worst <= 2e-5 * scale + 1e-6))
-    fail_msg("%s: sequence %d position %d: worst logit error %.3e (max |logit| %.3e)", what, q,
-             pos, worst, scale);
+    fail_msg("%s: sequence %d position %d: worst logit error %.3e (max |logit| %.3e)", what, q, pos,
+             worst, scale);
 }
 
 static void check_paths(lh_arch arch, int tied, int kv_heads) {
@@ -95,13 +97,16 @@ static void check_paths(lh_arch arch, int tied, int kv_heads) {
   lh_infer_row rows[3 * T];
 
   /* 1. whole sequence as one prefill (many rows: tiled sgemm path), logits for every row */
-  for (int i = 0; i < T; i++) rows[i] = (lh_infer_row){0, i, s.tokens[0][i], true};
+  for (int i = 0; i < T; i++)
+    rows[i] = (lh_infer_row){0, i, s.tokens[0][i], true};
   assert_int_equal(lh_infer_forward(s.inf, kv, rows, T, logits), LH_ERR_OK);
-  for (int i = 0; i < T; i++) expect_row(&s, 0, i, logits + (size_t)i * V, "prefill");
+  for (int i = 0; i < T; i++)
+    expect_row(&s, 0, i, logits + (size_t)i * V, "prefill");
 
   /* 2. prefill 10 tokens without logits but the last, then decode one token at a time
    *    (streamed bf16 path) */
-  for (int i = 0; i < 10; i++) rows[i] = (lh_infer_row){1, i, s.tokens[1][i], i == 9};
+  for (int i = 0; i < 10; i++)
+    rows[i] = (lh_infer_row){1, i, s.tokens[1][i], i == 9};
   assert_int_equal(lh_infer_forward(s.inf, kv, rows, 10, logits), LH_ERR_OK);
   expect_row(&s, 1, 9, logits, "prefill last row");
   for (int i = 10; i < T; i++) {
@@ -112,10 +117,12 @@ static void check_paths(lh_arch arch, int tied, int kv_heads) {
 
   /* 3. three slots decoding together, with slot 2 prefilling in the same forward (chunked
    *    prefill alongside decode), then batches of 3 rows */
-  for (int i = 0; i < 5; i++) rows[i] = (lh_infer_row){2, i, s.tokens[2][i], true};
+  for (int i = 0; i < 5; i++)
+    rows[i] = (lh_infer_row){2, i, s.tokens[2][i], true};
   rows[5] = (lh_infer_row){0, 0, s.tokens[0][0], true}; /* slot 0 restarts its sequence */
   assert_int_equal(lh_infer_forward(s.inf, kv, rows, 6, logits), LH_ERR_OK);
-  for (int i = 0; i < 5; i++) expect_row(&s, 2, i, logits + (size_t)i * V, "mixed prefill");
+  for (int i = 0; i < 5; i++)
+    expect_row(&s, 2, i, logits + (size_t)i * V, "mixed prefill");
   expect_row(&s, 0, 0, logits + (size_t)5 * V, "mixed decode");
   for (int i = 1; i < T; i++) {
     int n = 0;

@@ -1,0 +1,264 @@
+/* longhaul generation loop: continuous batching over KV-cache slots with chunked prefill, the
+ * verifiable sampler on every token, and stop tokens / stop strings. Buffers are sized when the
+ * generator is created; a generate call allocates only per-call bookkeeping for its requests. */
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "longhaul/gen.h"
+
+#define STOP_TAIL 256 /* bytes of decoded completion kept per slot for stop-string matching */
+
+typedef struct {
+  int req;       /* request index, -1 when free */
+  int len;       /* tokens of the sequence in the cache or queued: prompt + generated */
+  int prefilled; /* prompt tokens already run through the model */
+  int32_t last;  /* last sampled token (fed at position len-1 next step) */
+  char tail[STOP_TAIL + 1];
+  int tail_len;
+} slot_state;
+
+struct lh_generator {
+  const lh_infer *m;
+  lh_kv *kv;
+  int n_slots, max_seq, chunk, max_rows, n_threads;
+  lh_infer_row *rows;          /* (max_rows) */
+  int *row_slot;               /* (max_rows) slot of each logits row */
+  float *logits;               /* (max_rows, V) */
+  lh_sample_scratch **scratch; /* (n_threads) */
+  lh_sample_result *res;       /* (max_rows) */
+  slot_state *slots;           /* (n_slots) */
+};
+
+lh_gen_config lh_gen_defaults(void) {
+  lh_gen_config c;
+  memset(&c, 0, sizeof c);
+  c.sample = lh_sample_defaults();
+  c.max_new = 64;
+  return c;
+}
+
+const char *lh_finish_name(lh_finish f) {
+  static const char *const names[] = {"length", "eos", "stop", "context"};
+  return (unsigned)f < 4 ? names[f] : "unknown";
+}
+
+lh_err lh_generator_create(const lh_infer *m, int n_slots, int max_seq, int prefill_chunk,
+                           lh_generator **out) {
+  *out = NULL;
+  if (prefill_chunk <= 0) prefill_chunk = 256;
+  lh_generator *g = lh_xcalloc(1, sizeof *g);
+  g->m = m;
+  g->n_slots = n_slots;
+  g->max_seq = max_seq;
+  g->chunk = prefill_chunk;
+  g->max_rows = n_slots + prefill_chunk;
+  lh_err err = lh_kv_create(m, n_slots, max_seq, g->max_rows, &g->kv);
+  if (err) {
+    free(g);
+    return err;
+  }
+  int V = lh_infer_config(m)->vocab_size;
+  g->n_threads = lh_threads();
+  g->rows = lh_xmalloc((size_t)g->max_rows * sizeof *g->rows);
+  g->row_slot = lh_xmalloc((size_t)g->max_rows * sizeof *g->row_slot);
+  g->logits = lh_xmalloc_aligned((size_t)g->max_rows * V * sizeof(float));
+  g->scratch = lh_xcalloc((size_t)g->n_threads, sizeof *g->scratch);
+  for (int i = 0; i < g->n_threads; i++)
+    g->scratch[i] = lh_sample_scratch_create(V);
+  g->slots = lh_xcalloc((size_t)n_slots, sizeof *g->slots);
+  g->res = lh_xmalloc((size_t)g->max_rows * sizeof *g->res);
+  *out = g;
+  return LH_ERR_OK;
+}
+
+void lh_generator_free(lh_generator *g) {
+  if (!g) return;
+  lh_kv_free(g->kv);
+  free(g->rows);
+  free(g->row_slot);
+  free(g->logits);
+  for (int i = 0; i < g->n_threads; i++)
+    lh_sample_scratch_free(g->scratch[i]);
+  free(g->scratch);
+  free(g->slots);
+  free(g->res);
+  free(g);
+}
+
+static int thread_id(void) {
+#ifdef _OPENMP
+  return omp_get_thread_num();
+#else
+  return 0;
+#endif
+}
+
+/* Appends the token's bytes to the slot's tail (the last STOP_TAIL bytes of the completion)
+ * and reports whether a stop string now ends inside the bytes this token added. */
+static bool hits_stop_string(const lh_gen_config *cfg, slot_state *s, int32_t token) {
+  if (cfg->n_stop == 0) return false;
+  char *text = NULL;
+  size_t len = 0;
+  if (lh_tokenizer_decode(cfg->tok, &token, 1, true, &text, &len) != LH_ERR_OK) return false;
+  const char *add = len > STOP_TAIL ? text + len - STOP_TAIL : text;
+  size_t add_len = len > STOP_TAIL ? STOP_TAIL : len;
+  size_t keep =
+      (size_t)s->tail_len + add_len > STOP_TAIL ? STOP_TAIL - add_len : (size_t)s->tail_len;
+  memmove(s->tail, s->tail + s->tail_len - keep, keep);
+  memcpy(s->tail + keep, add, add_len);
+  s->tail_len = (int)(keep + add_len);
+  free(text);
+  for (int i = 0; i < cfg->n_stop; i++) {
+    size_t n = strlen(cfg->stop[i]);
+    /* a match must end after the first new byte: start at or after keep + 1 - n */
+    size_t from = keep + 1 >= n ? keep + 1 - n : 0;
+    for (size_t at = from; at + n <= (size_t)s->tail_len; at++)
+      if (memcmp(s->tail + at, cfg->stop[i], n) == 0) return true;
+  }
+  return false;
+}
+
+lh_err lh_generate(lh_generator *g, const lh_gen_config *cfg, const lh_gen_request *reqs, int n,
+                   lh_gen_output *outs, lh_gen_stats *stats) {
+  const lh_config *c = lh_infer_config(g->m);
+  int V = c->vocab_size;
+  lh_gen_stats st = {0};
+  lh_err err = lh_sample_params_validate(&cfg->sample);
+  if (err) return err;
+  if (cfg->max_new < 1) return lh_errorf(LH_ERR_INVAL, "generate: max_new must be at least 1");
+  if (cfg->n_eos < 0 || cfg->n_eos > LH_GEN_MAX_STOP || cfg->n_stop < 0 ||
+      cfg->n_stop > LH_GEN_MAX_STOP)
+    return lh_errorf(LH_ERR_LIMIT, "generate: at most %d stop tokens and %d stop strings",
+                     LH_GEN_MAX_STOP, LH_GEN_MAX_STOP);
+  if (cfg->n_stop > 0 && !cfg->tok)
+    return lh_errorf(LH_ERR_INVAL, "generate: stop strings need a tokenizer");
+  for (int i = 0; i < cfg->n_stop; i++)
+    if (!cfg->stop[i] || !cfg->stop[i][0] || strlen(cfg->stop[i]) > STOP_TAIL)
+      return lh_errorf(LH_ERR_INVAL, "generate: stop string %d is empty or longer than %d bytes", i,
+                       STOP_TAIL);
+  for (int r = 0; r < n; r++) {
+    if (reqs[r].prompt_len < 1)
+      return lh_errorf(LH_ERR_INVAL, "generate: request %d has an empty prompt", r);
+    if (reqs[r].prompt_len >= g->max_seq)
+      return lh_errorf(LH_ERR_LIMIT,
+                       "generate: request %d: prompt of %d tokens leaves no room in a context of "
+                       "%d tokens",
+                       r, reqs[r].prompt_len, g->max_seq);
+    for (int i = 0; i < reqs[r].prompt_len; i++)
+      if (reqs[r].prompt[i] < 0 || reqs[r].prompt[i] >= V)
+        return lh_errorf(LH_ERR_INVAL,
+                         "generate: request %d: prompt token %d is %d, outside the vocabulary "
+                         "[0, %d)",
+                         r, i, reqs[r].prompt[i], V);
+  }
+  int32_t eos[LH_GEN_MAX_STOP];
+  int n_eos = cfg->n_eos;
+  if (n_eos > 0) {
+    memcpy(eos, cfg->eos_ids, (size_t)n_eos * sizeof *eos);
+  } else if (c->n_eos > 0) {
+    n_eos = c->n_eos < LH_GEN_MAX_STOP ? c->n_eos : LH_GEN_MAX_STOP;
+    memcpy(eos, c->eos_ids, (size_t)n_eos * sizeof *eos);
+  } else if (c->eos_token_id >= 0) {
+    eos[0] = c->eos_token_id;
+    n_eos = 1;
+  }
+
+  for (int s = 0; s < g->n_slots; s++)
+    g->slots[s].req = -1;
+  int next = 0, done = 0;
+  for (int r = 0; r < n; r++)
+    outs[r].n = 0;
+
+  while (done < n) {
+    /* refill free slots */
+    for (int s = 0; s < g->n_slots && next < n; s++)
+      if (g->slots[s].req < 0) {
+        slot_state *ss = &g->slots[s];
+        memset(ss, 0, sizeof *ss);
+        ss->req = next++;
+        ss->len = reqs[ss->req].prompt_len;
+      }
+    /* rows: decode rows of slots past their prompt, then one chunk of one slot's prompt */
+    int nr = 0, nl = 0, budget = g->chunk;
+    long prefill_rows = 0, decode_rows = 0;
+    for (int s = 0; s < g->n_slots; s++) {
+      slot_state *ss = &g->slots[s];
+      if (ss->req < 0 || ss->prefilled < reqs[ss->req].prompt_len) continue;
+      g->rows[nr++] = (lh_infer_row){s, ss->len - 1, ss->last, true};
+      g->row_slot[nl++] = s;
+      decode_rows++;
+    }
+    for (int s = 0; s < g->n_slots && budget > 0; s++) {
+      slot_state *ss = &g->slots[s];
+      if (ss->req < 0) continue;
+      const lh_gen_request *rq = &reqs[ss->req];
+      if (ss->prefilled >= rq->prompt_len) continue;
+      int take = rq->prompt_len - ss->prefilled;
+      take = take < budget ? take : budget;
+      for (int i = 0; i < take; i++) {
+        int pos = ss->prefilled + i;
+        bool last = pos == rq->prompt_len - 1;
+        g->rows[nr++] = (lh_infer_row){s, pos, rq->prompt[pos], last};
+        if (last) g->row_slot[nl++] = s;
+      }
+      ss->prefilled += take;
+      budget -= take;
+      prefill_rows += take;
+    }
+    double t0 = lh_time_now();
+    err = lh_infer_forward(g->m, g->kv, g->rows, nr, g->logits);
+    if (err) return err;
+    double t1 = lh_time_now();
+    /* the forward's time is split between prefill and decode by rows */
+    st.prefill_s += (t1 - t0) * (double)prefill_rows / nr;
+    st.decode_s += (t1 - t0) * (double)decode_rows / nr;
+    st.prefill_tokens += prefill_rows;
+    st.forwards++;
+
+    /* logits rows are in row order; with prefill rows mixed in, map each to its slot */
+    lh_sample_result *res = g->res;
+#pragma omp parallel for schedule(static) if (nl > 1)
+    for (int i = 0; i < nl; i++) {
+      slot_state *ss = &g->slots[g->row_slot[i]];
+      const lh_gen_request *rq = &reqs[ss->req];
+      double u = lh_sample_uniform(cfg->seed, rq->seq_index, (uint64_t)ss->len);
+      res[i] = lh_sample(g->logits + (size_t)i * V, V, &cfg->sample, u, g->scratch[thread_id()]);
+    }
+    st.sample_s += lh_time_now() - t1;
+    for (int i = 0; i < nl; i++) {
+      int s = g->row_slot[i];
+      slot_state *ss = &g->slots[s];
+      lh_gen_output *o = &outs[ss->req];
+      o->tokens[o->n] = res[i].token;
+      o->logprobs[o->n] = res[i].logprob;
+      o->logprobs_model[o->n] = res[i].logprob_model;
+      o->n++;
+      ss->last = res[i].token;
+      ss->len++;
+      st.decode_tokens++;
+      bool finished = true;
+      bool is_eos = false;
+      for (int e = 0; e < n_eos; e++)
+        is_eos |= res[i].token == eos[e];
+      if (is_eos)
+        o->finish = LH_FINISH_EOS;
+      else if (hits_stop_string(cfg, ss, res[i].token))
+        o->finish = LH_FINISH_STOP;
+      else if (o->n >= cfg->max_new)
+        o->finish = LH_FINISH_LENGTH;
+      else if (ss->len >= g->max_seq)
+        o->finish = LH_FINISH_CONTEXT;
+      else
+        finished = false;
+      if (finished) {
+        ss->req = -1;
+        done++;
+      }
+    }
+  }
+  if (stats) *stats = st;
+  return LH_ERR_OK;
+}
