@@ -1,6 +1,7 @@
 /* `longhaul init-model`: writes a randomly initialised Qwen2/Qwen3/Llama model directory
- * (config.json + model.safetensors) from a preset, or from the "tiny" preset overridden by the
- * keys of a config.json-style file. The same flags always produce the same bytes. */
+ * (config.json + model.safetensors, and tokenizer.json with --tokenizer) from a preset, or from
+ * the "tiny" preset overridden by the keys of a config.json-style file. The same flags always
+ * produce the same bytes. */
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
@@ -12,6 +13,7 @@
 
 #include "cli.h"
 #include "longhaul/model.h"
+#include "longhaul/tokenizer.h"
 
 #define CMD                "init-model"
 #define MAX_OVERRIDE_BYTES (1u << 20)
@@ -22,6 +24,7 @@ static const lh__flag flags[] = {
     {"seed", "N", true, "random seed for the initial weights"},
     {"out", "DIR", true, "model directory to write (created if missing)"},
     {"dtype", "f32|bf16", false, "dtype of model.safetensors (default f32)"},
+    {"tokenizer", "chars|FILE", false, "also write DIR/tokenizer.json; vocab_size follows it"},
 };
 
 /* config.json keys that map onto an int field of lh_config (positive values). */
@@ -169,8 +172,9 @@ static int apply_key(const char *path, const char *key, const json_t *v, lh_conf
                        path, key);
 }
 
-/* The "tiny" preset of cfg->arch overridden by the keys present in the JSON file at path. */
-static int apply_file(const char *path, lh_config *cfg) {
+/* The "tiny" preset of cfg->arch overridden by the keys present in the JSON file at path;
+ * *set_vocab tells whether the file gave vocab_size. */
+static int apply_file(const char *path, lh_config *cfg, bool *set_vocab) {
   char *text = NULL;
   size_t len = 0;
   if (lh_file_read(path, MAX_OVERRIDE_BYTES, &text, &len) != LH_ERR_OK) return lh__cli_fail(CMD);
@@ -188,6 +192,7 @@ static int apply_file(const char *path, lh_config *cfg) {
   }
   const char *key;
   json_t *v;
+  *set_vocab = json_object_get(root, "vocab_size") != NULL;
   json_object_foreach(root, key, v) {
     rc = apply_key(path, key, v, cfg);
     if (rc != LH__ARGS_CONTINUE) goto out;
@@ -210,6 +215,42 @@ out:
   return rc;
 }
 
+/* --tokenizer: reads the built-in character tokenizer or FILE (which must load), sets
+ * cfg->vocab_size to its size (a preset file's larger vocab_size is kept: padded embeddings,
+ * as in Qwen) and, for chars, the bos/eos ids. *json gets the bytes to write. */
+static int use_tokenizer(const char *spec, bool file_set_vocab, lh_config *cfg, char **json,
+                         size_t *len) {
+  bool chars = !strcmp(spec, "chars");
+  lh_tokenizer *t = NULL;
+  if (chars) {
+    *json = lh_tokenizer_chars_json();
+    *len = strlen(*json);
+  } else if (lh_file_read(spec, LH_TOKENIZER_MAX_FILE, json, len) != LH_ERR_OK) {
+    return lh__cli_fail(CMD);
+  }
+  if (lh_tokenizer_parse(*json, *len, chars ? "chars tokenizer" : spec, &t) != LH_ERR_OK) {
+    free(*json);
+    *json = NULL;
+    return lh__cli_fail(CMD);
+  }
+  int n = lh_tokenizer_vocab_size(t);
+  lh_tokenizer_free(t);
+  if (file_set_vocab && cfg->vocab_size < n) {
+    free(*json);
+    *json = NULL;
+    return lh__cli_error(CMD, LH__EXIT_FAIL,
+                         "--preset sets vocab_size %d, smaller than the %d ids of --tokenizer %s",
+                         cfg->vocab_size, n, spec);
+  }
+  if (!file_set_vocab) cfg->vocab_size = n;
+  if (chars) { /* <|bos|> = 1, <|eos|> = 2 (see lh_tokenizer_chars_json) */
+    cfg->bos_token_id = 1;
+    cfg->eos_token_id = cfg->eos_ids[0] = 2;
+    cfg->n_eos = 1;
+  }
+  return LH__ARGS_CONTINUE;
+}
+
 static bool is_file_preset(const char *preset) {
   size_t n = strlen(preset);
   struct stat st;
@@ -221,7 +262,12 @@ int lh__cmd_init_model(int argc, char **argv) {
   lh__args a = {.cmd = CMD,
                 .about = "Creates a randomly initialised Qwen2-, Qwen3- or Llama-family model and "
                          "writes it as a Hugging Face\ndirectory: DIR/config.json and "
-                         "DIR/model.safetensors. The same flags give the same bytes.",
+                         "DIR/model.safetensors. The same flags give the same bytes.\n"
+                         "--tokenizer chars writes the built-in character tokenizer (99 ids: "
+                         "<|pad|> 0, <|bos|> 1,\n<|eos|> 2, printable ASCII, \\n) as "
+                         "DIR/tokenizer.json and sets vocab_size 99, bos 1, eos 2;\n"
+                         "--tokenizer FILE copies a tokenizer.json that loads and sets vocab_size "
+                         "to its size.",
                 .flags = flags,
                 .n_flags = (int)(sizeof flags / sizeof flags[0])};
   int rc = lh__args_parse(&a, argc, argv);
@@ -247,17 +293,35 @@ int lh__cmd_init_model(int argc, char **argv) {
   lh_config cfg;
   if (lh_config_preset(from_file ? "tiny" : preset, arch, &cfg) != LH_ERR_OK)
     return lh__cli_fail(CMD);
-  if (from_file && (rc = apply_file(preset, &cfg)) != LH__ARGS_CONTINUE) return rc;
-  if (lh_config_validate(&cfg) != LH_ERR_OK) return lh__cli_fail(CMD);
+  bool file_set_vocab = false;
+  if (from_file && (rc = apply_file(preset, &cfg, &file_set_vocab)) != LH__ARGS_CONTINUE) return rc;
+  const char *tok_spec = lh__args_str(&a, "tokenizer", NULL);
+  char *tok_json = NULL;
+  size_t tok_len = 0;
+  if (tok_spec && (rc = use_tokenizer(tok_spec, file_set_vocab, &cfg, &tok_json, &tok_len)) !=
+                      LH__ARGS_CONTINUE)
+    return rc;
+  if (lh_config_validate(&cfg) != LH_ERR_OK) {
+    free(tok_json);
+    return lh__cli_fail(CMD);
+  }
 
   lh_model *m = NULL;
-  if (lh_model_create(&cfg, &m) != LH_ERR_OK) return lh__cli_fail(CMD);
+  if (lh_model_create(&cfg, &m) != LH_ERR_OK) {
+    free(tok_json);
+    return lh__cli_fail(CMD);
+  }
   lh_model_init_random(m, seed);
-  if (lh_model_save(m, out_dir, dtype) != LH_ERR_OK) {
+  char tok_path[4096];
+  snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", out_dir);
+  if (lh_model_save(m, out_dir, dtype) != LH_ERR_OK ||
+      (tok_json && lh_file_write_atomic(tok_path, tok_json, tok_len) != LH_ERR_OK)) {
     rc = lh__cli_fail(CMD);
+    free(tok_json);
     lh_model_free(m);
     return rc;
   }
+  free(tok_json);
   fprintf(stderr, "longhaul %s: %s, %.2fM parameters (%s), seed %llu, wrote %s\n", CMD,
           arch_names[arch_i], (double)m->n_params / 1e6, dtype_names[dtype_i],
           (unsigned long long)seed, out_dir);

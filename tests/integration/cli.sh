@@ -109,7 +109,7 @@ check_help() { # NAME FLAGS... -- CMD...
     [ $ok = 1 ] || fail "$name: --help mentions $f, which is not a flag of the command"
   done < <(grep -oE -- '--[a-z][a-z-]*' "$TMP/$name.out" | sort -u)
 }
-check_help help-init arch preset seed out dtype -- init-model
+check_help help-init arch preset seed out dtype tokenizer -- init-model
 check_help help-score model input threads -- score
 check_help help-bench-train model batch seq steps threads json -- bench train
 run help-init-h "$BIN" init-model -h
@@ -301,6 +301,122 @@ run bench-human "$BIN" bench train --model "$MODEL" --batch 1 --seq 8 --steps 1
 expect_rc bench-human 0 && { grep -q 'tokens/s' "$TMP/bench-human.out" || fail "bench train: no tokens/s in $(cat "$TMP/bench-human.out")"; }
 run bench-longseq "$BIN" bench train --model "$MODEL" --batch 1 --seq $((MAXPOS + 1)) --steps 1
 expect_rc bench-longseq 2 && expect_one_line_error bench-longseq 'max_position'
+
+# ------------------------------------------------------------------ tokenize, init-model --tokenizer
+check_help help-tokenize tokenizer text file decode no-special -- tokenize
+grep -q -- tokenize "$TMP/top-help.out" || fail "longhaul --help does not list tokenize"
+
+# The character tokenizer: ids are 3 + (c - ' ') for printable ASCII, 98 for \n.
+run tok-chars "$BIN" tokenize --tokenizer chars --text "12+34=46"
+expect_rc tok-chars 0 && { [ "$(cat "$TMP/tok-chars.out")" = "[20,21,14,22,23,32,23,25]" ] ||
+  fail "tokenize chars: $(cat "$TMP/tok-chars.out")"; }
+run tok-chars-special "$BIN" tokenize --tokenizer chars --text "<|bos|>ab<|eos|>"
+expect_rc tok-chars-special 0 && { [ "$(cat "$TMP/tok-chars-special.out")" = "[1,68,69,2]" ] ||
+  fail "tokenize special: $(cat "$TMP/tok-chars-special.out")"; }
+run tok-chars-plain "$BIN" tokenize --tokenizer chars --text "<|bos|>" --no-special
+expect_rc tok-chars-plain 0 && { [ "$(cat "$TMP/tok-chars-plain.out")" = "[31,95,69,82,86,95,33]" ] ||
+  fail "tokenize --no-special: $(cat "$TMP/tok-chars-plain.out")"; }
+run tok-chars-decode "$BIN" tokenize --tokenizer chars --decode "1,20,21,98,2"
+expect_rc tok-chars-decode 0 && { [ "$(cat "$TMP/tok-chars-decode.out")" = "<|bos|>12
+<|eos|>" ] || fail "tokenize --decode: $(cat "$TMP/tok-chars-decode.out")"; }
+run tok-chars-skip "$BIN" tokenize --tokenizer chars --decode "[1, 20, 2]" --no-special
+expect_rc tok-chars-skip 0 && { [ "$(cat "$TMP/tok-chars-skip.out")" = "1" ] ||
+  fail "tokenize --decode --no-special: $(cat "$TMP/tok-chars-skip.out")"; }
+printf 'line one\nline two\n' >"$TMP/text.txt"
+run tok-file "$BIN" tokenize --tokenizer chars --file "$TMP/text.txt"
+run tok-stdin "$BIN" tokenize --tokenizer chars --file - <"$TMP/text.txt"
+expect_rc tok-stdin 0 && { cmp -s "$TMP/tok-file.out" "$TMP/tok-stdin.out" || fail "tokenize: --file - differs from the file"; }
+IDS=$(tr -d '[]' <"$TMP/tok-file.out")
+run tok-file-back "$BIN" tokenize --tokenizer chars --decode "$IDS"
+expect_rc tok-file-back 0 && { cmp -s "$TMP/text.txt" "$TMP/tok-file-back.out" || fail "tokenize: decode(encode(file)) differs"; }
+
+run tok-none "$BIN" tokenize --tokenizer chars
+expect_rc tok-none 2 && expect_one_line_error tok-none 'exactly one of --text, --file or --decode'
+run tok-two "$BIN" tokenize --tokenizer chars --text a --decode 1
+expect_rc tok-two 2 && expect_one_line_error tok-two 'exactly one'
+run tok-badids "$BIN" tokenize --tokenizer chars --decode "1,x"
+expect_rc tok-badids 2 && expect_one_line_error tok-badids '--decode: expected comma-separated token ids'
+run tok-outside "$BIN" tokenize --tokenizer chars --decode "1,99"
+expect_rc tok-outside 1 && expect_one_line_error tok-outside 'token id 99 at position 1'
+run tok-unknown "$BIN" tokenize --tokenizer chars --text "ab€"
+expect_rc tok-unknown 1 && expect_one_line_error tok-unknown 'no token for "€" \(U\+20AC\) at byte 2'
+run tok-nofile "$BIN" tokenize --tokenizer "$TMP/none.json" --text a
+expect_rc tok-nofile 1 && expect_one_line_error tok-nofile 'none\.json'
+printf '{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}, "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "\\\\w+"}, "behavior": "Isolated"}}' >"$TMP/badpat.json"
+run tok-badpat "$BIN" tokenize --tokenizer "$TMP/badpat.json" --text a
+expect_rc tok-badpat 1 && expect_one_line_error tok-badpat 'badpat\.json: pre_tokenizer\.pattern\.Regex: unknown pattern'
+
+# A real tokenizer: Qwen3's, from the committed fixture (needs the zstd command).
+if command -v zstd >/dev/null; then
+  zstd -q -dc "$SRC/tests/fixtures/tokenizer/qwen3.tokenizer.json.zst" >"$TMP/qwen3.json"
+  run tok-qwen "$BIN" tokenize --tokenizer "$TMP/qwen3.json" --text "<|im_start|>Hello, world!"
+  expect_rc tok-qwen 0 && { [ "$(cat "$TMP/tok-qwen.out")" = "[151644,9707,11,1879,0]" ] ||
+    fail "tokenize qwen3: $(cat "$TMP/tok-qwen.out")"; }
+  run tok-qwen-back "$BIN" tokenize --tokenizer "$TMP/qwen3.json" --decode 151644,9707,11,1879,0
+  expect_rc tok-qwen-back 0 && { [ "$(cat "$TMP/tok-qwen-back.out")" = "<|im_start|>Hello, world!" ] ||
+    fail "tokenize qwen3 --decode: $(cat "$TMP/tok-qwen-back.out")"; }
+else
+  echo "cli.sh: zstd not installed, skipping the Qwen3 tokenize checks"
+fi
+
+# init-model --tokenizer chars: tokenizer.json next to the model, vocab 99, bos 1, eos 2.
+run init-chars "$BIN" init-model --arch qwen2 --preset tiny --seed 3 --out "$TMP/chars-model" --tokenizer chars
+expect_rc init-chars 0 && {
+  cmp -s "$TMP/chars-model/tokenizer.json" "$SRC/tests/fixtures/tokenizer/chars.tokenizer.json" ||
+    fail "init-model --tokenizer chars: tokenizer.json differs from the fixture"
+  py init-chars-config '
+import json, sys
+c = json.load(open(sys.argv[1]))
+assert c["vocab_size"] == 99 and c["bos_token_id"] == 1 and c["eos_token_id"] == 2, c
+' "$TMP/chars-model/config.json"
+  run tok-dir "$BIN" tokenize --tokenizer "$TMP/chars-model" --text "ab"
+  expect_rc tok-dir 0 && { [ "$(cat "$TMP/tok-dir.out")" = "[68,69]" ] || fail "tokenize --tokenizer DIR: $(cat "$TMP/tok-dir.out")"; }
+  printf '[1, 68, 69, 2]\n' >"$TMP/chars-ids.jsonl"
+  run score-chars "$BIN" score --model "$TMP/chars-model" --input "$TMP/chars-ids.jsonl"
+  expect_rc score-chars 0
+}
+
+# init-model --tokenizer FILE: a small byte-level tokenizer (256 byte tokens + 3 merges).
+python3 - "$TMP/bytes.json" <<'PYEOF'
+import json, sys
+keep = [b for b in range(256) if 33 <= b <= 126 or 161 <= b <= 172 or 174 <= b <= 255]
+cp, n = {}, 0
+for b in range(256):
+    if b in keep:
+        cp[b] = b
+    else:
+        cp[b] = 256 + n
+        n += 1
+vocab = {chr(cp[b]): b for b in range(256)}
+for i, t in enumerate(["\u0120t", "he", "\u0120the"]):
+    vocab[t] = 256 + i
+tok = {"model": {"type": "BPE", "vocab": vocab, "merges": ["\u0120 t", "h e", "\u0120t he"]},
+       "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True},
+       "decoder": {"type": "ByteLevel"},
+       "added_tokens": [{"id": 259, "content": "<|end|>", "special": True}]}
+json.dump(tok, open(sys.argv[1], "w"))
+PYEOF
+run init-tokfile "$BIN" init-model --arch llama --preset tiny --seed 3 --out "$TMP/bytes-model" --tokenizer "$TMP/bytes.json"
+expect_rc init-tokfile 0 && {
+  cmp -s "$TMP/bytes.json" "$TMP/bytes-model/tokenizer.json" || fail "init-model --tokenizer FILE: not an exact copy"
+  py init-tokfile-config '
+import json, sys
+c = json.load(open(sys.argv[1]))
+assert c["vocab_size"] == 260, c
+' "$TMP/bytes-model/config.json"
+  run tok-bytes "$BIN" tokenize --tokenizer "$TMP/bytes-model" --text " the the<|end|>"
+  expect_rc tok-bytes 0 && { [ "$(cat "$TMP/tok-bytes.out")" = "[258,258,259]" ] || fail "tokenize bytes: $(cat "$TMP/tok-bytes.out")"; }
+}
+# A preset file may pad vocab_size above the tokenizer's size, not below it.
+printf '{"vocab_size": 300}\n' >"$TMP/vocab300.json"
+run init-padded "$BIN" init-model --arch llama --preset "$TMP/vocab300.json" --seed 3 --out "$TMP/padded" --tokenizer "$TMP/bytes.json"
+expect_rc init-padded 0 && { grep -q '"vocab_size": 300' "$TMP/padded/config.json" || fail "init-model: padded vocab_size not kept"; }
+printf '{"vocab_size": 100}\n' >"$TMP/vocab100.json"
+run init-small-vocab "$BIN" init-model --arch llama --preset "$TMP/vocab100.json" --seed 3 --out "$TMP/small-vocab" --tokenizer "$TMP/bytes.json"
+expect_rc init-small-vocab 1 && expect_one_line_error init-small-vocab 'vocab_size 100, smaller than the 260 ids'
+run init-badtok "$BIN" init-model --arch llama --preset tiny --seed 3 --out "$TMP/badtok-model" --tokenizer "$TMP/badpat.json"
+expect_rc init-badtok 1 && expect_one_line_error init-badtok 'badpat\.json: pre_tokenizer'
+[ -e "$TMP/badtok-model" ] && fail "init-model with a bad tokenizer created $TMP/badtok-model"
 
 echo "cli.sh: $CHECKS checks passed, $FAILED failed"
 [ "$FAILED" -eq 0 ]

@@ -1,0 +1,191 @@
+/* `longhaul tokenize`: encodes text with a tokenizer.json (or the built-in character tokenizer)
+ * and prints the ids as one JSON array line, or decodes comma-separated ids and prints exactly
+ * the bytes they stand for (no newline added). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli.h"
+#include "longhaul/tokenizer.h"
+
+#define CMD            "tokenize"
+#define MAX_TEXT_BYTES (256u << 20)
+
+static const lh__flag flags[] = {
+    {"tokenizer", "FILE|DIR|chars", true,
+     "tokenizer.json, a model directory holding one, or chars (built-in)"},
+    {"text", "S", false, "text to encode"},
+    {"file", "F", false, "file whose bytes to encode (- for stdin)"},
+    {"decode", "IDS", false, "comma-separated token ids to decode instead"},
+    {"no-special", NULL, false,
+     "encode special-token text as plain text; with --decode, leave special tokens out"},
+};
+
+/* Loads FILE, DIR/tokenizer.json or the built-in "chars". */
+static int load(const char *spec, lh_tokenizer **t) {
+  if (!strcmp(spec, "chars")) {
+    char *json = lh_tokenizer_chars_json();
+    lh_err e = lh_tokenizer_parse(json, strlen(json), "chars tokenizer", t);
+    free(json);
+    return e == LH_ERR_OK ? LH__ARGS_CONTINUE : lh__cli_fail(CMD);
+  }
+  struct stat st;
+  char path[4096];
+  if (stat(spec, &st) == 0 && S_ISDIR(st.st_mode))
+    snprintf(path, sizeof path, "%s/tokenizer.json", spec);
+  else
+    snprintf(path, sizeof path, "%s", spec);
+  return lh_tokenizer_load(path, t) == LH_ERR_OK ? LH__ARGS_CONTINUE : lh__cli_fail(CMD);
+}
+
+static int read_stdin(char **out, size_t *len) {
+  size_t cap = 1 << 16, n = 0, got;
+  char *buf = malloc(cap + 1);
+  while (buf && (got = fread(buf + n, 1, cap - n, stdin)) > 0) {
+    n += got;
+    if (n > MAX_TEXT_BYTES) {
+      free(buf);
+      return lh__cli_error(CMD, LH__EXIT_FAIL, "<stdin>: more than %u bytes", MAX_TEXT_BYTES);
+    }
+    if (n == cap) {
+      char *nb = realloc(buf, (cap *= 2) + 1);
+      if (!nb) free(buf);
+      buf = nb;
+    }
+  }
+  if (!buf) return lh__cli_error(CMD, LH__EXIT_FAIL, "out of memory reading <stdin>");
+  if (ferror(stdin)) {
+    free(buf);
+    return lh__cli_error(CMD, LH__EXIT_FAIL, "<stdin>: read error");
+  }
+  *out = buf;
+  *len = n;
+  return LH__ARGS_CONTINUE;
+}
+
+/* Parses "1,2, 3" (optionally inside [ ]) into ids; returns LH__ARGS_CONTINUE or 2. */
+static int parse_ids(const char *s, int32_t **ids, size_t *n) {
+  size_t cap = 16, k = 0;
+  int32_t *v = malloc(cap * sizeof *v);
+  if (!v) return lh__cli_error(CMD, LH__EXIT_FAIL, "out of memory");
+  const char *p = s;
+  while (*p == ' ')
+    p++;
+  bool bracket = *p == '[';
+  if (bracket) p++;
+  for (;;) {
+    while (*p == ' ')
+      p++;
+    if (bracket && *p == ']' && k == 0) break;
+    char *end = NULL;
+    errno = 0;
+    long x = (*p >= '0' && *p <= '9') || *p == '-' ? strtol(p, &end, 10) : 0;
+    if (!end || end == p || errno || x < 0 || x > INT32_MAX) {
+      free(v);
+      return lh__cli_error(CMD, LH__EXIT_USAGE,
+                           "--decode: expected comma-separated token ids, got \"%s\"", s);
+    }
+    if (k == cap) {
+      int32_t *nv = realloc(v, (cap *= 2) * sizeof *v);
+      if (!nv) {
+        free(v);
+        return lh__cli_error(CMD, LH__EXIT_FAIL, "out of memory");
+      }
+      v = nv;
+    }
+    v[k++] = (int32_t)x;
+    p = end;
+    while (*p == ' ')
+      p++;
+    if (*p == ',') {
+      p++;
+      continue;
+    }
+    break;
+  }
+  if (bracket && *p == ']') p++;
+  while (*p == ' ')
+    p++;
+  if (*p) {
+    free(v);
+    return lh__cli_error(CMD, LH__EXIT_USAGE,
+                         "--decode: expected comma-separated token ids, got \"%s\"", s);
+  }
+  *ids = v;
+  *n = k;
+  return LH__ARGS_CONTINUE;
+}
+
+static int do_decode(const lh_tokenizer *t, const char *spec, bool skip_special) {
+  int32_t *ids = NULL;
+  size_t n = 0;
+  int rc = parse_ids(spec, &ids, &n);
+  if (rc != LH__ARGS_CONTINUE) return rc;
+  char *text = NULL;
+  size_t len = 0;
+  if (lh_tokenizer_decode(t, ids, n, skip_special, &text, &len) != LH_ERR_OK) {
+    free(ids);
+    return lh__cli_fail(CMD);
+  }
+  fwrite(text, 1, len, stdout);
+  free(text);
+  free(ids);
+  return LH__EXIT_OK;
+}
+
+static int do_encode(const lh_tokenizer *t, const char *text, size_t len, bool allow_special) {
+  int32_t *ids = NULL;
+  size_t n = 0;
+  if (lh_tokenizer_encode(t, text, len, allow_special, &ids, &n) != LH_ERR_OK)
+    return lh__cli_fail(CMD);
+  fputc('[', stdout);
+  for (size_t i = 0; i < n; i++)
+    printf(i ? ",%d" : "%d", ids[i]);
+  fputs("]\n", stdout);
+  free(ids);
+  return LH__EXIT_OK;
+}
+
+int lh__cmd_tokenize(int argc, char **argv) {
+  lh__args a = {.cmd = CMD,
+                .about = "Encodes text (--text or --file) and prints its token ids as one JSON "
+                         "array line, or decodes\n--decode ids and prints the text's bytes "
+                         "exactly. Special tokens written in the text (<|im_start|>)\nbecome "
+                         "their ids unless --no-special.",
+                .flags = flags,
+                .n_flags = (int)(sizeof flags / sizeof flags[0])};
+  int rc = lh__args_parse(&a, argc, argv);
+  if (rc != LH__ARGS_CONTINUE) return rc;
+  int sources = lh__args_has(&a, "text") + lh__args_has(&a, "file") + lh__args_has(&a, "decode");
+  if (sources != 1)
+    return lh__cli_error(CMD, LH__EXIT_USAGE,
+                         "give exactly one of --text, --file or --decode (see longhaul %s --help)",
+                         CMD);
+  bool no_special = lh__args_has(&a, "no-special");
+
+  lh_tokenizer *t = NULL;
+  if ((rc = load(lh__args_str(&a, "tokenizer", NULL), &t)) != LH__ARGS_CONTINUE) return rc;
+  if (lh__args_has(&a, "decode")) {
+    rc = do_decode(t, lh__args_str(&a, "decode", NULL), no_special);
+  } else if (lh__args_has(&a, "text")) {
+    const char *text = lh__args_str(&a, "text", NULL);
+    rc = do_encode(t, text, strlen(text), !no_special);
+  } else {
+    const char *path = lh__args_str(&a, "file", NULL);
+    char *text = NULL;
+    size_t len = 0;
+    if (!strcmp(path, "-"))
+      rc = read_stdin(&text, &len);
+    else
+      rc = lh_file_read(path, MAX_TEXT_BYTES, &text, &len) == LH_ERR_OK ? LH__ARGS_CONTINUE
+                                                                        : lh__cli_fail(CMD);
+    if (rc == LH__ARGS_CONTINUE) rc = do_encode(t, text, len, !no_special);
+    free(text);
+  }
+  lh_tokenizer_free(t);
+  if (rc == LH__EXIT_OK && (fflush(stdout) != 0 || ferror(stdout)))
+    rc = lh__cli_error(CMD, LH__EXIT_FAIL, "cannot write the output: %s", strerror(errno));
+  return rc;
+}
