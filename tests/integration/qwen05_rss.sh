@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# A random model with the Qwen2.5-0.5B shape (hidden 896, 24 layers, 14 heads, 2 kv heads,
+# intermediate 4864, vocab 151936, tied; 494M parameters) must load and generate within 6 GiB of
+# resident memory. Usage: qwen05_rss.sh LONGHAUL_BIN SOURCE_DIR
+set -euo pipefail
+BIN=$1
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/longhaul-q05.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+cat >"$TMP/preset.json" <<'JSON'
+{"vocab_size":151936,"hidden_size":896,"intermediate_size":4864,"num_hidden_layers":24,
+ "num_attention_heads":14,"num_key_value_heads":2,"max_position_embeddings":32768,
+ "tie_word_embeddings":true,"rope_theta":1000000.0,"rms_norm_eps":1e-6}
+JSON
+"$BIN" init-model --arch qwen2 --preset "$TMP/preset.json" --seed 1 --out "$TMP/model" --dtype bf16
+# peak RSS of the generate process, from the kernel's accounting of the finished child
+/usr/bin/python3 - "$BIN" "$TMP/model" <<'PY'
+import json, resource, subprocess, sys
+binary, model = sys.argv[1], sys.argv[2]
+out = subprocess.run([binary, "generate", "--model", model, "--prompt-tokens", "9,8,7,6,5",
+                      "--max-new", "8", "--seed", "3", "--json"],
+                     check=True, capture_output=True, text=True).stdout
+rec = json.loads(out.splitlines()[0])
+assert len(rec["tokens"]) == 8, rec
+assert all(0 <= t < 151936 for t in rec["tokens"]), rec
+assert all(lp <= 0 for lp in rec["logprobs_model"]), rec
+rss_gib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / (1 << 20)
+print(f"qwen2.5-0.5B shape: generated {len(rec['tokens'])} tokens, peak RSS {rss_gib:.2f} GiB")
+if rss_gib > 6.0:
+    sys.exit(f"peak RSS {rss_gib:.2f} GiB exceeds 6 GiB")
+PY
