@@ -58,14 +58,6 @@ uint64_t lh__tok_hash(const char *s, size_t len) {
   return h ^ (h >> 29);
 }
 
-static uint64_t pair_hash(uint64_t x) {
-  x ^= x >> 31;
-  x *= 0x7fb5d329728ea185ull;
-  x ^= x >> 27;
-  x *= 0x81dadef4bc2dd44dull;
-  return x ^ (x >> 33);
-}
-
 int32_t lh__tok_vocab_find(const lh_tokenizer *t, const char *s, size_t len) {
   uint32_t h = (uint32_t)lh__tok_hash(s, len) & t->vocab_mask;
   for (;; h = (h + 1) & t->vocab_mask) {
@@ -288,7 +280,7 @@ static lh_err load_merges(const loader *L, const json_t *merges) {
       break;
     }
     uint64_t pair = (uint64_t)(uint32_t)ia << 32 | (uint32_t)ib;
-    uint32_t h = (uint32_t)pair_hash(pair) & t->merge_mask;
+    uint32_t h = (uint32_t)lh__tok_pair_hash(pair) & t->merge_mask;
     while (t->merges[h].rank != UINT32_MAX && t->merges[h].pair != pair)
       h = (h + 1) & t->merge_mask;
     if (t->merges[h].rank == UINT32_MAX) t->n_merges++;

@@ -141,6 +141,14 @@ struct lh_tokenizer {
 /* Id of an exact model.vocab string (len bytes), or -1. */
 int32_t lh__tok_vocab_find(const lh_tokenizer *t, const char *s, size_t len);
 uint64_t lh__tok_hash(const char *s, size_t len);
+/* Slot hash of a merge pair (left id << 32 | right id). */
+static inline uint64_t lh__tok_pair_hash(uint64_t x) {
+  x ^= x >> 31;
+  x *= 0x7fb5d329728ea185ull;
+  x ^= x >> 27;
+  x *= 0x81dadef4bc2dd44dull;
+  return x ^ (x >> 33);
+}
 /* Fills cp_of_byte and byte_of_cp with the GPT-2 byte-to-unicode map. */
 void lh__tok_byte_map(lh_tokenizer *t);
 

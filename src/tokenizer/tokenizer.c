@@ -22,12 +22,14 @@ const char *lh_tokenizer_token(const lh_tokenizer *t, int32_t id) {
 int32_t lh_tokenizer_find(const lh_tokenizer *t, const char *token) {
   size_t len = strlen(token);
   int32_t id = lh__tok_vocab_find(t, token, len);
-  if (id >= 0) return id;
-  for (size_t i = 0; i < t->n_added; i++) {
-    int32_t a = t->added[i].id;
-    if (t->tok_len[a] == len && !memcmp(t->tok[a], token, len)) return a;
-  }
-  return -1;
+  if (id >= 0 || len == 0) return id;
+  /* added tokens: walk the trie along the whole string */
+  const uint8_t *u = (const uint8_t *)token;
+  int32_t node = t->trie_root[u[0]];
+  for (size_t i = 1; node >= 0 && i < len; i++)
+    for (node = t->trie[node].child; node >= 0 && t->trie[node].byte != u[i];)
+      node = t->trie[node].sibling;
+  return node >= 0 && t->trie[node].added >= 0 ? t->added[t->trie[node].added].id : -1;
 }
 
 bool lh_tokenizer_is_special(const lh_tokenizer *t, int32_t id) {
@@ -97,13 +99,8 @@ static bool push_id(scratch *s, int32_t id) {
 static const lh__tok_merge *merge_find(const lh_tokenizer *t, int32_t a, int32_t b) {
   if (!t->merges) return NULL;
   uint64_t pair = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
-  uint64_t x = pair;
-  x ^= x >> 31;
-  x *= 0x7fb5d329728ea185ull;
-  x ^= x >> 27;
-  x *= 0x81dadef4bc2dd44dull;
-  x ^= x >> 33;
-  for (uint32_t h = (uint32_t)x & t->merge_mask;; h = (h + 1) & t->merge_mask) {
+  for (uint32_t h = (uint32_t)lh__tok_pair_hash(pair) & t->merge_mask;;
+       h = (h + 1) & t->merge_mask) {
     const lh__tok_merge *m = &t->merges[h];
     if (m->rank == UINT32_MAX) return NULL;
     if (m->pair == pair) return m;
