@@ -6,7 +6,10 @@
 # the bandwidth limit longhaul's decode reaches.
 # Usage: bench/generate.sh BUILD_DIR   (`make bench-generate` runs it with build/)
 # Overrides: THREADS (2), BATCHES ("1 32"), PROMPT (64), NEW (64), ROUNDS (3),
-#            PYTHON (/usr/bin/python3).
+#            PYTHON (/usr/bin/python3), OMP_WAIT_POLICY (PASSIVE).
+# All three programs run with OMP_WAIT_POLICY=PASSIVE unless told otherwise: the peer needs it
+# (torch's OpenMP pool spins against its BLAS pool), and on a shared machine spinning OpenMP
+# threads slowed longhaul's batch-1 decode 5x (32 vs 154 tokens/s with one other busy process).
 # The machine is shared and its speed drifts, so the three programs run alternately ROUNDS
 # times per batch; ratios are medians of the per-round ratios.
 set -euo pipefail
@@ -23,6 +26,7 @@ PROMPT=${PROMPT:-64}
 NEW=${NEW:-64}
 ROUNDS=${ROUNDS:-3}
 PYTHON=${PYTHON:-/usr/bin/python3}
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 LH=$BUILD/longhaul
 MEMBW=$BUILD/bench/membw
 for exe in "$LH" "$MEMBW"; do
@@ -45,7 +49,7 @@ trap 'rm -rf "$OUT"' EXIT
 
 for B in $BATCHES; do
   echo "bench-generate: batch $B, prompt $PROMPT, $NEW new tokens, $THREADS threads," \
-    "$ROUNDS rounds" >&2
+    "$ROUNDS rounds, OMP_WAIT_POLICY=$OMP_WAIT_POLICY" >&2
   for r in $(seq "$ROUNDS"); do
     echo "  round $r: membw, longhaul bench generate, peer_generate.py (torch) ..." >&2
     "$MEMBW" --threads "$THREADS" >>"$OUT/membw-$B.json"
