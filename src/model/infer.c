@@ -1,7 +1,7 @@
 /* longhaul inference forward: bf16 weights, fp32 activations, a KV cache per sequence slot.
  * Products with few rows (decode) stream each bf16 weight row once and convert it on the fly
  * (batch-1 decode is bound by reading the weights); products with many rows (prefill, large
- * batches) convert tiles of weights to fp32 and hand them to cblas_sgemm. */
+ * batches) convert chunks of weight rows to fp32 and hand each chunk to cblas_sgemm. */
 #include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
@@ -40,12 +40,12 @@ struct lh_kv {
   float *h;                   /* (R, F) */
   float *xl;                  /* (R, C) rows that want logits, normed */
   float *scores;              /* (n_threads, max_seq) */
-  float *tiles;               /* (n_threads, TILE_N * max(C, F, H*hd)) */
+  float *chunk;               /* (CHUNK_N, max(C, F, H*hd)) weight rows converted to fp32 */
   float *rope_cos, *rope_sin; /* (max_seq, hd/2) */
 };
 
-#define TILE_N  64 /* weight rows converted per sgemm tile */
-#define SMALL_M 8  /* at most this many rows: stream bf16 rows, no tiles */
+#define CHUNK_N 512 /* weight rows converted per sgemm call */
+#define SMALL_M 8   /* at most this many rows: stream bf16 rows, no conversion */
 
 /* ---------------------------------------------------------------- weights */
 
@@ -155,7 +155,7 @@ lh_err lh_kv_create(const lh_infer *m, int n_slots, int max_seq, int max_rows, l
   kv->h = lh_xmalloc_aligned(R * F * sizeof(float));
   kv->xl = lh_xmalloc_aligned(R * C * sizeof(float));
   kv->scores = lh_xmalloc_aligned((size_t)kv->n_threads * max_seq * sizeof(float));
-  kv->tiles = lh_xmalloc_aligned((size_t)kv->n_threads * TILE_N * widest * sizeof(float));
+  kv->chunk = lh_xmalloc_aligned((size_t)CHUNK_N * widest * sizeof(float));
   kv->rope_cos = lh_xmalloc_aligned((size_t)max_seq * (hd / 2) * sizeof(float));
   kv->rope_sin = lh_xmalloc_aligned((size_t)max_seq * (hd / 2) * sizeof(float));
   float *inv_freq = lh_xmalloc(hd / 2 * sizeof(float));
@@ -178,7 +178,7 @@ void lh_kv_free(lh_kv *kv) {
   free(kv->h);
   free(kv->xl);
   free(kv->scores);
-  free(kv->tiles);
+  free(kv->chunk);
   free(kv->rope_cos);
   free(kv->rope_sin);
   free(kv);
@@ -225,17 +225,16 @@ static void matmul_bf16(lh_kv *kv, float *out, const float *x, const uint16_t *W
     }
     return;
   }
-  int ntiles = (N + TILE_N - 1) / TILE_N;
-#pragma omp parallel for schedule(static)
-  for (int t = 0; t < ntiles; t++) {
-    int n0 = t * TILE_N, nt = N - n0 < TILE_N ? N - n0 : TILE_N;
-    float *tile = kv->tiles + (size_t)thread_id() * TILE_N * K;
+  /* a chunk stays in cache between its conversion and the product; OpenBLAS threads the
+   * product itself */
+  for (int n0 = 0; n0 < N; n0 += CHUNK_N) {
+    int nt = N - n0 < CHUNK_N ? N - n0 : CHUNK_N;
     const uint16_t *w = W + (size_t)n0 * K;
     size_t cnt = (size_t)nt * K;
-#pragma omp simd
-    for (size_t i = 0; i < cnt; i++)
-      tile[i] = bf16f(w[i]);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, nt, K, 1.0f, x, K, tile, K, beta,
+    float *chunk = kv->chunk;
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < cnt; i++) chunk[i] = bf16f(w[i]);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, nt, K, 1.0f, x, K, chunk, K, beta,
                 out + n0, N);
   }
 }
