@@ -158,12 +158,16 @@ static void test_llama_mha_untied(void **state) {
 static void test_llama_mqa_tied(void **state) {
   check_paths(LH_ARCH_LLAMA, 1, 1);
 }
+static void test_qwen3_qk_norm(void **state) {
+  check_paths(LH_ARCH_QWEN3, 1, 2);
+}
 
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_qwen2_gqa_tied),
       cmocka_unit_test(test_llama_mha_untied),
       cmocka_unit_test(test_llama_mqa_tied),
+      cmocka_unit_test(test_qwen3_qk_norm),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
