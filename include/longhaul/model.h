@@ -192,6 +192,11 @@ typedef struct lh_st_entry {
   int64_t shape[LH_ST_MAX_DIMS];
   const void *data; /* raw bytes in `dtype` */
 } lh_st_entry;
+/* Parses model.safetensors.index.json text: the distinct shard file names of its weight_map, in
+ * first-seen order; each must be a plain file name (no '/', not "." or ".."). *files is one
+ * malloc'd block holding the array and the strings: free it with free(). */
+lh_err lh_safetensors_index_parse(const char *json, size_t len, const char *what, char ***files,
+                                  int *n);
 /* Writes a safetensors file atomically (temporary file, fsync, rename). */
 lh_err lh_safetensors_write(const char *path, const lh_st_entry *entries, int n);
 

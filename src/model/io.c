@@ -67,67 +67,96 @@ static lh_err open_single(const char *path, weights *w) {
   return e;
 }
 
-/* Opens every distinct shard named in the index's weight_map. Shard names must be plain file
- * names inside the model directory. */
-static lh_err open_sharded(const char *dir, const char *index_path, weights *w) {
-  char *buf = NULL;
-  size_t len = 0;
-  lh_err e = lh_file_read(index_path, MAX_INDEX_BYTES, &buf, &len);
-  if (e) return e;
+lh_err lh_safetensors_index_parse(const char *json, size_t len, const char *what, char ***files,
+                                  int *n) {
+  *files = NULL;
+  *n = 0;
   json_error_t jerr;
-  json_t *root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
-  free(buf);
-  w->label = strdup(index_path);
-  if (!w->label) {
-    json_decref(root);
-    return lh_errorf(LH_ERR_NOMEM, "%s: out of memory", index_path);
-  }
+  json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
   if (!root)
-    return lh_errorf(LH_ERR_FORMAT, "%s: not valid JSON: %s (line %d, column %d)", index_path,
-                     jerr.text, jerr.line, jerr.column);
+    return lh_errorf(LH_ERR_FORMAT, "%s: not valid JSON: %s (line %d, column %d)", what, jerr.text,
+                     jerr.line, jerr.column);
+  lh_err e = LH_ERR_OK;
   const json_t *map = json_object_get(root, "weight_map");
   const char *key;
   const json_t *val;
-  const char **files = NULL;
+  const char **names = NULL;
   int nf = 0;
+  size_t bytes = 0;
   if (!json_is_object(map)) {
-    e = lh_errorf(LH_ERR_FORMAT, "%s: field weight_map: expected an object", index_path);
+    e = lh_errorf(LH_ERR_FORMAT, "%s: field weight_map: expected an object, found %s", what,
+                  lh_json_type_name(map));
+    goto out;
+  }
+  names = calloc(MAX_SHARDS, sizeof *names);
+  if (!names) {
+    e = lh_errorf(LH_ERR_NOMEM, "%s: out of memory", what);
     goto out;
   }
   /* distinct file names, in first-seen order */
-  files = calloc(MAX_SHARDS, sizeof *files);
-  if (!files) {
-    e = lh_errorf(LH_ERR_NOMEM, "%s: out of memory", index_path);
-    goto out;
-  }
   json_object_foreach((json_t *)map, key, val) {
     if (!json_is_string(val)) {
-      e = lh_errorf(LH_ERR_FORMAT, "%s: weight_map: tensor %.200s: expected a file name",
-                    index_path, key);
-      break;
+      e = lh_errorf(LH_ERR_FORMAT, "%s: weight_map: tensor %.200s: expected a file name, found %s",
+                    what, key, lh_json_type_name(val));
+      goto out;
     }
     const char *f = json_string_value(val);
     if (!f[0] || strchr(f, '/') || strcmp(f, ".") == 0 || strcmp(f, "..") == 0) {
       e = lh_errorf(LH_ERR_FORMAT,
                     "%s: weight_map: tensor %.200s: shard \"%.200s\" is not a file name in the "
                     "model directory",
-                    index_path, key, f);
-      break;
+                    what, key, f);
+      goto out;
     }
     int seen = 0;
     for (int i = 0; i < nf && !seen; i++)
-      seen = strcmp(files[i], f) == 0;
+      seen = strcmp(names[i], f) == 0;
     if (seen) continue;
     if (nf == MAX_SHARDS) {
-      e = lh_errorf(LH_ERR_LIMIT, "%s: more than %d shards", index_path, MAX_SHARDS);
-      break;
+      e = lh_errorf(LH_ERR_LIMIT, "%s: more than %d shards", what, MAX_SHARDS);
+      goto out;
     }
-    files[nf++] = f;
+    names[nf++] = f;
+    bytes += strlen(f) + 1;
   }
-  if (!e) {
-    w->st = calloc((size_t)nf + 1, sizeof *w->st);
-    if (!w->st) e = lh_errorf(LH_ERR_NOMEM, "%s: out of memory", index_path);
+  if (nf == 0) {
+    e = lh_errorf(LH_ERR_FORMAT, "%s: weight_map names no shard", what);
+    goto out;
   }
+  /* one block: the pointer array, then the strings */
+  char **block = malloc((size_t)nf * sizeof(char *) + bytes);
+  if (!block) {
+    e = lh_errorf(LH_ERR_NOMEM, "%s: out of memory", what);
+    goto out;
+  }
+  char *str = (char *)(block + nf);
+  for (int i = 0; i < nf; i++) {
+    size_t l = strlen(names[i]) + 1;
+    memcpy(str, names[i], l);
+    block[i] = str;
+    str += l;
+  }
+  *files = block;
+  *n = nf;
+out:
+  free(names);
+  json_decref(root);
+  return e;
+}
+
+/* Opens every distinct shard named in the index's weight_map. */
+static lh_err open_sharded(const char *dir, const char *index_path, weights *w) {
+  char *buf = NULL, **files = NULL;
+  size_t len = 0;
+  int nf = 0;
+  lh_err e = lh_file_read(index_path, MAX_INDEX_BYTES, &buf, &len);
+  if (e) return e;
+  e = lh_safetensors_index_parse(buf, len, index_path, &files, &nf);
+  free(buf);
+  if (e) return e;
+  w->label = strdup(index_path);
+  w->st = calloc((size_t)nf + 1, sizeof *w->st);
+  if (!w->label || !w->st) e = lh_errorf(LH_ERR_NOMEM, "%s: out of memory", index_path);
   for (int i = 0; i < nf && !e; i++) {
     char *p = join(dir, files[i]);
     if (!p) {
@@ -138,9 +167,7 @@ static lh_err open_sharded(const char *dir, const char *index_path, weights *w) 
     free(p);
     if (!e) w->n = i + 1;
   }
-out:
   free(files);
-  json_decref(root);
   return e;
 }
 
