@@ -49,7 +49,7 @@ typedef struct scratch {
   size_t cap_norm;
   uint32_t *cp; /* code points of the current section */
   uint8_t *fl;  /* their LH__TOK_* flags */
-  size_t *off;  /* their byte offsets, plus the end */
+  uint8_t *cl;  /* their lengths in bytes (1..4) */
   size_t cap_cp;
   int32_t *sym; /* BPE symbols: token id, or -1 once merged into the left neighbour */
   int32_t *prev, *next;
@@ -65,7 +65,7 @@ static void scratch_free(scratch *s) {
   free(s->norm);
   free(s->cp);
   free(s->fl);
-  free(s->off);
+  free(s->cl);
   free(s->sym);
   free(s->prev);
   free(s->next);
@@ -210,18 +210,19 @@ static lh_err encode_bytes(const lh_tokenizer *t, scratch *s, const uint8_t *b, 
   return bpe(t, s, n) ? LH_ERR_OK : LH_ERR_NOMEM;
 }
 
-/* One pre-token of a character-level tokenizer: code points [a, b) of the section at text
- * (section_off: its byte offset in the caller's text, for messages). */
+/* One pre-token of a character-level tokenizer: code points [a, b) of the section at text,
+ * which start at byte o and end at byte end (section_off: the section's byte offset in the
+ * caller's text, for messages). */
 static lh_err encode_chars(const lh_tokenizer *t, scratch *s, const char *text, size_t a, size_t b,
-                           size_t section_off) {
+                           size_t o, size_t end, size_t section_off) {
   if (t->ignore_merges) {
-    int32_t id = lh__tok_vocab_find(t, text + s->off[a], s->off[b] - s->off[a]);
+    int32_t id = lh__tok_vocab_find(t, text + o, end - o);
     if (id >= 0) return push_id(s, id) ? LH_ERR_OK : LH_ERR_NOMEM;
   }
   if (!reserve_sym(s, b - a)) return LH_ERR_NOMEM;
   size_t n = 0;
-  for (size_t k = a; k < b; k++) {
-    size_t o = s->off[k], len = s->off[k + 1] - o;
+  for (size_t k = a; k < b; o += s->cl[k++]) {
+    size_t len = s->cl[k];
     int32_t id = lh__tok_vocab_find(t, text + o, len);
     if (id < 0) {
       if (t->unk_id < 0) {
@@ -253,27 +254,36 @@ static lh_err encode_section(const lh_tokenizer *t, scratch *s, const char *text
   }
   const uint8_t *u = (const uint8_t *)text;
   if (t->byte_level && t->pre == LH__TOK_PRE_NONE) return encode_bytes(t, s, u, len);
-  /* code points, their classes and offsets */
+  /* code points, their classes and lengths (6 bytes of scratch per byte of text) */
   size_t c1 = s->cap_cp, c2 = s->cap_cp, c3 = s->cap_cp;
-  if (!grow(&s->cp, &c1, len + 1, sizeof *s->cp) || !grow(&s->fl, &c2, len + 1, 1) ||
-      !grow(&s->off, &c3, len + 1, sizeof *s->off))
+  if (!grow(&s->cp, &c1, len, sizeof *s->cp) || !grow(&s->fl, &c2, len, 1) ||
+      !grow(&s->cl, &c3, len, 1))
     return LH_ERR_NOMEM;
   s->cap_cp = c1 < c2 ? (c1 < c3 ? c1 : c3) : (c2 < c3 ? c2 : c3);
   size_t n = 0;
   for (size_t i = 0; i < len; n++) {
-    s->off[n] = i;
-    i += lh__tok_utf8_next(u + i, len - i, &s->cp[n]);
+    if (u[i] < 0x80) { /* ASCII fast path */
+      s->cp[n] = u[i++];
+      s->cl[n] = 1;
+    } else {
+      s->cl[n] = (uint8_t)lh__tok_utf8_next(u + i, len - i, &s->cp[n]);
+      i += s->cl[n];
+    }
     s->fl[n] = lh__tok_uprop_of(s->cp[n]).flags;
   }
-  s->off[n] = len;
   lh_err e = LH_ERR_OK;
+  size_t pos = 0; /* byte offset of code point i */
   for (size_t i = 0; i < n && !e;) {
     size_t j = t->pre == LH__TOK_PRE_NONE ? n : lh__tok_pre_match(t->pre, s->cp, s->fl, n, i);
+    size_t end = pos;
+    for (size_t k = i; k < j; k++)
+      end += s->cl[k];
     if (t->byte_level)
-      e = encode_bytes(t, s, u + s->off[i], s->off[j] - s->off[i]);
+      e = encode_bytes(t, s, u + pos, end - pos);
     else
-      e = encode_chars(t, s, text, i, j, section_off);
+      e = encode_chars(t, s, text, i, j, pos, end, section_off);
     i = j;
+    pos = end;
   }
   return e;
 }
