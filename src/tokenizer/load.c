@@ -74,7 +74,8 @@ static void vocab_insert(lh_tokenizer *t, int32_t id) {
   t->vocab[h] = id;
 }
 
-void lh__tok_byte_map(lh_tokenizer *t) {
+/* Fills cp_of_byte and byte_of_cp with the GPT-2 byte-to-unicode map. */
+static void byte_map(lh_tokenizer *t) {
   /* GPT-2: printable Latin-1 bytes map to themselves, the others to U+0100 onwards in order. */
   uint32_t next = 256;
   for (int b = 0; b < 256; b++) {
@@ -598,7 +599,7 @@ lh_err lh_tokenizer_parse(const char *json, size_t len, const char *what, lh_tok
   memset(t->trie_root, 0xff, sizeof t->trie_root);
   memset(t->byte_id, 0xff, sizeof t->byte_id);
   t->unk_id = -1;
-  lh__tok_byte_map(t);
+  byte_map(t);
   if (!json_is_object(root)) {
     e = fail(&L, LH_ERR_FORMAT, "expected a JSON object at the top level, found %s",
              lh_json_type_name(root));

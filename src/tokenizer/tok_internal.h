@@ -149,7 +149,5 @@ static inline uint64_t lh__tok_pair_hash(uint64_t x) {
   x *= 0x81dadef4bc2dd44dull;
   return x ^ (x >> 33);
 }
-/* Fills cp_of_byte and byte_of_cp with the GPT-2 byte-to-unicode map. */
-void lh__tok_byte_map(lh_tokenizer *t);
 
 #endif
