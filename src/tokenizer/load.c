@@ -297,7 +297,7 @@ static lh_err load_model(const loader *L, const json_t *model, const json_t *add
   char qb[128];
   lh_err e;
   if (!model) return fail(L, LH_ERR_FORMAT, "model: missing");
-  const char *type;
+  const char *type = NULL;
   if ((e = get_type(L, model, "model", &type))) return e;
   if (strcmp(type, "BPE"))
     return fail(L, LH_ERR_UNSUPPORTED, "model.type: %s is not supported (only \"BPE\")",
@@ -431,7 +431,7 @@ static lh_err load_added(const loader *L, const json_t *added, bool nfc) {
 
 static lh_err load_normalizer(const loader *L, const json_t *norm) {
   char qb[128];
-  const char *type;
+  const char *type = NULL;
   lh_err e;
   if (!norm || json_is_null(norm)) return LH_ERR_OK;
   if ((e = get_type(L, norm, "normalizer", &type))) return e;
@@ -483,7 +483,7 @@ static lh_err load_split(const loader *L, const json_t *p, const char *path) {
 
 static lh_err load_pre_tokenizer(const loader *L, const json_t *pre) {
   char qb[128];
-  const char *type;
+  const char *type = NULL;
   lh_err e;
   lh_tokenizer *t = L->t;
   if (!pre || json_is_null(pre)) return LH_ERR_OK;
@@ -527,7 +527,7 @@ static lh_err load_pre_tokenizer(const loader *L, const json_t *pre) {
 
 static lh_err load_decoder(const loader *L, const json_t *dec) {
   char qb[128];
-  const char *type;
+  const char *type = NULL;
   lh_err e;
   if (!dec || json_is_null(dec)) {
     L->t->dec = LH__TOK_DEC_JOIN;
