@@ -62,9 +62,12 @@ bench-train: build
 bench-generate: build
 	@bash bench/generate.sh $(BUILD)
 
-# Regenerates the PyTorch reference fixtures in tests/fixtures (needs python3-torch).
+# Regenerates the reference fixtures in tests/fixtures: PyTorch parity (training), greedy
+# generation (needs python3-torch), tokenizer ids from the npm reference (needs npm).
 fixtures: build
 	@bash tests/ref/make_fixtures.sh $(BUILD)/longhaul
+	@bash tests/ref/make_greedy_fixtures.sh $(BUILD)/longhaul
+	@bash tests/ref/make_tokenizer_fixtures.sh $(BUILD)/longhaul
 
 format:
 	@clang-format -i $$(git ls-files '*.c' '*.h')

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # `make demo`: the end-to-end run of what longhaul can do today. Until the networked RL demo
 # (serve + workers over emulated WAN links) exists, it creates a tiny model, scores token
-# sequences with it and benchmarks training steps. Exits non-zero if any step fails.
+# sequences with it, benchmarks training steps and samples text with the rollout engine. Exits
+# non-zero if any step fails.
 # Usage: bash scripts/demo.sh LONGHAUL_BIN   (outputs go to $DEMO_DIR, default ./demo)
 set -euo pipefail
 
 BIN=${1:?usage: scripts/demo.sh LONGHAUL_BIN}
 DIR=${DEMO_DIR:-demo}
 
-echo "the networked RL demo is not built yet; this demo runs init-model, score and bench train" \
+echo "the networked RL demo is not built yet; this demo runs init-model, score, bench train and generate" \
   "on a tiny model in $DIR/"
 [ -x "$BIN" ] || {
   echo "demo: $BIN is not an executable (run make build first)" >&2
@@ -47,4 +48,15 @@ echo "== 3. bench train: forward + backward + AdamW on 4 sequences of 64 tokens"
 "$BIN" bench train --model "$DIR/tiny-qwen2" --batch 4 --seq 64 --steps 5
 
 echo
-echo "demo finished: model, inputs and scores are in $DIR/"
+echo
+echo "== 4. generate: 3 samples from an untrained model with the character tokenizer (random text)"
+"$BIN" init-model --arch qwen2 --preset tiny --tokenizer chars --seed 2 --out "$DIR/tiny-chars"
+"$BIN" generate --model "$DIR/tiny-chars" --prompt "12+34=" --max-new 24 --n 3 --seed 7 \
+  --json | tee "$DIR/samples.jsonl"
+SAMPLES=$(wc -l <"$DIR/samples.jsonl")
+if [ "$SAMPLES" -ne 3 ]; then
+  echo "demo: generate printed $SAMPLES samples, expected 3" >&2
+  exit 1
+fi
+
+echo "demo finished: models, inputs, scores and samples are in $DIR/"
