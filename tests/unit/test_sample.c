@@ -1,0 +1,789 @@
+/* The verifiable sampler and its checker: the uniform from Philox, each filter and their
+ * combinations on small logit vectors worked by hand (ties included), log-probabilities, a
+ * chi-square test of the sampled frequencies, agreement with a plain full-sort reference at
+ * large V, and the checker on honest, perturbed and adversarial submissions. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "longhaul/sample.h"
+
+#define VMAX 40000
+
+static lh_sample_scratch *scratch; /* created for VMAX, used with every smaller V */
+
+static int setup(void **state) {
+  scratch = lh_sample_scratch_create(VMAX);
+  return scratch ? 0 : -1;
+}
+
+static int teardown(void **state) {
+  lh_sample_scratch_free(scratch);
+  return 0;
+}
+
+static lh_sample_params params(float t, int k, float top_p, float min_p) {
+  return (lh_sample_params){.temperature = t, .top_k = k, .top_p = top_p, .min_p = min_p};
+}
+
+/* logits whose softmax at temperature 1 is proportional to w */
+static void logits_of(const double *w, int V, float *out) {
+  for (int i = 0; i < V; i++)
+    out[i] = w[i] > 0 ? (float)log(w[i]) : -INFINITY;
+}
+
+static int32_t pick(const float *l, int V, lh_sample_params p, double u) {
+  return lh_sample(l, V, &p, u, scratch).token;
+}
+
+static lh_sample_verdict check(const float *l, int V, lh_sample_params p, double u, int32_t tok,
+                               double tol) {
+  return lh_sample_check(l, V, &p, u, tok, tol, scratch);
+}
+
+/* deterministic test randomness from Philox (a stream apart from any sampler stream) */
+static uint64_t rng_pos;
+static double rnd(void) {
+  return lh_sample_uniform(0x7e57, 0xffffu, rng_pos++);
+}
+static double rnd_normal(void) {
+  double u1 = rnd(), u2 = rnd();
+  return sqrt(-2.0 * log(1.0 - u1)) * cos(6.283185307179586 * u2);
+}
+
+/* ---- parameters and the uniform ---- */
+
+static void test_params_validate(void **state) {
+  lh_sample_params d = lh_sample_defaults();
+  assert_true(d.temperature == 1.0f && d.top_k == 0 && d.top_p == 1.0f && d.min_p == 0.0f);
+  assert_int_equal(lh_sample_params_validate(&d), LH_ERR_OK);
+  lh_sample_params ok[] = {params(0, 0, 1, 0), params(0.7f, 50, 0.9f, 0.05f),
+                           params(2, 1, 1e-6f, 0.999f)};
+  for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+    assert_int_equal(lh_sample_params_validate(&ok[i]), LH_ERR_OK);
+  struct {
+    lh_sample_params p;
+    const char *field;
+  } bad[] = {
+      {params(-0.1f, 0, 1, 0), "temperature"},
+      {params(NAN, 0, 1, 0), "temperature"},
+      {params(INFINITY, 0, 1, 0), "temperature"},
+      {params(1, -1, 1, 0), "top_k"},
+      {params(1, 0, 0, 0), "top_p"},
+      {params(1, 0, 1.5f, 0), "top_p"},
+      {params(1, 0, NAN, 0), "top_p"},
+      {params(1, 0, -0.5f, 0), "top_p"},
+      {params(1, 0, 1, -0.1f), "min_p"},
+      {params(1, 0, 1, 1.0f), "min_p"},
+      {params(1, 0, 1, NAN), "min_p"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    assert_int_equal(lh_sample_params_validate(&bad[i].p), LH_ERR_INVAL);
+    assert_non_null(strstr(lh_last_error(), bad[i].field));
+  }
+  assert_int_equal(lh_sample_params_validate(NULL), LH_ERR_INVAL);
+}
+
+static void test_uniform_from_philox(void **state) {
+  /* Random123 philox4x32-10 at zero key and counter gives words 0x6627e8d5, 0xe169c58d:
+   * ((0x6627e8d5 >> 5) * 2^26 + (0xe169c58d >> 6)) / 2^53 */
+  assert_true(lh_sample_uniform(0, 0, 0) == 0.39904647231489565);
+  for (uint64_t i = 0; i < 64; i++) {
+    uint64_t seed = 1234567 + i * 977, seq = i % 7, pos = i * i;
+    uint32_t r[4];
+    lh_philox(seed, seq, pos, r);
+    double want = ((double)(r[0] >> 5) * 67108864.0 + (double)(r[1] >> 6)) / 9007199254740992.0;
+    assert_true(lh_sample_uniform(seed, seq, pos) == want);
+  }
+  /* range, mean, and 53 bits used (some values have a low bit set below 2^-32) */
+  double sum = 0;
+  int fine = 0;
+  for (uint64_t i = 0; i < 100000; i++) {
+    double u = lh_sample_uniform(42, 3, i);
+    assert_true(u >= 0.0 && u < 1.0);
+    sum += u;
+    double scaled = ldexp(u, 32);
+    fine += scaled != floor(scaled);
+  }
+  assert_true(fabs(sum / 100000 - 0.5) < 0.005);
+  assert_true(fine > 90000);
+}
+
+static void test_uniform_depends_only_on_its_key(void **state) {
+  enum { N = 256 };
+  static double fwd[N], back[N];
+  for (int i = 0; i < N; i++)
+    fwd[i] = lh_sample_uniform(99, (uint64_t)i % 4, (uint64_t)i / 4);
+  /* a different order, interleaved with unrelated draws, gives the same numbers */
+  for (int i = N - 1; i >= 0; i--) {
+    (void)lh_sample_uniform(7, 1, (uint64_t)i);
+    back[i] = lh_sample_uniform(99, (uint64_t)i % 4, (uint64_t)i / 4);
+  }
+  assert_memory_equal(fwd, back, sizeof fwd);
+  /* each of seed, seq and pos changes the number */
+  double base = lh_sample_uniform(99, 2, 10);
+  assert_true(lh_sample_uniform(100, 2, 10) != base);
+  assert_true(lh_sample_uniform(99, 3, 10) != base);
+  assert_true(lh_sample_uniform(99, 2, 11) != base);
+  assert_true(lh_sample_uniform(99 + (1ull << 32), 2, 10) != base);
+  assert_true(lh_sample_uniform(99, 2 + (1ull << 32), 10) != base);
+  assert_true(lh_sample_uniform(99, 2, 10 + (1ull << 32)) != base);
+}
+
+/* ---- greedy ---- */
+
+static void test_greedy(void **state) {
+  float l[] = {1.0f, 3.0f, 3.0f, 2.0f};
+  lh_sample_params g = params(0, 0, 1, 0);
+  for (double u = 0; u < 1; u += 0.125) {
+    lh_sample_result r = lh_sample(l, 4, &g, u, scratch);
+    assert_int_equal(r.token, 1); /* tie between 1 and 2: the lower id */
+    assert_true(r.logprob == 0.0f);
+    double z = exp(1.0) + 2 * exp(3.0) + exp(2.0);
+    assert_float_equal(r.logprob_model, 3.0 - log(z), 1e-6);
+  }
+  /* filters do not change the argmax */
+  lh_sample_params gf = params(0, 2, 0.5f, 0.5f);
+  assert_int_equal(lh_sample(l, 4, &gf, 0.9, scratch).token, 1);
+  float m[] = {-5.0f, -1.0f, -7.0f, -1.5f, -0.5f};
+  assert_int_equal(pick(m, 5, g, 0.3), 4);
+
+  assert_int_equal(check(l, 4, g, 0.5, 1, 1e-4), LH_SAMPLE_BORDERLINE); /* exact tie */
+  assert_int_equal(check(l, 4, g, 0.5, 2, 1e-4), LH_SAMPLE_BORDERLINE);
+  assert_int_equal(check(l, 4, g, 0.5, 3, 1e-4), LH_SAMPLE_INCONSISTENT);
+  assert_int_equal(check(m, 5, g, 0.5, 4, 1e-4), LH_SAMPLE_CONSISTENT);
+  assert_int_equal(check(m, 5, g, 0.5, 1, 1e-4), LH_SAMPLE_INCONSISTENT);
+  float n[] = {0.0f, 1.0f, 1.0f + 5e-5f};
+  assert_int_equal(check(n, 3, g, 0.5, 2, 1e-4), LH_SAMPLE_BORDERLINE);
+  assert_int_equal(check(n, 3, g, 0.5, 1, 1e-4), LH_SAMPLE_BORDERLINE);
+  assert_int_equal(check(n, 3, g, 0.5, 2, 1e-5), LH_SAMPLE_CONSISTENT);
+  assert_int_equal(check(n, 3, g, 0.5, 1, 1e-5), LH_SAMPLE_INCONSISTENT);
+  assert_int_equal(check(n, 3, g, 0.5, 3, 1e-5), LH_SAMPLE_INCONSISTENT); /* out of range */
+  assert_int_equal(check(n, 3, g, 0.5, -1, 1e-5), LH_SAMPLE_INCONSISTENT);
+}
+
+/* ---- temperature alone ---- */
+
+static void test_temperature_one(void **state) {
+  /* p = 0.1 0.2 0.3 0.4: intervals [0,.1) [.1,.3) [.3,.6) [.6,1) */
+  double w[] = {1, 2, 3, 4};
+  float l[4];
+  logits_of(w, 4, l);
+  lh_sample_params p = lh_sample_defaults();
+  struct {
+    double u;
+    int tok;
+  } cases[] = {{0.0, 0},  {0.05, 0}, {0.099, 0}, {0.101, 1},   {0.29, 1},
+               {0.31, 2}, {0.59, 2}, {0.61, 3},  {0.999999, 3}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    assert_int_equal(pick(l, 4, p, cases[i].u), cases[i].tok);
+  lh_sample_result r = lh_sample(l, 4, &p, 0.4, scratch);
+  assert_int_equal(r.token, 2);
+  assert_float_equal(r.logprob, log(0.3), 1e-6);
+  assert_float_equal(r.logprob_model, log(0.3), 1e-6);
+  /* the chosen token is the first whose cumulative weight exceeds u * total: on an exact
+   * boundary the next token; zero-weight tokens are never chosen */
+  float even[] = {0.0f, 0.0f}, masked[] = {-INFINITY, 0.0f, -INFINITY, 0.0f};
+  assert_int_equal(pick(even, 2, p, 0.5), 1);
+  assert_int_equal(pick(even, 2, p, 0.0), 0);
+  assert_int_equal(pick(masked, 4, p, 0.0), 1);
+  assert_int_equal(pick(masked, 4, p, 0.5), 3);
+  /* shifting every logit changes nothing */
+  float s[4];
+  for (int i = 0; i < 4; i++)
+    s[i] = l[i] + 100.0f;
+  assert_int_equal(pick(s, 4, p, 0.31), 2);
+  assert_int_equal(pick(s, 4, p, 0.29), 1);
+}
+
+static void test_temperature_scaling(void **state) {
+  double w[] = {1, 2, 3, 4};
+  float l[4];
+  logits_of(w, 4, l);
+  /* T = 0.5 squares the weights: 1 4 9 16 over 30 */
+  lh_sample_params half = params(0.5f, 0, 1, 0);
+  assert_int_equal(pick(l, 4, half, 0.02), 0);  /* [0, 1/30) */
+  assert_int_equal(pick(l, 4, half, 0.035), 1); /* [1/30, 5/30) */
+  assert_int_equal(pick(l, 4, half, 0.16), 1);
+  assert_int_equal(pick(l, 4, half, 0.17), 2); /* [5/30, 14/30) */
+  assert_int_equal(pick(l, 4, half, 0.46), 2);
+  assert_int_equal(pick(l, 4, half, 0.47), 3); /* [14/30, 1) */
+  lh_sample_result r = lh_sample(l, 4, &half, 0.1, scratch);
+  assert_int_equal(r.token, 1);
+  assert_float_equal(r.logprob, log(4.0 / 30), 1e-6);
+  assert_float_equal(r.logprob_model, log(0.2), 1e-6); /* the model at temperature 1 */
+  /* T = 2 takes square roots: cumulative 0.16270 0.39279 0.67460 1 */
+  lh_sample_params two = params(2, 0, 1, 0);
+  double z = 1 + sqrt(2) + sqrt(3) + 2;
+  assert_int_equal(pick(l, 4, two, 0.1626), 0);
+  assert_int_equal(pick(l, 4, two, 0.1628), 1);
+  assert_int_equal(pick(l, 4, two, 0.3927), 1);
+  assert_int_equal(pick(l, 4, two, 0.3929), 2);
+  assert_int_equal(pick(l, 4, two, 0.6745), 2);
+  assert_int_equal(pick(l, 4, two, 0.6747), 3);
+  r = lh_sample(l, 4, &two, 0.5, scratch);
+  assert_int_equal(r.token, 2);
+  assert_float_equal(r.logprob, log(sqrt(3) / z), 1e-6);
+  assert_float_equal(r.logprob_model, log(0.3), 1e-6);
+}
+
+/* ---- filters on V = 8: weights 5 1 8 2 8 3 1 2 (sum 30) at T = 1 ----
+ * rank order (logit desc, id asc): 2 4 0 5 3 7 1 6 */
+static const double w8[8] = {5, 1, 8, 2, 8, 3, 1, 2};
+
+static void test_top_k(void **state) {
+  float l[8];
+  logits_of(w8, 8, l);
+  /* top-k 3 keeps {2, 4, 0}; by id: 0 [0, 5/21) 2 [5/21, 13/21) 4 [13/21, 1) */
+  lh_sample_params k3 = params(1, 3, 1, 0);
+  assert_int_equal(pick(l, 8, k3, 0.0), 0);
+  assert_int_equal(pick(l, 8, k3, 0.23), 0);
+  assert_int_equal(pick(l, 8, k3, 0.25), 2);
+  assert_int_equal(pick(l, 8, k3, 0.61), 2);
+  assert_int_equal(pick(l, 8, k3, 0.63), 4);
+  lh_sample_result r = lh_sample(l, 8, &k3, 0.3, scratch);
+  assert_float_equal(r.logprob, log(8.0 / 21), 1e-6);
+  assert_float_equal(r.logprob_model, log(8.0 / 30), 1e-6);
+  /* top-k 1: of the tied 2 and 4, the lower id; the distribution is a point mass */
+  lh_sample_params k1 = params(1, 1, 1, 0);
+  for (double u = 0; u < 1; u += 0.0625) {
+    r = lh_sample(l, 8, &k1, u, scratch);
+    assert_int_equal(r.token, 2);
+    assert_float_equal(r.logprob, 0.0, 1e-7);
+  }
+  /* top-k 2 keeps both eights: [0, .5) [.5, 1) */
+  lh_sample_params k2 = params(1, 2, 1, 0);
+  assert_int_equal(pick(l, 8, k2, 0.49), 2);
+  assert_int_equal(pick(l, 8, k2, 0.51), 4);
+  /* top-k 5 keeps {2,4,0,5,3}: token 3 wins the tie with 7; total 26, cumulative by id
+   * 0:5 2:13 3:15 4:23 5:26 */
+  lh_sample_params k5 = params(1, 5, 1, 0);
+  assert_int_equal(pick(l, 8, k5, 0.49), 2);
+  assert_int_equal(pick(l, 8, k5, 0.51), 3);
+  assert_int_equal(pick(l, 8, k5, 0.57), 3);
+  assert_int_equal(pick(l, 8, k5, 0.58), 4);
+  assert_int_equal(pick(l, 8, k5, 0.99), 5);
+  r = lh_sample(l, 8, &k5, 0.55, scratch);
+  assert_float_equal(r.logprob, log(2.0 / 26), 1e-6);
+  /* top-k 6 adds 7: total 28, 7 holds [26/28, 1) */
+  lh_sample_params k6 = params(1, 6, 1, 0);
+  assert_int_equal(pick(l, 8, k6, 0.92), 5);
+  assert_int_equal(pick(l, 8, k6, 0.93), 7);
+  /* k >= V is off */
+  lh_sample_params k8 = params(1, 8, 1, 0), k9 = params(1, 9, 1, 0);
+  for (double u = 0.01; u < 1; u += 0.03) {
+    assert_int_equal(pick(l, 8, k8, u), pick(l, 8, lh_sample_defaults(), u));
+    assert_int_equal(pick(l, 8, k9, u), pick(l, 8, lh_sample_defaults(), u));
+  }
+}
+
+static void test_top_p(void **state) {
+  float l[8];
+  logits_of(w8, 8, l);
+  /* cumulative in rank order: 2:.2667 4:.5333 0:.7 5:.8 3:.8667 7:.9333 1:.9667 6:1 */
+  lh_sample_params p5 = params(1, 0, 0.5f, 0);
+  assert_int_equal(pick(l, 8, p5, 0.0), 2); /* {2, 4}: [0, .5) [.5, 1) */
+  assert_int_equal(pick(l, 8, p5, 0.49), 2);
+  assert_int_equal(pick(l, 8, p5, 0.51), 4);
+  lh_sample_result r = lh_sample(l, 8, &p5, 0.7, scratch);
+  assert_float_equal(r.logprob, log(0.5), 1e-6);
+  assert_float_equal(r.logprob_model, log(8.0 / 30), 1e-6);
+  /* 0.75 is crossed by token 5: {0, 2, 4, 5}, total 24, by id 0:5 2:13 4:21 5:24 */
+  lh_sample_params p75 = params(1, 0, 0.75f, 0);
+  assert_int_equal(pick(l, 8, p75, 0.20), 0);
+  assert_int_equal(pick(l, 8, p75, 0.21), 2);
+  assert_int_equal(pick(l, 8, p75, 0.54), 2);
+  assert_int_equal(pick(l, 8, p75, 0.55), 4);
+  assert_int_equal(pick(l, 8, p75, 0.87), 4);
+  assert_int_equal(pick(l, 8, p75, 0.88), 5);
+  r = lh_sample(l, 8, &p75, 0.9, scratch);
+  assert_float_equal(r.logprob, log(3.0 / 24), 1e-6);
+  /* 0.85 is crossed by token 3, which precedes the tied 7: {0,2,3,4,5} as top-k 5 */
+  lh_sample_params p85 = params(1, 0, 0.85f, 0), k5 = params(1, 5, 1, 0);
+  for (double u = 0.005; u < 1; u += 0.01)
+    assert_int_equal(pick(l, 8, p85, u), pick(l, 8, k5, u));
+  /* a tiny top-p keeps only the most likely token (the lower id of a tie) */
+  lh_sample_params tiny = params(1, 0, 0.01f, 0);
+  r = lh_sample(l, 8, &tiny, 0.99, scratch);
+  assert_int_equal(r.token, 2);
+  assert_float_equal(r.logprob, 0.0, 1e-7);
+  /* ties inside the order: weights 2 1 2 1, rank order 0 2 1 3; top-p 0.7 keeps {0, 2, 1}:
+   * by id 0 [0, .4) 1 [.4, .6) 2 [.6, 1) */
+  double wt[] = {2, 1, 2, 1};
+  float lt[4];
+  logits_of(wt, 4, lt);
+  lh_sample_params p7 = params(1, 0, 0.7f, 0), p3 = params(1, 0, 0.3f, 0);
+  assert_int_equal(pick(lt, 4, p7, 0.39), 0);
+  assert_int_equal(pick(lt, 4, p7, 0.41), 1);
+  assert_int_equal(pick(lt, 4, p7, 0.61), 2);
+  assert_int_equal(pick(lt, 4, p7, 0.99), 2);
+  assert_int_equal(pick(lt, 4, p3, 0.99), 0);
+}
+
+static void test_top_k_then_top_p_uses_original_p(void **state) {
+  float l[8];
+  logits_of(w8, 8, l);
+  /* top-k 3 keeps {2, 4, 0}; top-p 0.65 sums the original p in rank order .2667 .5333 .7, so
+   * it keeps all three (renormalised p .381 .762 would drop 0) */
+  lh_sample_params kp = params(1, 3, 0.65f, 0), k3 = params(1, 3, 1, 0);
+  for (double u = 0.005; u < 1; u += 0.01)
+    assert_int_equal(pick(l, 8, kp, u), pick(l, 8, k3, u));
+  assert_int_equal(pick(l, 8, kp, 0.1), 0);
+  /* top-k 4 and top-p 0.5: {2, 4} */
+  lh_sample_params kp2 = params(1, 4, 0.5f, 0);
+  assert_int_equal(pick(l, 8, kp2, 0.1), 2);
+  assert_int_equal(pick(l, 8, kp2, 0.6), 4);
+}
+
+static void test_min_p(void **state) {
+  float l[8];
+  logits_of(w8, 8, l);
+  /* min-p 0.5 keeps p >= 0.5 * 8/30, i.e. weights >= 4: {0, 2, 4} as top-k 3 */
+  lh_sample_params m5 = params(1, 0, 1, 0.5f), k3 = params(1, 3, 1, 0);
+  for (double u = 0.005; u < 1; u += 0.01)
+    assert_int_equal(pick(l, 8, m5, u), pick(l, 8, k3, u));
+  lh_sample_result r = lh_sample(l, 8, &m5, 0.9, scratch);
+  assert_int_equal(r.token, 4);
+  assert_float_equal(r.logprob, log(8.0 / 21), 1e-6);
+  /* min-p 0.3: weights >= 2.4: {0, 2, 4, 5}, total 24, 5 holds [21/24, 1) */
+  lh_sample_params m3 = params(1, 0, 1, 0.3f);
+  assert_int_equal(pick(l, 8, m3, 0.87), 4);
+  assert_int_equal(pick(l, 8, m3, 0.88), 5);
+  /* min-p 0.2: weights >= 1.6: {0,2,3,4,5,7}, total 28, 7 holds [26/28, 1) */
+  lh_sample_params m2 = params(1, 0, 1, 0.2f);
+  assert_int_equal(pick(l, 8, m2, 0.17), 0);
+  assert_int_equal(pick(l, 8, m2, 0.18), 2); /* 1 is dropped: 2 follows 0 at 5/28 */
+  assert_int_equal(pick(l, 8, m2, 0.93), 7);
+  r = lh_sample(l, 8, &m2, 0.95, scratch);
+  assert_float_equal(r.logprob, log(2.0 / 28), 1e-6);
+  /* at T = 0.5 the weights square (25 1 64 4 64 9 1 4): min-p 0.3 keeps >= 19.2: {0, 2, 4} */
+  lh_sample_params m3h = params(0.5f, 0, 1, 0.3f);
+  r = lh_sample(l, 8, &m3h, 0.1, scratch);
+  assert_int_equal(r.token, 0);
+  assert_float_equal(r.logprob, log(25.0 / 153), 1e-6);
+  assert_float_equal(r.logprob_model, log(5.0 / 30), 1e-6);
+}
+
+static void test_filter_combinations(void **state) {
+  float l[8];
+  logits_of(w8, 8, l);
+  /* top-k 4 {2,4,0,5}, top-p 0.6 {2,4,0}, min-p 0.7 (weights >= 5.6) {2,4} */
+  lh_sample_params all = params(1, 4, 0.6f, 0.7f);
+  assert_int_equal(pick(l, 8, all, 0.01), 2);
+  assert_int_equal(pick(l, 8, all, 0.49), 2);
+  assert_int_equal(pick(l, 8, all, 0.51), 4);
+  lh_sample_result r = lh_sample(l, 8, &all, 0.8, scratch);
+  assert_float_equal(r.logprob, log(0.5), 1e-6);
+  /* T = 0.5 (weights 25 1 64 4 64 9 1 4, sum 172) with top-p 0.8: rank cumulative .372 .744
+   * .890 keeps {2, 4, 0}, total 153: 0 [0, 25/153) 2 [25/153, 89/153) 4 [89/153, 1) */
+  lh_sample_params tp = params(0.5f, 0, 0.8f, 0);
+  assert_int_equal(pick(l, 8, tp, 0.16), 0);
+  assert_int_equal(pick(l, 8, tp, 0.17), 2);
+  assert_int_equal(pick(l, 8, tp, 0.58), 2);
+  assert_int_equal(pick(l, 8, tp, 0.59), 4);
+  r = lh_sample(l, 8, &tp, 0.7, scratch);
+  assert_float_equal(r.logprob, log(64.0 / 153), 1e-6);
+  assert_float_equal(r.logprob_model, log(8.0 / 30), 1e-6);
+  /* top-k 6 {2,4,0,5,3,7} and min-p 0.2 (>= 1.6, drops 1 and 6): both keep the same set */
+  lh_sample_params km = params(1, 6, 1, 0.2f), k6 = params(1, 6, 1, 0);
+  for (double u = 0.005; u < 1; u += 0.01)
+    assert_int_equal(pick(l, 8, km, u), pick(l, 8, k6, u));
+  /* top-k 2 and min-p 0.9 both keep the tied eights */
+  lh_sample_params k2m = params(1, 2, 1, 0.9f);
+  assert_int_equal(pick(l, 8, k2m, 0.49), 2);
+  assert_int_equal(pick(l, 8, k2m, 0.51), 4);
+}
+
+static void test_non_finite_logits(void **state) {
+  float l[] = {NAN, -INFINITY, 0.0f, logf(3.0f), -INFINITY};
+  lh_sample_params p = lh_sample_defaults();
+  /* NaN and -inf weigh nothing: 2 [0, .25) 3 [.25, 1) */
+  assert_int_equal(pick(l, 5, p, 0.0), 2);
+  assert_int_equal(pick(l, 5, p, 0.24), 2);
+  assert_int_equal(pick(l, 5, p, 0.26), 3);
+  lh_sample_result r = lh_sample(l, 5, &p, 0.5, scratch);
+  assert_float_equal(r.logprob_model, log(0.75), 1e-6);
+  lh_sample_params top = params(1, 0, 1, 0.5f);
+  assert_int_equal(pick(l, 5, top, 0.01), 3);
+  /* +inf counts as the largest float and takes all the mass */
+  float h[] = {1.0f, INFINITY, 2.0f};
+  assert_int_equal(pick(h, 3, p, 0.0), 1);
+  assert_int_equal(pick(h, 3, p, 0.999), 1);
+  /* nothing finite: uniform over all */
+  float n[] = {-INFINITY, NAN, -INFINITY, -INFINITY};
+  assert_int_equal(pick(n, 4, p, 0.3), 1);
+  assert_int_equal(pick(n, 4, p, 0.8), 3);
+  assert_int_equal(check(l, 5, p, 0.5, 0, 1e-4), LH_SAMPLE_INCONSISTENT);
+  assert_int_equal(check(l, 5, p, 0.5, 3, 1e-4), LH_SAMPLE_CONSISTENT);
+}
+
+/* ---- distribution ---- */
+
+static double chi_square(const long *count, const double *p, int n, long N) {
+  double chi = 0;
+  for (int i = 0; i < n; i++) {
+    double e = p[i] * (double)N, d = (double)count[i] - e;
+    chi += d * d / e;
+  }
+  return chi;
+}
+
+static void test_chi_square(void **state) {
+  enum { N = 200000 };
+  double w[] = {0.1, 0.2, 0.3, 0.25, 0.15};
+  float l[5];
+  logits_of(w, 5, l);
+  long count[5] = {0};
+  lh_sample_params p = lh_sample_defaults();
+  for (long i = 0; i < N; i++)
+    count[pick(l, 5, p, lh_sample_uniform(2024, (uint64_t)i, 17))]++;
+  double chi = chi_square(count, w, 5, N);
+  assert_true(chi < 18.47); /* 4 degrees of freedom, p = 0.001 */
+  double flat[] = {0.2, 0.2, 0.2, 0.2, 0.2};
+  assert_true(chi_square(count, flat, 5, N) > 1000); /* the statistic does detect a mismatch */
+  /* top-k 3 over the same logits: {1, 2, 3} renormalised by 0.75 */
+  memset(count, 0, sizeof count);
+  lh_sample_params k3 = params(1, 3, 1, 0);
+  for (long i = 0; i < N; i++)
+    count[pick(l, 5, k3, lh_sample_uniform(2025, 0, (uint64_t)i))]++;
+  assert_int_equal(count[0] + count[4], 0);
+  double kept[] = {0.2 / 0.75, 0.3 / 0.75, 0.25 / 0.75};
+  assert_true(chi_square(count + 1, kept, 3, N) < 13.82); /* 2 degrees of freedom, p = 0.001 */
+}
+
+/* ---- agreement with a plain full-sort reference ---- */
+
+static const float *ref_l;
+static int rank_cmp(const void *a, const void *b) {
+  int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
+  if (ref_l[i] != ref_l[j]) return ref_l[i] > ref_l[j] ? -1 : 1;
+  return i < j ? -1 : 1;
+}
+
+/* The canonical definition written plainly: full sort, keep flags, walk by id. */
+static int32_t ref_sample(const float *l, int V, lh_sample_params p, double u, double *logprob) {
+  static double w[VMAX];
+  static int32_t order[VMAX];
+  static unsigned char keep[VMAX];
+  int32_t am = 0;
+  for (int i = 1; i < V; i++)
+    if (l[i] > l[am]) am = i;
+  double lmax = l[am], T = p.temperature, S = 0;
+  if (T == 0) return am;
+  for (int i = 0; i < V; i++)
+    S += w[i] = exp(((double)l[i] - lmax) / T);
+  for (int i = 0; i < V; i++)
+    order[i] = i, keep[i] = 1;
+  ref_l = l;
+  qsort(order, (size_t)V, sizeof order[0], rank_cmp);
+  if (p.top_k > 0)
+    for (int r = p.top_k; r < V; r++)
+      keep[order[r]] = 0;
+  if (p.top_p < 1) {
+    double cum = 0;
+    int crossed = 0;
+    for (int r = 0; r < V; r++) {
+      int32_t i = order[r];
+      if (!keep[i]) continue;
+      if (crossed)
+        keep[i] = 0;
+      else
+        crossed = (cum += w[i]) >= (double)p.top_p * S;
+    }
+  }
+  if (p.min_p > 0)
+    for (int i = 0; i < V; i++)
+      keep[i] &= w[i] >= (double)p.min_p;
+  double total = 0, c = 0;
+  for (int i = 0; i < V; i++)
+    if (keep[i]) total += w[i];
+  int32_t tok = -1, last = -1;
+  for (int i = 0; i < V && tok < 0; i++) {
+    if (!keep[i] || w[i] == 0) continue;
+    c += w[i];
+    last = i;
+    if (c > u * total) tok = i;
+  }
+  if (tok < 0) tok = last; /* rounding left nothing chosen */
+  assert_true(tok >= 0);
+  *logprob = ((double)l[tok] - lmax) / T - log(total);
+  return tok;
+}
+
+/* Logits shaped like a language model's: a few large values, a long tail, optional ties and
+ * -inf (masked tokens). */
+static void random_logits(float *l, int V, int style) {
+  double scale = 1.0 + 4.0 * rnd();
+  for (int i = 0; i < V; i++) {
+    double x = scale * rnd_normal();
+    if (style == 1) x = floor(x * 2) / 2; /* many ties */
+    if (style == 2 && rnd() < 0.3) x = -INFINITY;
+    if (style == 3 && rnd() < 0.002) x += 15; /* a few dominant tokens */
+    l[i] = (float)x;
+  }
+  if (style == 2 && l[V - 1] == -INFINITY) l[V - 1] = 0.0f; /* something finite */
+}
+
+static lh_sample_params random_params(int V) {
+  lh_sample_params p = lh_sample_defaults();
+  double r = rnd();
+  p.temperature = r < 0.1 ? 0.0f : (float)(0.2 + 1.6 * rnd());
+  if (rnd() < 0.5) p.top_k = 1 + (int)(rnd() * (rnd() < 0.5 ? 60 : V));
+  if (rnd() < 0.5) p.top_p = (float)(0.05 + 0.95 * rnd());
+  if (rnd() < 0.4) p.min_p = (float)(0.3 * rnd());
+  return p;
+}
+
+static void test_matches_reference(void **state) {
+  static float l[VMAX];
+  int sizes[] = {1, 2, 7, 64, 1000, 5000, VMAX};
+  int n = 0;
+  for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+    int V = sizes[si];
+    int cases = V >= 5000 ? 40 : 300;
+    for (int c = 0; c < cases; c++, n++) {
+      random_logits(l, V, c % 4);
+      lh_sample_params p = random_params(V);
+      double u = rnd(), ref_lp = 0;
+      int32_t want = ref_sample(l, V, p, u, &ref_lp);
+      lh_sample_result r = lh_sample(l, V, &p, u, scratch);
+      if (r.token != want)
+        fail_msg("V=%d case %d (T=%g k=%d p=%g min_p=%g u=%.17g): token %d, reference %d", V, c,
+                 (double)p.temperature, p.top_k, (double)p.top_p, (double)p.min_p, u, r.token,
+                 want);
+      if (p.temperature > 0) assert_float_equal(r.logprob, ref_lp, 1e-5 * (1 + fabs(ref_lp)));
+      assert_int_not_equal(check(l, V, p, u, r.token, 1e-6), LH_SAMPLE_INCONSISTENT);
+    }
+  }
+  assert_true(n > 1000);
+}
+
+static void test_scratch(void **state) {
+  assert_null(lh_sample_scratch_create(0));
+  assert_null(lh_sample_scratch_create(-3));
+  lh_sample_scratch_free(NULL);
+  /* a fresh, exactly sized scratch gives what the shared, used one gives */
+  float l[8];
+  logits_of(w8, 8, l);
+  lh_sample_scratch *own = lh_sample_scratch_create(8);
+  lh_sample_params ps[] = {params(1, 0, 1, 0), params(0.7f, 3, 1, 0), params(1.3f, 0, 0.8f, 0),
+                           params(1, 5, 0.9f, 0.1f)};
+  for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
+    for (double u = 0.01; u < 1; u += 0.07) {
+      lh_sample_result a = lh_sample(l, 8, &ps[i], u, own);
+      lh_sample_result b = lh_sample(l, 8, &ps[i], u, scratch);
+      assert_int_equal(a.token, b.token);
+      assert_true(a.logprob == b.logprob && a.logprob_model == b.logprob_model);
+    }
+  lh_sample_scratch_free(own);
+}
+
+/* ---- the checker ---- */
+
+static void test_check_honest(void **state) {
+  static float l[VMAX];
+  int borderline = 0, total = 0;
+  for (int c = 0; c < 3000; c++) {
+    int V = c < 2500 ? 2 + (int)(rnd() * 60) : 2000;
+    random_logits(l, V, c % 4);
+    lh_sample_params p = random_params(V);
+    double u = lh_sample_uniform(77, (uint64_t)c, 5);
+    int32_t tok = lh_sample(l, V, &p, u, scratch).token;
+    lh_sample_verdict v = check(l, V, p, u, tok, 1e-4);
+    if (v == LH_SAMPLE_INCONSISTENT)
+      fail_msg("case %d V=%d: honest token %d judged INCONSISTENT", c, V, tok);
+    borderline += v == LH_SAMPLE_BORDERLINE;
+    total++;
+    /* no other token may be CONSISTENT (greedy ties aside, all are INCONSISTENT or BORDERLINE) */
+    for (int j = 0; j < V && j < 64; j++)
+      if (j != tok) assert_int_not_equal(check(l, V, p, u, j, 1e-4), LH_SAMPLE_CONSISTENT);
+  }
+  /* style 1 draws many exact ties, so greedy ties and top-k boundary ties are common there */
+  assert_true(borderline < total / 20);
+}
+
+static void test_check_adversarial(void **state) {
+  double w[] = {1, 2, 3, 4};
+  float l[4];
+  logits_of(w, 4, l);
+  lh_sample_params p = lh_sample_defaults();
+  double tol = 1e-4;
+  /* u = 0.05 picks 0; the most likely token 3 is a forgery */
+  assert_int_equal(check(l, 4, p, 0.05, 0, tol), LH_SAMPLE_CONSISTENT);
+  assert_int_equal(check(l, 4, p, 0.05, 3, tol), LH_SAMPLE_INCONSISTENT);
+  /* u = 0.7 picks the most likely (3); the second most likely (2) is a forgery */
+  assert_int_equal(check(l, 4, p, 0.7, 3, tol), LH_SAMPLE_CONSISTENT);
+  assert_int_equal(check(l, 4, p, 0.7, 2, tol), LH_SAMPLE_INCONSISTENT);
+  /* u within tol of the boundary at 0.3 between 1 and 2 */
+  assert_int_equal(check(l, 4, p, 0.3 + 3e-5, 2, tol), LH_SAMPLE_BORDERLINE);
+  assert_int_equal(check(l, 4, p, 0.3 + 3e-5, 1, tol), LH_SAMPLE_BORDERLINE);
+  assert_int_equal(check(l, 4, p, 0.3 - 3e-5, 2, tol), LH_SAMPLE_BORDERLINE);
+  assert_int_equal(check(l, 4, p, 0.3 + 3e-5, 3, tol), LH_SAMPLE_INCONSISTENT);
+  assert_int_equal(check(l, 4, p, 0.3 + 3e-4, 2, tol), LH_SAMPLE_CONSISTENT);
+  assert_int_equal(check(l, 4, p, 0.3 + 3e-4, 1, tol), LH_SAMPLE_INCONSISTENT);
+  /* just beyond tol on either side of token 2's interval [.3, .6) */
+  assert_int_equal(check(l, 4, p, 0.3 - 1.5e-4, 2, tol), LH_SAMPLE_INCONSISTENT);
+  assert_int_equal(check(l, 4, p, 0.6 + 1.5e-4, 2, tol), LH_SAMPLE_INCONSISTENT);
+  assert_int_equal(check(l, 4, p, 0.3 - 0.5e-4, 2, tol), LH_SAMPLE_BORDERLINE);
+  assert_int_equal(check(l, 4, p, 0.6 + 0.5e-4, 2, tol), LH_SAMPLE_BORDERLINE);
+  /* the ends of the CDF are not boundaries */
+  assert_int_equal(check(l, 4, p, 0.0, 0, tol), LH_SAMPLE_CONSISTENT);
+  assert_int_equal(check(l, 4, p, 1.0 - 1e-9, 3, tol), LH_SAMPLE_CONSISTENT);
+  /* the interval at temperature 0.5: token 1 holds [1/30, 5/30) */
+  lh_sample_params h = params(0.5f, 0, 1, 0);
+  assert_int_equal(check(l, 4, h, 0.1, 1, tol), LH_SAMPLE_CONSISTENT);
+  assert_int_equal(check(l, 4, h, 0.2, 1, tol), LH_SAMPLE_INCONSISTENT);
+  assert_int_equal(check(l, 4, h, 5.0 / 30 - 1e-5, 1, tol), LH_SAMPLE_BORDERLINE);
+}
+
+static void test_check_filtered_tokens(void **state) {
+  float l[8];
+  logits_of(w8, 8, l);
+  double tol = 1e-4;
+  lh_sample_params k3 = params(1, 3, 1, 0), p5 = params(1, 0, 0.5f, 0), m5 = params(1, 0, 1, 0.5f);
+  for (double u = 0; u < 1; u += 0.01) {
+    /* top-k 3 drops 5 (weight 3, well below the third best 5) whatever u is */
+    assert_int_equal(check(l, 8, k3, u, 5, tol), LH_SAMPLE_INCONSISTENT);
+    assert_int_equal(check(l, 8, k3, u, 1, tol), LH_SAMPLE_INCONSISTENT);
+    /* top-p 0.5 stops at .5333 (2 and 4): 0 (the next) is dropped */
+    assert_int_equal(check(l, 8, p5, u, 0, tol), LH_SAMPLE_INCONSISTENT);
+    /* min-p 0.5 needs weight >= 4: 5 (weight 3) is dropped */
+    assert_int_equal(check(l, 8, m5, u, 5, tol), LH_SAMPLE_INCONSISTENT);
+  }
+  /* just beyond tol of the interval of 2 under top-k 3, [5/21, 13/21) */
+  assert_int_equal(check(l, 8, k3, 5.0 / 21 - 1.5e-4, 2, tol), LH_SAMPLE_INCONSISTENT);
+  assert_int_equal(check(l, 8, k3, 13.0 / 21 + 1.5e-4, 2, tol), LH_SAMPLE_INCONSISTENT);
+  assert_int_equal(check(l, 8, k3, 5.0 / 21 + 1.5e-4, 2, tol), LH_SAMPLE_CONSISTENT);
+  assert_int_equal(check(l, 8, k3, 13.0 / 21 - 0.5e-4, 2, tol), LH_SAMPLE_BORDERLINE);
+  /* the same tokens are fine without the filter when u selects them */
+  lh_sample_params none = lh_sample_defaults();
+  assert_int_equal(check(l, 8, none, 0.85, 5, tol), LH_SAMPLE_CONSISTENT);
+  assert_int_equal(check(l, 8, none, 0.1, 0, tol), LH_SAMPLE_CONSISTENT);
+}
+
+static void test_check_near_thresholds(void **state) {
+  float l[8];
+  logits_of(w8, 8, l);
+  double tol = 1e-4;
+  /* top-k 5: tokens 3 and 7 tie (weight 2) at the boundary; 7 is dropped by id. Were it kept,
+   * it would hold [26/28, 1): BORDERLINE there, INCONSISTENT elsewhere */
+  lh_sample_params k5 = params(1, 5, 1, 0);
+  assert_int_equal(check(l, 8, k5, 0.95, 7, tol), LH_SAMPLE_BORDERLINE);
+  assert_int_equal(check(l, 8, k5, 0.30, 7, tol), LH_SAMPLE_INCONSISTENT);
+  /* 3 holds [15/28 or 13/26 .. 15/28 or 15/26) depending on 7: sure inside [.5, .5357) */
+  assert_int_equal(check(l, 8, k5, 0.52, 3, tol), LH_SAMPLE_CONSISTENT);
+  assert_int_equal(check(l, 8, k5, 0.55, 3, tol), LH_SAMPLE_BORDERLINE);
+  assert_int_equal(check(l, 8, k5, 0.40, 3, tol), LH_SAMPLE_INCONSISTENT);
+
+  /* top-p 0.8 over p = .5 .3 .2: the cumulative .8 meets the threshold within tol, so 2 may
+   * or may not be kept: 0 holds [0, .5) or [0, .625) */
+  double w3[] = {5, 3, 2};
+  float l3[3];
+  logits_of(w3, 3, l3);
+  lh_sample_params p8 = params(1, 0, 0.8f, 0);
+  assert_int_equal(check(l3, 3, p8, 0.3, 0, tol), LH_SAMPLE_CONSISTENT);
+  assert_int_equal(check(l3, 3, p8, 0.55, 0, tol), LH_SAMPLE_BORDERLINE);
+  assert_int_equal(check(l3, 3, p8, 0.55, 1, tol), LH_SAMPLE_BORDERLINE);
+  assert_int_not_equal(check(l3, 3, p8, 0.9, 2, tol), LH_SAMPLE_INCONSISTENT);
+  assert_int_equal(check(l3, 3, p8, 0.3, 2, tol), LH_SAMPLE_INCONSISTENT);
+  /* with top-p 0.9 the boundary is far: 2 is kept for sure and 0 holds [0, .5) */
+  lh_sample_params p9 = params(1, 0, 0.9f, 0);
+  assert_int_equal(check(l3, 3, p9, 0.55, 1, tol), LH_SAMPLE_CONSISTENT);
+  assert_int_equal(check(l3, 3, p9, 0.55, 0, tol), LH_SAMPLE_INCONSISTENT);
+
+  /* min-p 0.5 over weights 8 4 2 1: token 1 sits on the bound */
+  double w4[] = {8, 4, 2, 1};
+  float l4[4];
+  logits_of(w4, 4, l4);
+  lh_sample_params m5 = params(1, 0, 1, 0.5f);
+  assert_int_not_equal(check(l4, 4, m5, 0.8, 1, tol), LH_SAMPLE_INCONSISTENT);
+  assert_int_equal(check(l4, 4, m5, 0.5, 0, tol), LH_SAMPLE_CONSISTENT); /* [0, 2/3) or all */
+  assert_int_equal(check(l4, 4, m5, 0.8, 0, tol), LH_SAMPLE_BORDERLINE);
+  assert_int_equal(check(l4, 4, m5, 0.5, 1, tol), LH_SAMPLE_INCONSISTENT);
+  assert_int_equal(check(l4, 4, m5, 0.95, 2, tol), LH_SAMPLE_INCONSISTENT); /* far below */
+}
+
+/* Honest samples checked against logits that differ by up to 1e-6 (another machine's
+ * floating point) are never INCONSISTENT, including parameters placed exactly on a threshold;
+ * forged tokens still are. */
+static void test_check_perturbed(void **state) {
+  static float l[VMAX], lp[VMAX];
+  static double w[VMAX];
+  int inconsistent_forged = 0, forged = 0, consistent = 0, n = 0;
+  for (int c = 0; c < 6000; c++) {
+    int V = c % 10 == 9 ? 3000 : 2 + (int)(rnd() * 40);
+    random_logits(l, V, c % 4);
+    lh_sample_params p = random_params(V);
+    if (p.temperature == 0) p.temperature = 1;
+    /* place min-p or top-p exactly on a token's threshold in half of the cases */
+    if (c % 2) {
+      int32_t am = 0;
+      for (int i = 1; i < V; i++)
+        if (l[i] > l[am]) am = i;
+      for (int i = 0; i < V; i++)
+        w[i] = exp(((double)l[i] - l[am]) / p.temperature);
+      int32_t j = (int32_t)(rnd() * V);
+      if (p.min_p > 0 && w[j] < 1 && w[j] > 0) p.min_p = (float)w[j];
+      if (p.top_p < 1 && p.top_k == 0) {
+        double S = 0, above = 0;
+        for (int i = 0; i < V; i++)
+          S += w[i];
+        for (int i = 0; i < V; i++)
+          if (l[i] > l[j] || (l[i] == l[j] && i <= j)) above += w[i];
+        if (above / S < 1 && above > 0) p.top_p = (float)(above / S);
+      }
+    }
+    for (int i = 0; i < V; i++)
+      lp[i] = l[i] + (float)(2e-6 * rnd() - 1e-6);
+    double u = lh_sample_uniform(31337, (uint64_t)c, 0);
+    int32_t tok = lh_sample(l, V, &p, u, scratch).token;
+    lh_sample_verdict v = check(lp, V, p, u, tok, 1e-4);
+    if (v == LH_SAMPLE_INCONSISTENT)
+      fail_msg("case %d V=%d (T=%g k=%d p=%.9g min_p=%.9g u=%.17g): honest token %d judged "
+               "INCONSISTENT on perturbed logits",
+               c, V, (double)p.temperature, p.top_k, (double)p.top_p, (double)p.min_p, u, tok);
+    consistent += v == LH_SAMPLE_CONSISTENT;
+    n++;
+    /* a forgery: the most likely token other than the one chosen */
+    int32_t f = tok == 0 ? 1 : 0;
+    for (int i = 0; i < V; i++)
+      if (i != tok && l[i] > l[f]) f = i;
+    forged++;
+    inconsistent_forged += check(lp, V, p, u, f, 1e-4) == LH_SAMPLE_INCONSISTENT;
+  }
+  assert_true(consistent > n * 9 / 10);
+  assert_true(forged > 2000);
+  assert_true(inconsistent_forged > forged * 95 / 100);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_params_validate),
+      cmocka_unit_test(test_uniform_from_philox),
+      cmocka_unit_test(test_uniform_depends_only_on_its_key),
+      cmocka_unit_test(test_greedy),
+      cmocka_unit_test(test_temperature_one),
+      cmocka_unit_test(test_temperature_scaling),
+      cmocka_unit_test(test_top_k),
+      cmocka_unit_test(test_top_p),
+      cmocka_unit_test(test_top_k_then_top_p_uses_original_p),
+      cmocka_unit_test(test_min_p),
+      cmocka_unit_test(test_filter_combinations),
+      cmocka_unit_test(test_non_finite_logits),
+      cmocka_unit_test(test_chi_square),
+      cmocka_unit_test(test_matches_reference),
+      cmocka_unit_test(test_scratch),
+      cmocka_unit_test(test_check_honest),
+      cmocka_unit_test(test_check_adversarial),
+      cmocka_unit_test(test_check_filtered_tokens),
+      cmocka_unit_test(test_check_near_thresholds),
+      cmocka_unit_test(test_check_perturbed),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
