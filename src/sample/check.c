@@ -50,6 +50,7 @@ static void check_topp(const lh__logits *g, int V, double T, double top_p, doubl
   int32_t *cand = s->heap;
   uint64_t *keys = s->keys, *res = s->tmp;
   double S = g->S, target = top_p * S, hi_t = (top_p + tol) * S, lo_t = (top_p - tol) * S;
+  int ib = s->idbits;
   float fl0 = lh__sample_logit_floor(g, T, (1.0 - top_p - tol) * S / (4.0 * V));
   size_t nc = lh__sample_above(l, V, fl0, cand);
   /* one bucket more than the mass needs, for the tol band below the last token scanned */
@@ -63,21 +64,21 @@ static void check_topp(const lh__logits *g, int V, double T, double top_p, doubl
     if (tries < 2) {
       for (size_t j = 0; j < nc; j++)
         if ((flags[cand[j]] & LH__POSS) && l[cand[j]] >= fl)
-          keys[n++] = lh__rank_key(l[cand[j]], cand[j]);
+          keys[n++] = lh__rank_key(l[cand[j]], cand[j], ib);
     } else {
       for (int i = 0; i < V; i++)
-        if (flags[i] & LH__POSS) keys[n++] = lh__rank_key(l[i], i);
+        if (flags[i] & LH__POSS) keys[n++] = lh__rank_key(l[i], i, ib);
     }
-    lh__sample_sort(keys, res, n);
+    lh__sample_sort(keys, res, n, 32 + ib);
     double cum = 0.0, sure = 0.0, poss = 0.0;
     bool crossed = false, ok = true;
     size_t r1 = 0, r2 = 0;
     stop = n;
     for (size_t q = 0; q < n; q++) {
-      int32_t id = lh__key_id(keys[q]);
+      int32_t id = lh__key_id(keys[q], ib);
       double lq = l[id];
       for (; r1 < q; r1++) {
-        int32_t j = lh__key_id(keys[r1]);
+        int32_t j = lh__key_id(keys[r1], ib);
         if (!((double)l[j] > lq + tol)) break;
         if (flags[j] & LH__SURE) sure += w[j];
       }
@@ -86,7 +87,7 @@ static void check_topp(const lh__logits *g, int V, double T, double top_p, doubl
         break;
       }
       for (; r2 < n; r2++) {
-        int32_t j = lh__key_id(keys[r2]);
+        int32_t j = lh__key_id(keys[r2], ib);
         if (!((double)l[j] >= lq - tol)) break;
         poss += w[j];
       }
@@ -105,7 +106,7 @@ static void check_topp(const lh__logits *g, int V, double T, double top_p, doubl
     if (complete || (ok && stop < n)) break;
   }
   for (size_t q = 0; q < stop; q++) {
-    int32_t id = lh__key_id(keys[q]);
+    int32_t id = lh__key_id(keys[q], ib);
     narrow(&flags[id], res[q] & 1, (res[q] >> 1) & 1);
     flags[id] |= LH__SEEN;
   }

@@ -45,6 +45,9 @@ lh_sample_scratch *lh_sample_scratch_create(int V) {
   lh_sample_scratch *s = lh_xcalloc(1, sizeof *s);
   size_t n = (size_t)V;
   s->V = V;
+  s->idbits = 1;
+  while (s->idbits < 31 && ((int64_t)1 << s->idbits) < V)
+    s->idbits++;
   s->clean = lh_xmalloc_aligned(n * sizeof *s->clean);
   s->w = lh_xmalloc_aligned(n * sizeof *s->w);
   s->blocks = lh_xmalloc_aligned((n / LH__SAMPLE_BLOCK + 1) * sizeof *s->blocks);
@@ -306,8 +309,8 @@ void lh__sample_topk(const float *l, int V, int k, int32_t *heap) {
     }
 }
 
-void lh__sample_sort(uint64_t *a, uint64_t *tmp, size_t n) {
-  if (n <= 48) {
+void lh__sample_sort(uint64_t *a, uint64_t *tmp, size_t n, int bits) {
+  if (n <= 64) {
     for (size_t i = 1; i < n; i++) {
       uint64_t x = a[i];
       size_t j = i;
@@ -317,25 +320,29 @@ void lh__sample_sort(uint64_t *a, uint64_t *tmp, size_t n) {
     }
     return;
   }
-  uint32_t cnt[8][256] = {{0}};
+  /* LSD radix: 8-bit digits for short arrays (small histograms), 11-bit digits for long ones */
+  int D = n < 4096 ? 8 : 11, nd = (bits + D - 1) / D, R = 1 << D;
+  uint32_t cnt[6 * 2048];
+  memset(cnt, 0, (size_t)nd * (size_t)R * sizeof cnt[0]);
+  uint64_t mask = (uint64_t)R - 1;
   for (size_t i = 0; i < n; i++) {
     uint64_t x = a[i];
-    for (int d = 0; d < 8; d++)
-      cnt[d][(x >> (8 * d)) & 255]++;
+    for (int d = 0; d < nd; d++)
+      cnt[d * R + ((x >> (D * d)) & mask)]++;
   }
   uint64_t *src = a, *dst = tmp;
-  for (int d = 0; d < 8; d++) {
-    uint32_t *c = cnt[d];
-    if (c[(a[0] >> (8 * d)) & 255] == n) continue; /* every key has this digit */
+  for (int d = 0; d < nd; d++) {
+    uint32_t *c = cnt + d * R;
+    if (c[(a[0] >> (D * d)) & mask] == n) continue; /* every key has this digit */
     uint32_t sum = 0;
-    for (int v = 0; v < 256; v++) {
+    for (int v = 0; v < R; v++) {
       uint32_t t = c[v];
       c[v] = sum;
       sum += t;
     }
     for (size_t i = 0; i < n; i++) {
       uint64_t x = src[i];
-      dst[c[(x >> (8 * d)) & 255]++] = x;
+      dst[c[(x >> (D * d)) & mask]++] = x;
     }
     uint64_t *t = src;
     src = dst;
@@ -440,10 +447,10 @@ static int32_t walk_ids(const double *w, const uint64_t *ids, size_t n, double u
 }
 
 /* Length of the top-p prefix of keys[0..n) (rank order), or 0 if it never reaches target. */
-static size_t topp_prefix(const uint64_t *keys, size_t n, const double *w, double target) {
+static size_t topp_prefix(const uint64_t *keys, size_t n, const double *w, double target, int ib) {
   double cum = 0.0;
   for (size_t q = 0; q < n; q++) {
-    cum += w[lh__key_id(keys[q])];
+    cum += w[lh__key_id(keys[q], ib)];
     if (cum >= target) return q + 1;
   }
   return 0;
@@ -498,6 +505,7 @@ static size_t topp_alone(const lh__logits *g, int V, double T, double top_p, lh_
   int32_t *cand = s->heap;
   uint64_t *keys = s->keys;
   double target = top_p * g->S;
+  int ib = s->idbits;
   float fl0 = lh__sample_logit_floor(g, T, (1.0 - top_p) * g->S / (2.0 * V));
   size_t nc = lh__sample_above(l, V, fl0, cand);
   float fl1 = lh__sample_narrow_floor(g, T, w, cand, nc, target, 0, fl0);
@@ -507,13 +515,13 @@ static size_t topp_alone(const lh__logits *g, int V, double T, double top_p, lh_
     size_t n = 0;
     if (tries < 2) {
       for (size_t j = 0; j < nc; j++)
-        if (l[cand[j]] >= fl) keys[n++] = lh__rank_key(l[cand[j]], cand[j]);
+        if (l[cand[j]] >= fl) keys[n++] = lh__rank_key(l[cand[j]], cand[j], ib);
     } else {
       for (int id = 0; id < V; id++)
-        keys[n++] = lh__rank_key(l[id], id);
+        keys[n++] = lh__rank_key(l[id], id, ib);
     }
-    lh__sample_sort(keys, s->tmp, n);
-    size_t m = topp_prefix(keys, n, w, target);
+    lh__sample_sort(keys, s->tmp, n, 32 + ib);
+    size_t m = topp_prefix(keys, n, w, target, ib);
     if (m) return m;
     if (tries == 2) return n;
   }
@@ -526,6 +534,7 @@ static size_t kept_ids(const lh__logits *g, int V, const lh_sample_params *p, bo
   const double *w = s->w;
   uint64_t *keys = s->keys;
   bool topp = p->top_p < 1.0f;
+  int ib = s->idbits;
   size_t n;
   if (topk) {
     int k = p->top_k;
@@ -533,9 +542,9 @@ static size_t kept_ids(const lh__logits *g, int V, const lh_sample_params *p, bo
     n = (size_t)k;
     if (topp) {
       for (int j = 0; j < k; j++)
-        keys[j] = lh__rank_key(l[s->heap[j]], s->heap[j]);
-      lh__sample_sort(keys, s->tmp, n);
-      size_t m = topp_prefix(keys, n, w, (double)p->top_p * g->S);
+        keys[j] = lh__rank_key(l[s->heap[j]], s->heap[j], ib);
+      lh__sample_sort(keys, s->tmp, n, 32 + ib);
+      size_t m = topp_prefix(keys, n, w, (double)p->top_p * g->S, ib);
       if (m) n = m;
     } else {
       for (int j = 0; j < k; j++)
@@ -546,7 +555,7 @@ static size_t kept_ids(const lh__logits *g, int V, const lh_sample_params *p, bo
   }
   if (topp)
     for (size_t j = 0; j < n; j++)
-      keys[j] = (uint64_t)(uint32_t)lh__key_id(keys[j]);
+      keys[j] = (uint64_t)lh__key_id(keys[j], ib);
   if (p->min_p > 0.0f) {
     double minp = p->min_p;
     size_t m = 0;
@@ -554,7 +563,7 @@ static size_t kept_ids(const lh__logits *g, int V, const lh_sample_params *p, bo
       if (w[keys[j]] >= minp) keys[m++] = keys[j];
     n = m;
   }
-  lh__sample_sort(keys, s->tmp, n);
+  lh__sample_sort(keys, s->tmp, n, ib);
   return n;
 }
 

@@ -31,6 +31,7 @@
 
 struct lh_sample_scratch {
   int V;          /* capacity: the largest vocabulary this scratch serves */
+  int idbits;     /* bits that hold any id < V in a sort key */
   float *clean;   /* (V) logits with NaN -> -inf and +inf -> FLT_MAX, when the input has them */
   double *w;      /* (V) w_i = exp((l_i - l_max) / T) */
   double *blocks; /* (V / LH__SAMPLE_BLOCK + 1) per-block sums of the kept w */
@@ -66,8 +67,8 @@ float lh__sample_narrow_floor(const lh__logits *g, double T, const double *w, co
 /* Selects the k best ids by (logit desc, id asc) into heap[0..k); heap[0] is the k-th best.
  * 0 < k < V. */
 void lh__sample_topk(const float *l, int V, int k, int32_t *heap);
-/* Sorts a ascending (radix sort; tmp holds n). */
-void lh__sample_sort(uint64_t *a, uint64_t *tmp, size_t n);
+/* Sorts a ascending by its low `bits` bits (higher bits must be 0; radix sort; tmp holds n). */
+void lh__sample_sort(uint64_t *a, uint64_t *tmp, size_t n, int bits);
 
 /* The fixed tree over one block: eight lanes j add x[j], x[8+j], ..., x[56+j] pairwise, then
  * the lanes are added pairwise. */
@@ -79,17 +80,18 @@ static inline double lh__tree64(const double *x) {
   return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
 }
 
-/* A key whose ascending order is (logit descending, id ascending). */
-static inline uint64_t lh__rank_key(float f, int32_t id) {
+/* A key whose ascending order is (logit descending, id ascending): 32 bits of logit above
+ * idbits of id. */
+static inline uint64_t lh__rank_key(float f, int32_t id, int idbits) {
   if (f == 0.0f) f = 0.0f; /* -0 ranks with +0 */
   uint32_t u;
   memcpy(&u, &f, sizeof u);
   u = (u & 0x80000000u) ? ~u : (u | 0x80000000u); /* ascending in f */
-  return ((uint64_t)~u << 32) | (uint32_t)id;
+  return ((uint64_t)~u << idbits) | (uint32_t)id;
 }
 
-static inline int32_t lh__key_id(uint64_t key) {
-  return (int32_t)(uint32_t)key;
+static inline int32_t lh__key_id(uint64_t key, int idbits) {
+  return (int32_t)(key & (((uint64_t)1 << idbits) - 1));
 }
 
 #endif
