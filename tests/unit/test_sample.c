@@ -1,7 +1,6 @@
-/* The verifiable sampler and its checker: the uniform from Philox, each filter and their
- * combinations on small logit vectors worked by hand (ties included), log-probabilities, a
- * chi-square test of the sampled frequencies, agreement with a plain full-sort reference at
- * large V, and the checker on honest, perturbed and adversarial submissions. */
+/* The verifiable sampler and its checker: the Philox uniform, every filter worked by hand on
+ * small logit vectors (ties included), log-probs, a chi-square test, agreement with a plain
+ * full-sort reference at large V, and the checker on honest, perturbed and forged tokens. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
