@@ -317,30 +317,18 @@ lh_err lh_infer_forward(const lh_infer *m, lh_kv *kv, const lh_infer_row *rows, 
         const float *ks = kc + (size_t)rows[r].slot * S * KD + (size_t)g * hd;
         const float *vs = vc + (size_t)rows[r].slot * S * KD + (size_t)g * hd;
         float *s = kv->scores + (size_t)thread_id() * S, mx = -INFINITY, sum = 0.0f;
-        for (int j = 0; j < P; j++) {
-          const float *kj = ks + (size_t)j * KD;
-          float d = 0.0f;
-#pragma omp simd reduction(+ : d)
-          for (int i = 0; i < hd; i++)
-            d += q[i] * kj[i];
-          s[j] = d * scale;
+        /* s = scale * K[0:P] q and a = V[0:P]^T p: matrix-vector products over the cache
+         * (single-threaded inside this loop) */
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, P, hd, scale, ks, KD, q, 1, 0.0f, s, 1);
+        for (int j = 0; j < P; j++)
           mx = s[j] > mx ? s[j] : mx;
-        }
 #pragma omp simd reduction(+ : sum)
         for (int j = 0; j < P; j++) {
           s[j] = lh_expf(s[j] - mx);
           sum += s[j];
         }
-        float *a = kv->att + (size_t)r * QD + (size_t)h * hd, inv = 1.0f / sum;
-        for (int i = 0; i < hd; i++)
-          a[i] = 0.0f;
-        for (int j = 0; j < P; j++) {
-          const float *vj = vs + (size_t)j * KD;
-          float p = s[j] * inv;
-#pragma omp simd
-          for (int i = 0; i < hd; i++)
-            a[i] += p * vj[i];
-        }
+        float *a = kv->att + (size_t)r * QD + (size_t)h * hd;
+        cblas_sgemv(CblasRowMajor, CblasTrans, P, hd, 1.0f / sum, vs, KD, s, 1, 0.0f, a, 1);
       }
     matmul_bf16(kv, kv->x, kv->att, W + o->wo + lo, n, QD, C, 1.0f);
     rmsnorm_bf16(kv->xn, kv->x, W + o->ln2 + lo, n, C, c->rms_eps);

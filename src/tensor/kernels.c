@@ -113,7 +113,7 @@ void lh_rope_apply(float *x, int n_heads, int hd, const float *cos_t, const floa
 }
 
 void lh_swiglu_forward(float *h, const float *gu, int M, int F) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)M * F >= 32768)
   for (int i = 0; i < M; i++) {
     const float *gate = gu + (size_t)i * 2 * F, *up = gate + F;
     float *hi = h + (size_t)i * F;
