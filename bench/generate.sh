@@ -6,10 +6,12 @@
 # the bandwidth limit longhaul's decode reaches.
 # Usage: bench/generate.sh BUILD_DIR   (`make bench-generate` runs it with build/)
 # Overrides: THREADS (2), BATCHES ("1 32"), PROMPT (64), NEW (64), ROUNDS (3),
-#            PYTHON (/usr/bin/python3), OMP_WAIT_POLICY (PASSIVE).
-# All three programs run with OMP_WAIT_POLICY=PASSIVE unless told otherwise: the peer needs it
-# (torch's OpenMP pool spins against its BLAS pool), and on a shared machine spinning OpenMP
-# threads slowed longhaul's batch-1 decode 5x (32 vs 154 tokens/s with one other busy process).
+#            PYTHON (/usr/bin/python3), LH_WAIT (default: unset), PEER_WAIT (PASSIVE).
+# Each program runs with the OpenMP wait policy that suits it best: the peer with PASSIVE
+# (torch's OpenMP pool otherwise spins against its BLAS pool: batch-1 decode 21 vs 63 tokens/s),
+# longhaul with libgomp's default (spin briefly, then sleep). On a busy machine spinning hurts
+# longhaul too (batch-1 decode 32 vs 154 tokens/s with one other busy process): set
+# LH_WAIT=PASSIVE there. membw runs with longhaul's setting.
 # The machine is shared and its speed drifts, so the three programs run alternately ROUNDS
 # times per batch; ratios are medians of the per-round ratios.
 set -euo pipefail
@@ -26,7 +28,15 @@ PROMPT=${PROMPT:-64}
 NEW=${NEW:-64}
 ROUNDS=${ROUNDS:-3}
 PYTHON=${PYTHON:-/usr/bin/python3}
-export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
+LH_WAIT=${LH_WAIT:-}
+PEER_WAIT=${PEER_WAIT:-PASSIVE}
+unset OMP_WAIT_POLICY
+# runs a command with the given OMP_WAIT_POLICY, or with none when it is empty
+with_wait() {
+  local w=$1
+  shift
+  if [ -n "$w" ]; then OMP_WAIT_POLICY=$w "$@"; else "$@"; fi
+}
 LH=$BUILD/longhaul
 MEMBW=$BUILD/bench/membw
 for exe in "$LH" "$MEMBW"; do
@@ -49,13 +59,13 @@ trap 'rm -rf "$OUT"' EXIT
 
 for B in $BATCHES; do
   echo "bench-generate: batch $B, prompt $PROMPT, $NEW new tokens, $THREADS threads," \
-    "$ROUNDS rounds, OMP_WAIT_POLICY=$OMP_WAIT_POLICY" >&2
+    "$ROUNDS rounds, OMP_WAIT_POLICY longhaul=${LH_WAIT:-default} peer=${PEER_WAIT:-default}" >&2
   for r in $(seq "$ROUNDS"); do
     echo "  round $r: membw, longhaul bench generate, peer_generate.py (torch) ..." >&2
-    "$MEMBW" --threads "$THREADS" >>"$OUT/membw-$B.json"
-    "$LH" bench generate --model "$MODEL" --batch "$B" --prompt-len "$PROMPT" --new "$NEW" \
+    with_wait "$LH_WAIT" "$MEMBW" --threads "$THREADS" >>"$OUT/membw-$B.json"
+    with_wait "$LH_WAIT" "$LH" bench generate --model "$MODEL" --batch "$B" --prompt-len "$PROMPT" --new "$NEW" \
       --threads "$THREADS" --json >>"$OUT/longhaul-$B.json"
-    "$PYTHON" "$ROOT/bench/peer_generate.py" --model "$MODEL" --batch "$B" \
+    with_wait "$PEER_WAIT" "$PYTHON" "$ROOT/bench/peer_generate.py" --model "$MODEL" --batch "$B" \
       --prompt-len "$PROMPT" --new "$NEW" --threads "$THREADS" >>"$OUT/peer-$B.json"
   done
 done
