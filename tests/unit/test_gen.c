@@ -129,7 +129,10 @@ static void test_logprobs_match_training_forward(void **state) {
     lh_batch b = {1, ss, seq, w};
     lh_train_forward(t, &b, lp);
     for (int i = 0; i < f->outs[r].n; i++) {
-      assert_float_equal(f->lpm[r][i], lp[f->plen[r] + i], 1e-4);
+      /* two fp32 paths (engine vs training forward: other summation orders, other exp) over
+       * peaked logits differ by up to ~3e-4 (seen under the ASan build's -O2); a wrong
+       * position or token differs by far more than 1e-3 */
+      assert_float_equal(f->lpm[r][i], lp[f->plen[r] + i], 1e-3);
       /* sampling at T < 1 sharpens: the sampled token's sampling log-prob is finite and <= 0 */
       assert_true(f->lp[r][i] <= 1e-6f && isfinite(f->lp[r][i]));
     }
