@@ -226,3 +226,55 @@ int lh__args_choice(const lh__args *a, const char *name, const char *const *choi
   return lh__cli_error(a->cmd, LH__EXIT_USAGE, "--%s: expected one of %s, got \"%s\"", name, want,
                        v);
 }
+
+int lh__parse_ids(const char *cmd, const char *flag, const char *s, int32_t **ids, size_t *n) {
+  size_t cap = 16, k = 0;
+  int32_t *v = malloc(cap * sizeof *v);
+  if (!v) return lh__cli_error(cmd, LH__EXIT_FAIL, "out of memory");
+  const char *p = s;
+  while (*p == ' ')
+    p++;
+  bool bracket = *p == '[';
+  if (bracket) p++;
+  for (;;) {
+    while (*p == ' ')
+      p++;
+    if (bracket && *p == ']' && k == 0) break;
+    char *end = NULL;
+    errno = 0;
+    long x = (*p >= '0' && *p <= '9') || *p == '-' ? strtol(p, &end, 10) : 0;
+    if (!end || end == p || errno || x < 0 || x > INT32_MAX) {
+      free(v);
+      return lh__cli_error(cmd, LH__EXIT_USAGE,
+                           "--%s: expected comma-separated token ids, got \"%s\"", flag, s);
+    }
+    if (k == cap) {
+      int32_t *nv = realloc(v, (cap *= 2) * sizeof *v);
+      if (!nv) {
+        free(v);
+        return lh__cli_error(cmd, LH__EXIT_FAIL, "out of memory");
+      }
+      v = nv;
+    }
+    v[k++] = (int32_t)x;
+    p = end;
+    while (*p == ' ')
+      p++;
+    if (*p == ',') {
+      p++;
+      continue;
+    }
+    break;
+  }
+  if (bracket && *p == ']') p++;
+  while (*p == ' ')
+    p++;
+  if (*p) {
+    free(v);
+    return lh__cli_error(cmd, LH__EXIT_USAGE,
+                         "--%s: expected comma-separated token ids, got \"%s\"", flag, s);
+  }
+  *ids = v;
+  *n = k;
+  return LH__ARGS_CONTINUE;
+}

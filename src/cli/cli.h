@@ -56,6 +56,9 @@ int lh__args_double(const lh__args *a, const char *name, double lo, double hi, d
 int lh__args_choice(const lh__args *a, const char *name, const char *const *choices, int def,
                     int *out);
 
+/* Parses a token-id list "1,2, 3" (optionally inside [ ]) given to --flag into a malloc'd array;
+ * returns LH__ARGS_CONTINUE, or prints a one-line error and returns 2. */
+int lh__parse_ids(const char *cmd, const char *flag, const char *s, int32_t **ids, size_t *n);
 /* "longhaul CMD: message" on stderr; returns `code`. */
 int lh__cli_error(const char *cmd, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

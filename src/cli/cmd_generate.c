@@ -29,27 +29,6 @@ static const lh__flag flags[] = {
      "one JSON object per sample: tokens, logprobs, logprobs_model, text, finish"},
 };
 
-/* Parses "1,2,3" into a malloc'd array; returns the count or -1 on a bad id. */
-static int parse_ids(const char *s, int32_t **out) {
-  size_t cap = 16, n = 0;
-  int32_t *ids = lh_xmalloc(cap * sizeof *ids);
-  const char *p = s;
-  while (*p) {
-    char *end;
-    long v = strtol(p, &end, 10);
-    if (end == p || v < 0 || v > INT32_MAX || (*end != ',' && *end != '\0')) {
-      free(ids);
-      return -1;
-    }
-    if (n == cap) ids = realloc(ids, (cap *= 2) * sizeof *ids);
-    LH_CHECK(ids, "out of memory");
-    ids[n++] = (int32_t)v;
-    p = *end == ',' ? end + 1 : end;
-  }
-  *out = ids;
-  return (int)n;
-}
-
 static lh_err load_tokenizer_if_present(const char *dir, lh_tokenizer **tok) {
   *tok = NULL;
   char path[4096];
@@ -121,13 +100,10 @@ int lh__cmd_generate(int argc, char **argv) {
     }
     np = (int)cnt;
   } else {
-    np = parse_ids(lh__args_str(&a, "prompt-tokens", ""), &prompt);
-    if (np < 0) {
-      rc = lh__cli_error(CMD, LH__EXIT_USAGE,
-                         "--prompt-tokens: expected comma-separated non-negative ids, got \"%s\"",
-                         lh__args_str(&a, "prompt-tokens", ""));
-      goto out;
-    }
+    size_t cnt = 0;
+    rc = lh__parse_ids(CMD, "prompt-tokens", lh__args_str(&a, "prompt-tokens", ""), &prompt, &cnt);
+    if (rc != LH__ARGS_CONTINUE) goto out;
+    np = (int)cnt;
   }
   if (np < 1) {
     rc = lh__cli_error(CMD, LH__EXIT_FAIL, "the prompt is empty");

@@ -65,63 +65,10 @@ static int read_stdin(char **out, size_t *len) {
   return LH__ARGS_CONTINUE;
 }
 
-/* Parses "1,2, 3" (optionally inside [ ]) into ids; returns LH__ARGS_CONTINUE or 2. */
-static int parse_ids(const char *s, int32_t **ids, size_t *n) {
-  size_t cap = 16, k = 0;
-  int32_t *v = malloc(cap * sizeof *v);
-  if (!v) return lh__cli_error(CMD, LH__EXIT_FAIL, "out of memory");
-  const char *p = s;
-  while (*p == ' ')
-    p++;
-  bool bracket = *p == '[';
-  if (bracket) p++;
-  for (;;) {
-    while (*p == ' ')
-      p++;
-    if (bracket && *p == ']' && k == 0) break;
-    char *end = NULL;
-    errno = 0;
-    long x = (*p >= '0' && *p <= '9') || *p == '-' ? strtol(p, &end, 10) : 0;
-    if (!end || end == p || errno || x < 0 || x > INT32_MAX) {
-      free(v);
-      return lh__cli_error(CMD, LH__EXIT_USAGE,
-                           "--decode: expected comma-separated token ids, got \"%s\"", s);
-    }
-    if (k == cap) {
-      int32_t *nv = realloc(v, (cap *= 2) * sizeof *v);
-      if (!nv) {
-        free(v);
-        return lh__cli_error(CMD, LH__EXIT_FAIL, "out of memory");
-      }
-      v = nv;
-    }
-    v[k++] = (int32_t)x;
-    p = end;
-    while (*p == ' ')
-      p++;
-    if (*p == ',') {
-      p++;
-      continue;
-    }
-    break;
-  }
-  if (bracket && *p == ']') p++;
-  while (*p == ' ')
-    p++;
-  if (*p) {
-    free(v);
-    return lh__cli_error(CMD, LH__EXIT_USAGE,
-                         "--decode: expected comma-separated token ids, got \"%s\"", s);
-  }
-  *ids = v;
-  *n = k;
-  return LH__ARGS_CONTINUE;
-}
-
 static int do_decode(const lh_tokenizer *t, const char *spec, bool skip_special) {
   int32_t *ids = NULL;
   size_t n = 0;
-  int rc = parse_ids(spec, &ids, &n);
+  int rc = lh__parse_ids(CMD, "decode", spec, &ids, &n);
   if (rc != LH__ARGS_CONTINUE) return rc;
   char *text = NULL;
   size_t len = 0;
