@@ -411,24 +411,35 @@ static lh_err get_rope_scaling(const json_t *root, const char *what, lh_config *
   return LH_ERR_OK;
 }
 
-lh_err lh_config_parse(const char *json, size_t len, const char *what, lh_config *out) {
-  if (!what) what = "config.json";
-  if (!out || (!json && len)) return lh_errorf(LH_ERR_INVAL, "%s: NULL argument", what);
+/* Parses outside JSON text that must be an object, within MAX_CONFIG_BYTES. */
+static lh_err parse_object(const char *json, size_t len, const char *what, json_t **root) {
+  *root = NULL;
+  if (!json && len) return lh_errorf(LH_ERR_INVAL, "%s: NULL argument", what);
   if (len > MAX_CONFIG_BYTES)
     return lh_errorf(LH_ERR_LIMIT, "%s: %zu bytes, more than the limit of %u", what, len,
                      MAX_CONFIG_BYTES);
   json_error_t jerr;
-  json_t *root = json_loadb(json ? json : "", len, JSON_REJECT_DUPLICATES, &jerr);
-  if (!root)
+  json_t *r = json_loadb(json ? json : "", len, JSON_REJECT_DUPLICATES, &jerr);
+  if (!r)
     return lh_errorf(LH_ERR_FORMAT, "%s: not valid JSON: %s (line %d, column %d)", what, jerr.text,
                      jerr.line, jerr.column);
-  lh_err e = LH_ERR_OK;
-  lh_config c = {0};
-  if (!json_is_object(root)) {
-    e = lh_errorf(LH_ERR_FORMAT, "%s: expected a JSON object, found %s", what,
-                  lh_json_type_name(root));
-    goto out;
+  if (!json_is_object(r)) {
+    lh_err e = lh_errorf(LH_ERR_FORMAT, "%s: expected a JSON object, found %s", what,
+                         lh_json_type_name(r));
+    json_decref(r);
+    return e;
   }
+  *root = r;
+  return LH_ERR_OK;
+}
+
+lh_err lh_config_parse(const char *json, size_t len, const char *what, lh_config *out) {
+  if (!what) what = "config.json";
+  if (!out) return lh_errorf(LH_ERR_INVAL, "%s: NULL argument", what);
+  json_t *root = NULL;
+  lh_err e = parse_object(json, len, what, &root);
+  if (e) return e;
+  lh_config c = {0};
   if ((e = get_arch(root, what, &c.arch))) goto out;
   if ((e = check_unsupported(root, what))) goto out;
   if ((e = get_rope_scaling(root, what, &c))) goto out;
@@ -576,22 +587,11 @@ lh_err lh_config_save(const char *path, const lh_config *c) {
 
 lh_err lh_config_parse_generation(const char *json, size_t len, const char *what, lh_config *c) {
   if (!what) what = "generation_config.json";
-  if (!c || (!json && len)) return lh_errorf(LH_ERR_INVAL, "%s: NULL argument", what);
-  if (len > MAX_CONFIG_BYTES)
-    return lh_errorf(LH_ERR_LIMIT, "%s: %zu bytes, more than the limit of %u", what, len,
-                     MAX_CONFIG_BYTES);
-  json_error_t jerr;
-  json_t *root = json_loadb(json ? json : "", len, JSON_REJECT_DUPLICATES, &jerr);
-  if (!root)
-    return lh_errorf(LH_ERR_FORMAT, "%s: not valid JSON: %s (line %d, column %d)", what, jerr.text,
-                     jerr.line, jerr.column);
-  lh_err e = LH_ERR_OK;
+  if (!c) return lh_errorf(LH_ERR_INVAL, "%s: NULL argument", what);
+  json_t *root = NULL;
+  lh_err e = parse_object(json, len, what, &root);
+  if (e) return e;
   lh_config g = *c;
-  if (!json_is_object(root)) {
-    e = lh_errorf(LH_ERR_FORMAT, "%s: expected a JSON object, found %s", what,
-                  lh_json_type_name(root));
-    goto out;
-  }
   /* absent or null: config.json's list stands */
   const json_t *v = json_object_get(root, "eos_token_id");
   if (!v || json_is_null(v)) goto out;
