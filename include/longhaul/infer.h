@@ -20,6 +20,11 @@ lh_err lh_infer_load(const char *dir, lh_infer **out);
 /* The bf16 policy of a training model (its fp32 master weights rounded to nearest even). */
 lh_err lh_infer_from_model(const lh_model *m, lh_infer **out);
 void lh_infer_free(lh_infer *m);
+/* Also keeps an fp32 copy of the weights (4 more bytes per parameter), which products of more
+ * than 8 rows (prefill, decode batches above 8) then use instead of converting bf16 chunks on
+ * every forward. Worth it when many sequences decode together. Call before any forward that
+ * may run concurrently. */
+lh_err lh_infer_keep_fp32(lh_infer *m);
 const lh_config *lh_infer_config(const lh_infer *m);
 /* Bytes of weights one forward reads (the bf16 slab). */
 size_t lh_infer_weight_bytes(const lh_infer *m);

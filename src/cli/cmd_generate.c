@@ -12,6 +12,8 @@
 
 #define CMD       "generate"
 #define MAX_SLOTS 32
+/* above this many concurrent sequences, keep an fp32 copy of the weights (lh_infer_keep_fp32) */
+#define FP32_FROM_SLOTS 8
 
 static const lh__flag flags[] = {
     {"model", "DIR", true, "model directory (config.json, model.safetensors, tokenizer.json)"},
@@ -23,7 +25,8 @@ static const lh__flag flags[] = {
     {"top-k", "K", false, "keep the K most likely tokens (default 0 = off)"},
     {"min-p", "P", false, "keep tokens with p >= P * max p (default 0 = off)"},
     {"seed", "S", false, "sampling seed (default 0)"},
-    {"n", "K", false, "number of samples of the prompt (default 1)"},
+    {"n", "K", false,
+     "number of samples of the prompt (default 1; above 8, weights are also kept in fp32)"},
     {"threads", "K", false, "threads (default: all cores)"},
     {"json", NULL, false,
      "one JSON object per sample: tokens, logprobs, logprobs_model, text, finish"},
@@ -118,7 +121,8 @@ int lh__cmd_generate(int argc, char **argv) {
   }
   int max_seq = np + (int)max_new < c->max_positions ? np + (int)max_new : c->max_positions;
   int slots = n < MAX_SLOTS ? (int)n : MAX_SLOTS;
-  if (lh_generator_create(m, slots, max_seq, 0, &g)) {
+  if ((slots > FP32_FROM_SLOTS && lh_infer_keep_fp32(m)) ||
+      lh_generator_create(m, slots, max_seq, 0, &g)) {
     rc = lh__cli_fail(CMD);
     goto out;
   }
@@ -207,7 +211,8 @@ int lh__bench_generate(int argc, char **argv) {
                 .about = "Prefill and decode throughput of the rollout engine: B random prompts "
                          "of P tokens, all prefilled in the first forward, then N tokens each "
                          "sampled at temperature 1 with no stop token. Decode time includes "
-                         "sampling.",
+                         "sampling. Above 8 sequences the weights are also kept in fp32, as "
+                         "generate does.",
                 .flags = bench_flags,
                 .n_flags = sizeof bench_flags / sizeof bench_flags[0]};
   int rc = lh__args_parse(&a, argc, argv);
@@ -237,7 +242,8 @@ int lh__bench_generate(int argc, char **argv) {
     goto out;
   }
   long chunk = B * P < 8192 ? B * P : 8192;
-  if (lh_generator_create(m, (int)B, (int)(P + N), (int)chunk, &g)) {
+  if ((B > FP32_FROM_SLOTS && lh_infer_keep_fp32(m)) ||
+      lh_generator_create(m, (int)B, (int)(P + N), (int)chunk, &g)) {
     rc = lh__cli_fail(a.cmd);
     goto out;
   }

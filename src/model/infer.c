@@ -25,6 +25,7 @@ struct lh_infer {
   lh_config cfg;
   size_t n_params;
   uint16_t *w; /* (n_params) bf16 slab in the training slab's layout */
+  float *w32;  /* (n_params) the same values in fp32, or NULL (lh_infer_keep_fp32) */
   weight_offsets o;
 };
 
@@ -110,7 +111,18 @@ lh_err lh_infer_load(const char *dir, lh_infer **out) {
 void lh_infer_free(lh_infer *m) {
   if (!m) return;
   free(m->w);
+  free(m->w32);
   free(m);
+}
+
+lh_err lh_infer_keep_fp32(lh_infer *m) {
+  if (m->w32) return LH_ERR_OK;
+  float *w32 = malloc(m->n_params * sizeof(float));
+  if (!w32)
+    return lh_errorf(LH_ERR_NOMEM, "infer: no memory for an fp32 copy of %zu weights", m->n_params);
+  lh_f32_from_bf16_n(w32, m->w, m->n_params);
+  m->w32 = w32;
+  return LH_ERR_OK;
 }
 
 const lh_config *lh_infer_config(const lh_infer *m) {
@@ -206,9 +218,14 @@ static int thread_id(void) {
 #endif
 }
 
-/* out (M, N) = beta * out + x (M, K) @ W^T with W (N, K) in bf16; beta is 0 or 1. */
-static void matmul_bf16(lh_kv *kv, float *out, const float *x, const uint16_t *W, int M, int K,
-                        int N, float beta) {
+/* out (M, N) = beta * out + x (M, K) @ W^T with W (N, K) in bf16; beta is 0 or 1. W32, when
+ * not NULL, holds the same weights in fp32 for products of many rows. */
+static void matmul_bf16(lh_kv *kv, float *out, const float *x, const uint16_t *W, const float *W32,
+                        int M, int K, int N, float beta) {
+  if (M > SMALL_M && W32) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, x, K, W32, K, beta, out, N);
+    return;
+  }
   if (M <= SMALL_M) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
@@ -233,7 +250,8 @@ static void matmul_bf16(lh_kv *kv, float *out, const float *x, const uint16_t *W
     size_t cnt = (size_t)nt * K;
     float *chunk = kv->chunk;
 #pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < cnt; i++) chunk[i] = bf16f(w[i]);
+    for (size_t i = 0; i < cnt; i++)
+      chunk[i] = bf16f(w[i]);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, nt, K, 1.0f, x, K, chunk, K, beta,
                 out + n0, N);
   }
@@ -275,6 +293,9 @@ lh_err lh_infer_forward(const lh_infer *m, lh_kv *kv, const lh_infer_row *rows, 
                        row->slot, kv->n_slots, row->pos, S, row->token, V);
   }
   const uint16_t *W = m->w;
+  const float *W32 = m->w32;
+/* the same tensor in both slabs */
+#define WEIGHTS(off) W + (off), W32 ? W32 + (off) : NULL
   float scale = 1.0f / sqrtf((float)hd);
 
   for (int r = 0; r < n; r++) {
@@ -289,7 +310,7 @@ lh_err lh_infer_forward(const lh_infer *m, lh_kv *kv, const lh_infer_row *rows, 
     float *kc = kv->k + (size_t)l * kv->n_slots * S * KD;
     float *vc = kv->v + (size_t)l * kv->n_slots * S * KD;
     rmsnorm_bf16(kv->xn, kv->x, W + o->ln1 + lo, n, C, c->rms_eps);
-    matmul_bf16(kv, kv->qkv, kv->xn, W + o->wqkv + lo, n, C, QKV, 0.0f);
+    matmul_bf16(kv, kv->qkv, kv->xn, WEIGHTS(o->wqkv + lo), n, C, QKV, 0.0f);
     /* bias, q/k norm, RoPE, then K and V into the slot's cache */
 #pragma omp parallel for schedule(static) if (n > 1)
     for (int r = 0; r < n; r++) {
@@ -330,11 +351,11 @@ lh_err lh_infer_forward(const lh_infer *m, lh_kv *kv, const lh_infer_row *rows, 
         float *a = kv->att + (size_t)r * QD + (size_t)h * hd;
         cblas_sgemv(CblasRowMajor, CblasTrans, P, hd, 1.0f / sum, vs, KD, s, 1, 0.0f, a, 1);
       }
-    matmul_bf16(kv, kv->x, kv->att, W + o->wo + lo, n, QD, C, 1.0f);
+    matmul_bf16(kv, kv->x, kv->att, WEIGHTS(o->wo + lo), n, QD, C, 1.0f);
     rmsnorm_bf16(kv->xn, kv->x, W + o->ln2 + lo, n, C, c->rms_eps);
-    matmul_bf16(kv, kv->gu, kv->xn, W + o->wgu + lo, n, C, 2 * F, 0.0f);
+    matmul_bf16(kv, kv->gu, kv->xn, WEIGHTS(o->wgu + lo), n, C, 2 * F, 0.0f);
     lh_swiglu_forward(kv->h, kv->gu, n, F);
-    matmul_bf16(kv, kv->x, kv->h, W + o->wdown + lo, n, F, C, 1.0f);
+    matmul_bf16(kv, kv->x, kv->h, WEIGHTS(o->wdown + lo), n, F, C, 1.0f);
   }
 
   /* final norm and head, only for the rows that want logits */
@@ -346,6 +367,7 @@ lh_err lh_infer_forward(const lh_infer *m, lh_kv *kv, const lh_infer_row *rows, 
     }
   if (nl == 0) return LH_ERR_OK;
   rmsnorm_bf16(kv->xl, kv->xn, W + o->norm, nl, C, c->rms_eps);
-  matmul_bf16(kv, logits, kv->xl, W + o->lm_head, nl, C, V, 0.0f);
+  matmul_bf16(kv, logits, kv->xl, WEIGHTS(o->lm_head), nl, C, V, 0.0f);
+#undef WEIGHTS
   return LH_ERR_OK;
 }

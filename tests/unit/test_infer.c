@@ -133,6 +133,7 @@ static void check_paths(lh_arch arch, int tied, int kv_heads) {
     if (n > 1) expect_row(&s, 2, i + 4, logits + V, "batched decode");
   }
 
+  /* 5 (below, after the refusals) repeats the prefill with the fp32 weight copy */
   /* 4. bad rows are refused before anything is computed */
   rows[0] = (lh_infer_row){3, 0, 1, true};
   assert_int_equal(lh_infer_forward(s.inf, kv, rows, 1, logits), LH_ERR_LIMIT);
@@ -143,6 +144,14 @@ static void check_paths(lh_arch arch, int tied, int kv_heads) {
   assert_int_equal(lh_infer_forward(s.inf, kv, rows, 3 * T + 1, logits), LH_ERR_LIMIT);
   lh_kv *big;
   assert_int_equal(lh_kv_create(s.inf, 1, 65, 1, &big), LH_ERR_LIMIT); /* max_positions 64 */
+
+  /* 5. with the fp32 copy, many-row products skip the bf16 chunks: same logits */
+  assert_int_equal(lh_infer_keep_fp32(s.inf), LH_ERR_OK);
+  for (int i = 0; i < T; i++)
+    rows[i] = (lh_infer_row){1, i, s.tokens[1][i], true};
+  assert_int_equal(lh_infer_forward(s.inf, kv, rows, T, logits), LH_ERR_OK);
+  for (int i = 0; i < T; i++)
+    expect_row(&s, 1, i, logits + (size_t)i * V, "fp32 prefill");
 
   lh_kv_free(kv);
   free(logits);
