@@ -24,6 +24,7 @@ static const lh__flag flags[] = {
     {"top-p", "P", false, "nucleus sampling threshold in (0, 1] (default 1 = off)"},
     {"top-k", "K", false, "keep the K most likely tokens (default 0 = off)"},
     {"min-p", "P", false, "keep tokens with p >= P * max p (default 0 = off)"},
+    {"stop", "STR", false, "also stop a sample when its text ends with STR (needs tokenizer.json)"},
     {"seed", "S", false, "sampling seed (default 0)"},
     {"n", "K", false,
      "number of samples of the prompt (default 1; above 8, weights are also kept in fp32)"},
@@ -133,6 +134,15 @@ int lh__cmd_generate(int argc, char **argv) {
   cfg.sample.min_p = (float)min_p;
   cfg.seed = seed;
   cfg.max_new = (int)max_new;
+  if (lh__args_has(&a, "stop")) {
+    if (!tok) {
+      rc = lh__cli_error(CMD, LH__EXIT_FAIL, "--stop needs %s/tokenizer.json", dir);
+      goto out;
+    }
+    cfg.stop[0] = lh__args_str(&a, "stop", "");
+    cfg.n_stop = 1;
+    cfg.tok = tok;
+  }
   reqs = lh_xcalloc((size_t)n, sizeof *reqs);
   outs = lh_xcalloc((size_t)n, sizeof *outs);
   tokens = lh_xmalloc((size_t)n * max_new * sizeof *tokens);

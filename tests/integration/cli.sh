@@ -418,5 +418,63 @@ run init-badtok "$BIN" init-model --arch llama --preset tiny --seed 3 --out "$TM
 expect_rc init-badtok 1 && expect_one_line_error init-badtok 'badpat\.json: pre_tokenizer'
 [ -e "$TMP/badtok-model" ] && fail "init-model with a bad tokenizer created $TMP/badtok-model"
 
+# ---------------------------------------------------------------- generate
+check_help help-generate model prompt prompt-tokens max-new temperature top-p top-k min-p stop seed n threads json -- generate
+check_help help-bench-generate model batch prompt-len new threads json -- bench generate
+run gen-init "$BIN" init-model --arch qwen2 --preset tiny --seed 5 --out "$TMP/gen" --tokenizer chars
+expect_rc gen-init 0
+run gen-json "$BIN" generate --model "$TMP/gen" --prompt "12+34=" --max-new 12 --n 3 --seed 4 --json
+expect_rc gen-json 0 && py gen-json-check '
+import json, math, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert len(rows) == 3, rows
+for r in rows:
+    assert 1 <= len(r["tokens"]) <= 12 and len(r["logprobs"]) == len(r["tokens"]), r
+    assert all(math.isfinite(x) and x <= 0 for x in r["logprobs"] + r["logprobs_model"]), r
+    assert r["finish"] in ("length", "eos"), r
+    assert isinstance(r["text"], str), r
+assert len({tuple(r["tokens"]) for r in rows}) > 1, "three samples are identical"
+' "$TMP/gen-json.out"
+# the same seed gives the same samples: sample 0's tokens do not depend on --n (its log-probs
+# may differ in the last digits: a batch of 3 prompts is prefilled by another product path)
+run gen-json2 "$BIN" generate --model "$TMP/gen" --prompt "12+34=" --max-new 12 --n 1 --seed 4 --json
+expect_rc gen-json2 0 && py gen-json2-check '
+import json, sys
+a = json.loads(open(sys.argv[1]).readline())
+b = json.loads(open(sys.argv[2]).readline())
+assert a["tokens"] == b["tokens"], (a["tokens"], b["tokens"])
+assert max(abs(x - y) for x, y in zip(a["logprobs"], b["logprobs"])) < 1e-4
+' "$TMP/gen-json.out" "$TMP/gen-json2.out"
+# greedy is deterministic and text mode prints the completion
+run gen-greedy "$BIN" generate --model "$TMP/gen" --prompt-tokens 5,6,7 --max-new 8 --temperature 0
+run gen-greedy2 "$BIN" generate --model "$TMP/gen" --prompt-tokens 5,6,7 --max-new 8 --temperature 0 --seed 9
+expect_rc gen-greedy2 0 && { cmp -s "$TMP/gen-greedy.out" "$TMP/gen-greedy2.out" || fail "generate: greedy output depends on the seed"; }
+# a stop string ends the sample with the string at the end of its text
+first=$(python3 -c 'import json,sys; r=json.loads(open(sys.argv[1]).readline()); print(r["text"][2] if len(r["text"]) > 2 else "")' "$TMP/gen-json.out")
+if [ -n "$first" ] && [ "$first" != '"' ] && [ "$first" != '\' ]; then
+  run gen-stop "$BIN" generate --model "$TMP/gen" --prompt "12+34=" --max-new 12 --n 1 --seed 4 --json --stop "$first"
+  expect_rc gen-stop 0 && py gen-stop-check '
+import json, sys
+r = json.loads(open(sys.argv[1]).readline())
+assert r["finish"] == "stop" and r["text"].endswith(sys.argv[2]), r
+' "$TMP/gen-stop.out" "$first"
+fi
+# refusals: a prompt filling the context, text without a tokenizer, bad ids
+long=$(python3 -c 'print(",".join(["5"] * 2048))')
+run gen-long "$BIN" generate --model "$TMP/gen" --prompt-tokens "$long"
+expect_rc gen-long 1 && expect_one_line_error gen-long 'no room is left'
+run gen-notok "$BIN" generate --model "$TMP/qwen2" --prompt "hi"
+expect_rc gen-notok 1 && expect_one_line_error gen-notok 'no tokenizer.json'
+run gen-badids "$BIN" generate --model "$TMP/gen" --prompt-tokens 1,x
+expect_rc gen-badids 2 && expect_one_line_error gen-badids 'prompt-tokens: expected comma-separated token ids'
+run gen-both "$BIN" generate --model "$TMP/gen" --prompt a --prompt-tokens 1
+expect_rc gen-both 2 && expect_one_line_error gen-both 'exactly one of --prompt and --prompt-tokens'
+run gen-bench "$BIN" bench generate --model "$TMP/gen" --batch 2 --prompt-len 4 --new 3 --json
+expect_rc gen-bench 0 && py gen-bench-check '
+import json, sys
+r = json.loads(open(sys.argv[1]).read())
+assert r["batch"] == 2 and r["decode_tokens_per_s"] > 0 and r["prefill_tokens_per_s"] > 0, r
+' "$TMP/gen-bench.out"
+
 echo "cli.sh: $CHECKS checks passed, $FAILED failed"
 [ "$FAILED" -eq 0 ]
