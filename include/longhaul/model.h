@@ -138,6 +138,10 @@ void lh_model_init_random(lh_model *m, uint64_t seed);
 /* Loads DIR/config.json, DIR/generation_config.json when present (its eos list replaces
  * config.json's) and DIR/model.safetensors (F32 or BF16). */
 lh_err lh_model_load(const char *dir, lh_model **out);
+/* Loads DIR as one bf16 slab in the model's layout (malloc'd, 64-byte aligned; free() it) and
+ * its config: BF16 tensors are copied bit for bit, F32/F16 ones rounded to nearest even. The
+ * same checks and messages as lh_model_load; no fp32 copy is ever held. */
+lh_err lh_model_load_bf16(const char *dir, lh_config *cfg, uint16_t **slab);
 /* Writes DIR/config.json and DIR/model.safetensors (creating DIR), each atomically. */
 typedef enum { LH_SAVE_F32 = 0, LH_SAVE_BF16 = 1 } lh_save_dtype;
 lh_err lh_model_save(const lh_model *m, const char *dir, lh_save_dtype dtype);

@@ -100,12 +100,17 @@ lh_err lh_infer_from_model(const lh_model *src, lh_infer **out) {
 
 lh_err lh_infer_load(const char *dir, lh_infer **out) {
   *out = NULL;
-  lh_model *fp = NULL;
-  lh_err err = lh_model_load(dir, &fp);
+  lh_config c;
+  uint16_t *slab = NULL;
+  lh_err err = lh_model_load_bf16(dir, &c, &slab);
   if (err) return err;
-  err = lh_infer_from_model(fp, out);
-  lh_model_free(fp);
-  return err;
+  lh_infer *m = lh_xcalloc(1, sizeof *m);
+  m->cfg = c;
+  m->n_params = lh_config_n_params(&c);
+  m->w = slab;
+  compute_offsets(&c, &m->o);
+  *out = m;
+  return LH_ERR_OK;
 }
 
 void lh_infer_free(lh_infer *m) {

@@ -212,10 +212,12 @@ static void warn_unused(const char *dir, const weights *w, const lh_tensor_info 
   free(names);
 }
 
-lh_err lh_model_load(const char *dir, lh_model **out) {
-  if (!dir || !out) return lh_errorf(LH_ERR_INVAL, "lh_model_load: NULL argument");
-  *out = NULL;
+/* Loads DIR into a new slab of fp32 (an lh_model, *out) or, with bf16_slab, of bf16 values
+ * (*bf16_slab, its config in *bf16_cfg): F32 tensors are rounded, BF16 ones copied. */
+static lh_err load_dir(const char *dir, lh_model **out, uint16_t **bf16_slab, lh_config *bf16_cfg) {
   lh_err e = LH_ERR_OK;
+  uint16_t *slab16 = NULL;
+  float *tmp = NULL;
   weights w = {0};
   lh_tensor_info *info = NULL;
   lh_model *m = NULL;
@@ -277,6 +279,29 @@ lh_err lh_model_load(const char *dir, lh_model **out) {
     }
   }
 
+  if (bf16_slab) {
+    size_t n_params = lh_config_n_params(&cfg);
+    slab16 = lh_xmalloc_aligned(n_params * sizeof *slab16);
+    for (int i = 0; i < n; i++) {
+      const lh_safetensors *owner = NULL;
+      const lh_st_tensor *t = find_any(&w, info[i].name, &owner);
+      uint16_t *dst = slab16 + info[i].offset;
+      if (t->dtype == LH_DTYPE_BF16) { /* the bits as published: no round trip */
+        memcpy(dst, t->data, info[i].numel * sizeof *dst);
+        continue;
+      }
+      tmp = lh_xmalloc(info[i].numel * sizeof *tmp);
+      if ((e = lh_safetensors_read_f32(owner, t, tmp, info[i].numel))) goto out;
+      lh_bf16_from_f32_n(dst, tmp, info[i].numel);
+      free(tmp);
+      tmp = NULL;
+    }
+    warn_unused(dir, &w, info, n, cfg.tie_embeddings);
+    *bf16_slab = slab16;
+    *bf16_cfg = cfg;
+    slab16 = NULL;
+    goto out;
+  }
   if ((e = lh_model_create(&cfg, &m))) goto out;
   for (int i = 0; i < n; i++) {
     const lh_safetensors *owner = NULL;
@@ -288,6 +313,8 @@ lh_err lh_model_load(const char *dir, lh_model **out) {
   *out = m;
   m = NULL;
 out:
+  free(slab16);
+  free(tmp);
   lh_model_free(m);
   free(info);
   weights_close(&w);
@@ -297,6 +324,18 @@ out:
   free(gen_path);
   free(gen_text);
   return e;
+}
+
+lh_err lh_model_load(const char *dir, lh_model **out) {
+  if (!dir || !out) return lh_errorf(LH_ERR_INVAL, "lh_model_load: NULL argument");
+  *out = NULL;
+  return load_dir(dir, out, NULL, NULL);
+}
+
+lh_err lh_model_load_bf16(const char *dir, lh_config *cfg, uint16_t **slab) {
+  if (!dir || !cfg || !slab) return lh_errorf(LH_ERR_INVAL, "lh_model_load_bf16: NULL argument");
+  *slab = NULL;
+  return load_dir(dir, NULL, slab, cfg);
 }
 
 /* mkdir -p: creates every missing component of dir. */

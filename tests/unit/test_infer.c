@@ -171,12 +171,46 @@ static void test_qwen3_qk_norm(void **state) {
   check_paths(LH_ARCH_QWEN3, 1, 2);
 }
 
+/* Loading a directory straight to bf16 (F32 file: rounded; BF16 file: copied) gives the same
+ * policy as rounding the in-memory model. */
+static void test_load_bf16(void **state) {
+  setup s;
+  make_setup(&s, LH_ARCH_QWEN2, 0, 2);
+  int V = s.m->cfg.vocab_size;
+  char dir[] = "/tmp/longhaul-test-infer-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  float *a = malloc((size_t)V * sizeof(float)), *b = malloc((size_t)V * sizeof(float));
+  lh_infer_row rows[T];
+  for (int i = 0; i < T; i++)
+    rows[i] = (lh_infer_row){0, i, s.tokens[0][i], i == T - 1};
+  for (int dtype = 0; dtype < 2; dtype++) {
+    assert_int_equal(lh_model_save(s.m, dir, dtype ? LH_SAVE_BF16 : LH_SAVE_F32), LH_ERR_OK);
+    lh_infer *loaded;
+    assert_int_equal(lh_infer_load(dir, &loaded), LH_ERR_OK);
+    assert_int_equal(lh_infer_weight_bytes(loaded), lh_infer_weight_bytes(s.inf));
+    lh_kv *k1, *k2;
+    assert_int_equal(lh_kv_create(s.inf, 1, T, T, &k1), LH_ERR_OK);
+    assert_int_equal(lh_kv_create(loaded, 1, T, T, &k2), LH_ERR_OK);
+    assert_int_equal(lh_infer_forward(s.inf, k1, rows, T, a), LH_ERR_OK);
+    assert_int_equal(lh_infer_forward(loaded, k2, rows, T, b), LH_ERR_OK);
+    assert_memory_equal(a, b, (size_t)V * sizeof(float));
+    lh_kv_free(k1);
+    lh_kv_free(k2);
+    lh_infer_free(loaded);
+  }
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  assert_int_equal(system(cmd), 0);
+  free(a);
+  free(b);
+  free_setup(&s);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_qwen2_gqa_tied),
-      cmocka_unit_test(test_llama_mha_untied),
-      cmocka_unit_test(test_llama_mqa_tied),
-      cmocka_unit_test(test_qwen3_qk_norm),
+      cmocka_unit_test(test_qwen2_gqa_tied), cmocka_unit_test(test_llama_mha_untied),
+      cmocka_unit_test(test_llama_mqa_tied), cmocka_unit_test(test_qwen3_qk_norm),
+      cmocka_unit_test(test_load_bf16),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
