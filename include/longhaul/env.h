@@ -1,0 +1,114 @@
+/* longhaul environments: tasks with verifiable rewards. Task i of a split is a pure function of
+ * (config, split, i); scoring a completion gives a reward in [0, 1]. Built in: arith, countdown,
+ * sort (infinite, train and test disjoint by construction), jsonl (a user's file), exec (an
+ * external program speaking JSON lines). */
+#ifndef LONGHAUL_ENV_H
+#define LONGHAUL_ENV_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "longhaul/base.h"
+
+typedef enum { LH_SPLIT_TRAIN = 0, LH_SPLIT_TEST = 1 } lh_split;
+
+typedef enum {
+  LH_ENV_MATCH_AUTO = 0, /* numeric when the whole answer is a number, else exact */
+  LH_ENV_MATCH_EXACT,    /* completion == answer after trimming surrounding whitespace */
+  LH_ENV_MATCH_NUMERIC,  /* last number in the completion == last number in the answer */
+} lh_env_match;
+
+#define LH_ENV_PATH_MAX        1024
+#define LH_COUNTDOWN_MAX_NUMS  8
+#define LH_COUNTDOWN_MAX_LEN   256 /* bytes of an expression */
+#define LH_COUNTDOWN_MAX_DEPTH 32  /* nested parentheses */
+#define LH_JSONL_MAX_LINE      (1u << 20)
+#define LH_JSONL_MAX_FILE      (256u << 20)
+#define LH_EXEC_MAX_REPLY      (1u << 20)
+
+/* Settings; zero means the environment's default (in brackets). */
+typedef struct {
+  char name[16];              /* "arith", "countdown", "sort", "jsonl", "exec" */
+  uint64_t seed;              /* mixes into task generation [0] */
+  int digits;                 /* arith: digits per operand [2]; sort: max digits per number [2] */
+  char ops[8];                /* arith: operators drawn from, subset of "+-*" ["+-"] */
+  int count;                  /* countdown: numbers given, 2..8 [4]; sort: list length 1..64 [5] */
+  int max_number;             /* countdown: numbers drawn from 1..max_number [10]; target <= 999 */
+  char path[LH_ENV_PATH_MAX]; /* jsonl: the file (train, or both splits); exec: command */
+  char test_path[LH_ENV_PATH_MAX]; /* jsonl: optional test file; then `path` is train only */
+  lh_env_match match;              /* jsonl */
+  double test_fraction;            /* jsonl with one file: share of prompts in test [0.1] */
+  double timeout_s;                /* exec: per request [10] */
+} lh_env_config;
+
+/* Parses "NAME" or "NAME:key=value,key=value" (keys: seed, digits, ops, count, max, path, test,
+ * match=exact|numeric|auto, test_fraction, timeout) into *cfg (zeroed first). */
+lh_err lh_env_config_parse(const char *spec, lh_env_config *cfg);
+
+typedef struct lh_env lh_env;
+
+/* Creates an environment (jsonl reads its file here; exec starts its program on first use).
+ * Errors name the setting or file. */
+lh_err lh_env_create(const lh_env_config *cfg, lh_env **out);
+void lh_env_free(lh_env *env);
+const lh_env_config *lh_env_config_of(const lh_env *env);
+/* Number of distinct tasks in a split: 0 means unbounded (built-in and exec). For jsonl, task i
+ * is item i mod size. */
+uint64_t lh_env_size(const lh_env *env, lh_split split);
+
+/* One task. All strings are malloc'd, NUL-terminated and owned by the task. Built-in tasks use
+ * only printable ASCII and "\n" (the character tokenizer). */
+typedef struct {
+  char *prompt;   /* e.g. "12+34=" */
+  char *answer;   /* hidden answer, e.g. "46" (countdown: the target) */
+  char *solution; /* a completion that scores 1, for SFT; NULL when the env has none */
+  lh_split split;
+  uint64_t index;
+  int n_nums;                          /* countdown: the numbers given */
+  int64_t nums[LH_COUNTDOWN_MAX_NUMS]; /* countdown */
+  int64_t target;                      /* countdown */
+} lh_env_task;
+
+/* Task `index` of `split`; the same inputs always give the same task. exec may fail
+ * (LH_ERR_IO: crash, timeout; LH_ERR_FORMAT: malformed reply): skip that task and continue, the
+ * program is restarted on the next request. On error *task is left empty. */
+lh_err lh_env_task_get(lh_env *env, lh_split split, uint64_t index, lh_env_task *task);
+void lh_env_task_clear(lh_env_task *task); /* frees the strings; accepts a cleared task */
+
+typedef struct {
+  float reward;     /* in [0, 1] */
+  bool well_formed; /* the completion had the expected shape */
+  bool correct;
+} lh_env_result;
+
+/* Scores a completion. Built-ins read it up to the first "\n" (or its end), trimming spaces:
+ *  arith, sort: reward 1 when it equals the answer exactly, else 0 (well_formed: an integer,
+ *    resp. integers separated by single spaces).
+ *  countdown: 1 when the expression evaluates exactly to the target using only given numbers,
+ *    each at most once; 0.1 when it parses, uses allowed numbers and evaluates (no division by
+ *    zero, no int64 overflow) but to another value; else 0.
+ *  jsonl: the whole completion, by the configured match.
+ *  exec: what the program says. Fails only for exec (as lh_env_task_get). */
+lh_err lh_env_score(lh_env *env, const lh_env_task *task, const char *completion, size_t len,
+                    lh_env_result *out);
+
+/* The countdown evaluator: parses an expression of non-negative integers, + - * / and
+ * parentheses (spaces allowed, no unary minus), at most LH_COUNTDOWN_MAX_LEN bytes and
+ * LH_COUNTDOWN_MAX_DEPTH nesting, and evaluates it with exact int64 rationals. Each literal must
+ * be one of nums[0..n), each used at most once (nums == NULL: any literal up to 10^9). Result
+ * num/den in lowest terms, den > 0. Errors: LH_ERR_FORMAT (syntax, with the byte offset),
+ * LH_ERR_LIMIT (too long, too deep, overflow), LH_ERR_MISMATCH (a number not given or reused),
+ * LH_ERR_INVAL (division by zero). */
+lh_err lh_countdown_eval(const char *expr, size_t len, const int64_t *nums, int n, int64_t *num,
+                         int64_t *den);
+
+/* Parses one jsonl line {"prompt": string, "answer": string or number} (other keys ignored).
+ * Messages read "FILE:LINE: ...". *prompt and *answer are malloc'd. */
+lh_err lh_env_jsonl_parse_line(const char *line, size_t len, const char *file, size_t lineno,
+                               char **prompt, char **answer);
+
+/* The last number in text ("-1,234.5" -> -1234.5); false when there is none. */
+bool lh_env_last_number(const char *text, size_t len, double *out);
+
+#endif

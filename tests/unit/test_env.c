@@ -1,0 +1,273 @@
+/* Environments: determinism, train/test disjointness over many instances, hand-checked scores for
+ * arith, sort and countdown, the exact countdown evaluator (division, overflow, limits, misuse of
+ * numbers), jsonl errors with line numbers, and exec with a good, crashing, hanging and lying
+ * program. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "longhaul/env.h"
+
+static lh_env *make(const char *spec) {
+  lh_env_config cfg;
+  assert_int_equal(lh_env_config_parse(spec, &cfg), LH_ERR_OK);
+  lh_env *env = NULL;
+  lh_err e = lh_env_create(&cfg, &env);
+  if (e) fail_msg("%s: %s", spec, lh_last_error());
+  return env;
+}
+
+static lh_env_result score(lh_env *env, const lh_env_task *t, const char *text) {
+  lh_env_result r;
+  assert_int_equal(lh_env_score(env, t, text, strlen(text), &r), LH_ERR_OK);
+  return r;
+}
+
+static void assert_chars_ok(const char *s) {
+  for (; *s; s++)
+    assert_true((*s >= 32 && *s < 127) || *s == '\n');
+}
+
+/* same index -> same task; different configs or splits -> different keys; prompts disjoint
+ * between splits; the reference solution scores 1. */
+static void check_env(const char *spec, int n) {
+  lh_env *env = make(spec), *again = make(spec);
+  size_t cap = (size_t)n * 2;
+  char **train = calloc(cap, sizeof *train);
+  for (int i = 0; i < n; i++) {
+    lh_env_task a, b;
+    assert_int_equal(lh_env_task_get(env, LH_SPLIT_TRAIN, (uint64_t)i, &a), LH_ERR_OK);
+    assert_int_equal(lh_env_task_get(again, LH_SPLIT_TRAIN, (uint64_t)i, &b), LH_ERR_OK);
+    assert_string_equal(a.prompt, b.prompt);
+    assert_string_equal(a.answer, b.answer);
+    assert_chars_ok(a.prompt);
+    assert_chars_ok(a.answer);
+    assert_non_null(a.solution);
+    assert_chars_ok(a.solution);
+    lh_env_result r = score(env, &a, a.solution);
+    assert_true(r.correct && r.well_formed && r.reward == 1.0f);
+    train[i] = strdup(a.prompt);
+    lh_env_task_clear(&a);
+    lh_env_task_clear(&b);
+  }
+  int distinct_from_train = 0;
+  for (int i = 0; i < n; i++) {
+    lh_env_task t;
+    assert_int_equal(lh_env_task_get(env, LH_SPLIT_TEST, (uint64_t)i, &t), LH_ERR_OK);
+    assert_int_equal(t.split, LH_SPLIT_TEST);
+    for (int j = 0; j < n; j++)
+      if (!strcmp(train[j], t.prompt))
+        fail_msg("%s: test prompt %s is also in train", spec, t.prompt);
+    distinct_from_train += strcmp(train[i], t.prompt) != 0;
+    lh_env_result r = score(env, &t, t.solution);
+    assert_true(r.correct);
+    lh_env_task_clear(&t);
+  }
+  assert_int_equal(distinct_from_train, n);
+  for (int i = 0; i < n; i++)
+    free(train[i]);
+  free(train);
+  lh_env_free(env);
+  lh_env_free(again);
+}
+
+static void test_builtin_determinism_and_splits(void **state) {
+  check_env("arith:digits=2,ops=+-*", 2000);
+  check_env("arith:digits=1,ops=+", 300); /* 100 instances only: still disjoint */
+  check_env("sort:count=4,digits=2", 2000);
+  check_env("countdown:count=4,max=10", 2000);
+  check_env("countdown:count=3,max=25,seed=7", 500);
+}
+
+static void test_seed_changes_tasks(void **state) {
+  lh_env *a = make("arith:digits=3"), *b = make("arith:digits=3,seed=1");
+  int same = 0;
+  for (int i = 0; i < 50; i++) {
+    lh_env_task x, y;
+    assert_int_equal(lh_env_task_get(a, LH_SPLIT_TRAIN, (uint64_t)i, &x), LH_ERR_OK);
+    assert_int_equal(lh_env_task_get(b, LH_SPLIT_TRAIN, (uint64_t)i, &y), LH_ERR_OK);
+    same += !strcmp(x.prompt, y.prompt);
+    lh_env_task_clear(&x);
+    lh_env_task_clear(&y);
+  }
+  assert_true(same < 5);
+  lh_env_free(a);
+  lh_env_free(b);
+}
+
+static void test_config_errors(void **state) {
+  lh_env_config cfg;
+  lh_env *env = NULL;
+  assert_int_equal(lh_env_config_parse("arith:digits=x", &cfg), LH_ERR_INVAL);
+  assert_int_equal(lh_env_config_parse("arith:colour=3", &cfg), LH_ERR_INVAL);
+  assert_int_equal(lh_env_config_parse("nosuch", &cfg), LH_ERR_OK);
+  assert_int_equal(lh_env_create(&cfg, &env), LH_ERR_NOTFOUND);
+  assert_null(env);
+  assert_int_equal(lh_env_config_parse("arith:ops=+/", &cfg), LH_ERR_OK);
+  assert_int_equal(lh_env_create(&cfg, &env), LH_ERR_INVAL);
+  assert_non_null(strstr(lh_last_error(), "ops"));
+  assert_int_equal(lh_env_config_parse("countdown:count=9", &cfg), LH_ERR_OK);
+  assert_int_equal(lh_env_create(&cfg, &env), LH_ERR_INVAL);
+}
+
+static void test_arith_scoring(void **state) {
+  lh_env *env = make("arith");
+  lh_env_task t = {.prompt = "12+34=", .answer = "46"};
+  lh_env_result r = score(env, &t, "46");
+  assert_true(r.correct && r.well_formed && r.reward == 1.0f);
+  r = score(env, &t, " 46 \nwhatever follows");
+  assert_true(r.correct);
+  r = score(env, &t, "47");
+  assert_true(!r.correct && r.well_formed && r.reward == 0.0f);
+  r = score(env, &t, "046");
+  assert_true(!r.correct && r.well_formed);
+  r = score(env, &t, "4 6");
+  assert_true(!r.correct && !r.well_formed && r.reward == 0.0f);
+  r = score(env, &t, "");
+  assert_true(!r.correct && !r.well_formed);
+  lh_env_task n = {.prompt = "12-34=", .answer = "-22"};
+  assert_true(score(env, &n, "-22").correct);
+  assert_false(score(env, &n, "22").correct);
+  /* generated tasks compute the right value */
+  lh_env *m = make("arith:digits=3,ops=*");
+  for (int i = 0; i < 100; i++) {
+    lh_env_task g;
+    assert_int_equal(lh_env_task_get(m, LH_SPLIT_TRAIN, (uint64_t)i, &g), LH_ERR_OK);
+    long a, b;
+    assert_int_equal(sscanf(g.prompt, "%ld*%ld=", &a, &b), 2);
+    assert_true(a >= 100 && a <= 999 && b >= 100 && b <= 999);
+    char want[32];
+    snprintf(want, sizeof want, "%ld", a * b);
+    assert_string_equal(g.answer, want);
+    lh_env_task_clear(&g);
+  }
+  lh_env_free(m);
+  lh_env_free(env);
+}
+
+static void test_sort_scoring(void **state) {
+  lh_env *env = make("sort");
+  lh_env_task t = {.prompt = "sort 31 7 12=", .answer = "7 12 31"};
+  assert_true(score(env, &t, "7 12 31").reward == 1.0f);
+  lh_env_result r = score(env, &t, "7 31 12");
+  assert_true(!r.correct && r.well_formed && r.reward == 0.0f);
+  r = score(env, &t, "7  12 31");
+  assert_true(!r.correct && !r.well_formed);
+  r = score(env, &t, "7,12,31");
+  assert_true(!r.correct && !r.well_formed);
+  lh_env_task g;
+  assert_int_equal(lh_env_task_get(env, LH_SPLIT_TEST, 3, &g), LH_ERR_OK);
+  assert_true(!strncmp(g.prompt, "sort ", 5));
+  lh_env_task_clear(&g);
+  lh_env_free(env);
+}
+
+static lh_err ev(const char *s, const int64_t *nums, int n, int64_t *num, int64_t *den) {
+  return lh_countdown_eval(s, strlen(s), nums, n, num, den);
+}
+
+static void test_countdown_evaluator(void **state) {
+  int64_t n, d;
+  const int64_t four[] = {1, 3, 3, 8};
+  assert_int_equal(ev("8/(3-8/3)", (int64_t[]){8, 3, 8, 3}, 4, &n, &d), LH_ERR_OK);
+  assert_true(n == 24 && d == 1); /* 8 / (1/3) */
+  assert_int_equal(ev("1/3*3", four, 4, &n, &d), LH_ERR_OK);
+  assert_true(n == 1 && d == 1);
+  assert_int_equal(ev("8/3", four, 4, &n, &d), LH_ERR_OK);
+  assert_true(n == 8 && d == 3);
+  assert_int_equal(ev("1 - 8", four, 4, &n, &d), LH_ERR_OK);
+  assert_true(n == -7 && d == 1);
+  assert_int_equal(ev("8-3-1", four, 4, &n, &d), LH_ERR_OK); /* left associative */
+  assert_true(n == 4);
+  assert_int_equal(ev("8-(3-1)", four, 4, &n, &d), LH_ERR_OK);
+  assert_true(n == 6);
+  assert_int_equal(ev("1+3*8", four, 4, &n, &d), LH_ERR_OK); /* precedence */
+  assert_true(n == 25);
+  assert_int_equal(ev("(1+3)*8", four, 4, &n, &d), LH_ERR_OK);
+  assert_true(n == 32);
+  assert_int_equal(ev("3*3", four, 4, &n, &d), LH_ERR_OK); /* 3 is given twice */
+  assert_int_equal(ev("3*3*3", four, 4, &n, &d), LH_ERR_MISMATCH);
+  assert_non_null(strstr(lh_last_error(), "more often"));
+  assert_int_equal(ev("8+5", four, 4, &n, &d), LH_ERR_MISMATCH);
+  assert_non_null(strstr(lh_last_error(), "not given: 5"));
+  assert_int_equal(ev("8/(3-3)", four, 4, &n, &d), LH_ERR_INVAL);
+  assert_non_null(strstr(lh_last_error(), "division by zero"));
+  assert_int_equal(ev("8+", four, 4, &n, &d), LH_ERR_FORMAT);
+  assert_non_null(strstr(lh_last_error(), "end of expression"));
+  assert_int_equal(ev("(8+1", four, 4, &n, &d), LH_ERR_FORMAT);
+  assert_int_equal(ev("8+1)", four, 4, &n, &d), LH_ERR_FORMAT);
+  assert_int_equal(ev("8 x 1", four, 4, &n, &d), LH_ERR_FORMAT);
+  assert_non_null(strstr(lh_last_error(), "offset 2"));
+  assert_int_equal(ev("-8", four, 4, &n, &d), LH_ERR_FORMAT);
+  assert_int_equal(ev("", four, 4, &n, &d), LH_ERR_FORMAT);
+  assert_int_equal(ev("08", (int64_t[]){8}, 1, &n, &d), LH_ERR_FORMAT);
+  assert_int_equal(ev("8\x01", four, 4, &n, &d), LH_ERR_FORMAT);
+  /* nesting: 32 levels are fine, 33 are refused */
+  char deep[128];
+  memset(deep, '(', 32);
+  deep[32] = '8';
+  memset(deep + 33, ')', 32);
+  deep[65] = '\0';
+  assert_int_equal(ev(deep, four, 4, &n, &d), LH_ERR_OK);
+  memset(deep, '(', 33);
+  deep[33] = '8';
+  memset(deep + 34, ')', 33);
+  deep[67] = '\0';
+  assert_int_equal(ev(deep, four, 4, &n, &d), LH_ERR_LIMIT);
+  char longe[LH_COUNTDOWN_MAX_LEN + 2];
+  memset(longe, ' ', sizeof longe - 1);
+  longe[0] = '8';
+  longe[sizeof longe - 1] = '\0';
+  assert_int_equal(ev(longe, four, 4, &n, &d), LH_ERR_LIMIT);
+  /* overflow is reported, not wrapped */
+  assert_int_equal(ev("9999999999*9999999999", NULL, 0, &n, &d), LH_ERR_LIMIT);
+  assert_non_null(strstr(lh_last_error(), "overflow"));
+  assert_int_equal(ev("1/9999999999-1/9999999998+1/9999999997", NULL, 0, &n, &d), LH_ERR_LIMIT);
+  assert_int_equal(ev("12345678901", NULL, 0, &n, &d), LH_ERR_LIMIT);
+}
+
+static void test_countdown_scoring(void **state) {
+  lh_env *env = make("countdown");
+  lh_env_task t = {
+      .prompt = "1 3 3 8->24:", .answer = "24", .n_nums = 4, .nums = {1, 3, 3, 8}, .target = 24};
+  lh_env_result r = score(env, &t, "(1+3)*3+8+4");
+  assert_true(!r.correct && !r.well_formed && r.reward == 0.0f); /* 4 not given */
+  r = score(env, &t, "8*3*1");
+  assert_true(r.correct && r.reward == 1.0f); /* not all numbers need be used */
+  r = score(env, &t, "8*3*1\nmore text");
+  assert_true(r.correct);
+  r = score(env, &t, "8*3+1");
+  assert_true(!r.correct && r.well_formed && r.reward == 0.1f);
+  r = score(env, &t, "8/3*9");
+  assert_true(!r.correct && !r.well_formed);
+  r = score(env, &t, "24");
+  assert_true(!r.correct && !r.well_formed);
+  r = score(env, &t, "8/(3-3)");
+  assert_true(!r.correct && !r.well_formed && r.reward == 0.0f);
+  /* generated instances: the reference solution uses the given numbers and hits the target */
+  lh_env_task g;
+  assert_int_equal(lh_env_task_get(env, LH_SPLIT_TRAIN, 0, &g), LH_ERR_OK);
+  assert_int_equal(g.n_nums, 4);
+  assert_true(g.target >= 1 && g.target <= 999);
+  assert_non_null(strstr(g.prompt, "->"));
+  lh_env_task_clear(&g);
+  lh_env_free(env);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_builtin_determinism_and_splits),
+      cmocka_unit_test(test_seed_changes_tasks),
+      cmocka_unit_test(test_config_errors),
+      cmocka_unit_test(test_arith_scoring),
+      cmocka_unit_test(test_sort_scoring),
+      cmocka_unit_test(test_countdown_evaluator),
+      cmocka_unit_test(test_countdown_scoring),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
