@@ -53,7 +53,8 @@ typedef struct lh_env lh_env;
 lh_err lh_env_create(const lh_env_config *cfg, lh_env **out);
 void lh_env_free(lh_env *env);
 const lh_env_config *lh_env_config_of(const lh_env *env);
-/* Number of distinct tasks in a split: 0 means unbounded (built-in and exec). For jsonl, task i
+/* Number of distinct tasks in a split: 0 means unbounded for built-in envs and exec. jsonl gives
+ * its item count (0: the split is empty and lh_env_task_get fails with LH_ERR_NOTFOUND); task i
  * is item i mod size. */
 uint64_t lh_env_size(const lh_env *env, lh_split split);
 

@@ -1,19 +1,263 @@
-/* jsonl environment (placeholder until implemented): creation fails with LH_ERR_UNSUPPORTED.
- * Kept so the environment table links. */
+/* jsonl: tasks from a user's file of {"prompt": ..., "answer": ...} lines, scored by exact or
+ * numeric match (numeric: the last number in the completion against the last number in the
+ * answer, so GSM8K files work as they are). Malformed lines are refused as "FILE:LINE: ...". */
+#include <ctype.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "env_impl.h"
 
-static lh_err t_(lh_env *env, lh_split split, uint64_t index, lh_env_task *task) {
-  return lh_errorf(LH_ERR_UNSUPPORTED, "jsonl: not implemented");
+typedef struct {
+  char *prompt, *answer;
+} jl_item;
+
+typedef struct {
+  jl_item *items[2];
+  size_t n[2], cap[2];
+} jl;
+
+lh_err lh_env_jsonl_parse_line(const char *line, size_t len, const char *file, size_t lineno,
+                               char **prompt, char **answer) {
+  *prompt = *answer = NULL;
+  if (len > LH_JSONL_MAX_LINE)
+    return lh_errorf(LH_ERR_LIMIT, "%s:%zu: line of %zu bytes, at most %u allowed", file, lineno,
+                     len, LH_JSONL_MAX_LINE);
+  json_error_t jerr;
+  json_t *root = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
+  if (!root)
+    return lh_errorf(LH_ERR_FORMAT, "%s:%zu: column %d: %s", file, lineno, jerr.column, jerr.text);
+  lh_err e = LH_ERR_OK;
+  if (!json_is_object(root)) {
+    e = lh_errorf(LH_ERR_FORMAT, "%s:%zu: expected a JSON object, found %s", file, lineno,
+                  lh_json_type_name(root));
+    goto out;
+  }
+  json_t *p = json_object_get(root, "prompt"), *a = json_object_get(root, "answer");
+  if (!p || !json_is_string(p)) {
+    e = lh_errorf(LH_ERR_FORMAT, "%s:%zu: field prompt: expected a string, found %s", file, lineno,
+                  p ? lh_json_type_name(p) : "nothing");
+    goto out;
+  }
+  char num[64];
+  const char *at = NULL;
+  size_t al = 0;
+  if (a && json_is_string(a)) {
+    at = json_string_value(a);
+    al = json_string_length(a);
+  } else if (a && json_is_integer(a)) {
+    al = (size_t)snprintf(num, sizeof num, "%" JSON_INTEGER_FORMAT, json_integer_value(a));
+    at = num;
+  } else if (a && json_is_real(a)) {
+    al = (size_t)snprintf(num, sizeof num, "%.17g", json_real_value(a));
+    at = num;
+  } else {
+    e = lh_errorf(LH_ERR_FORMAT, "%s:%zu: field answer: expected a string or a number, found %s",
+                  file, lineno, a ? lh_json_type_name(a) : "nothing");
+    goto out;
+  }
+  *prompt = lh__env_strndup(json_string_value(p), json_string_length(p));
+  *answer = lh__env_strndup(at, al);
+  if (!*prompt || !*answer) {
+    free(*prompt);
+    free(*answer);
+    *prompt = *answer = NULL;
+    e = lh_errorf(LH_ERR_NOMEM, "%s:%zu: out of memory", file, lineno);
+  }
+out:
+  json_decref(root);
+  return e;
 }
-static lh_err s_(lh_env *env, const lh_env_task *task, const char *text, size_t len,
-                 lh_env_result *out) {
-  return lh_errorf(LH_ERR_UNSUPPORTED, "jsonl: not implemented");
+
+bool lh_env_last_number(const char *s, size_t len, double *out) {
+  size_t best = 0, best_len = 0;
+  bool found = false;
+  for (size_t i = 0; i < len;) {
+    if (!isdigit((unsigned char)s[i])) {
+      i++;
+      continue;
+    }
+    size_t start = i;
+    if (i > 0 && s[i - 1] == '-' &&
+        (i == 1 || !(isalnum((unsigned char)s[i - 2]) || s[i - 2] == ')')))
+      start = i - 1;
+    bool dot = false;
+    while (i < len) {
+      if (isdigit((unsigned char)s[i]))
+        i++;
+      else if (s[i] == ',' && i + 1 < len && isdigit((unsigned char)s[i + 1]))
+        i++;
+      else if (s[i] == '.' && !dot && i + 1 < len && isdigit((unsigned char)s[i + 1])) {
+        dot = true;
+        i++;
+      } else
+        break;
+    }
+    best = start;
+    best_len = i - start;
+    found = true;
+  }
+  if (!found) return false;
+  char *buf = malloc(best_len + 1);
+  if (!buf) return false;
+  size_t k = 0;
+  for (size_t j = 0; j < best_len; j++)
+    if (s[best + j] != ',') buf[k++] = s[best + j];
+  buf[k] = '\0';
+  *out = strtod(buf, NULL);
+  free(buf);
+  return true;
 }
-static uint64_t z_(const lh_env *env, lh_split split) {
-  return 0;
+
+static bool is_whole_number(const char *s, size_t n) {
+  while (n && isspace((unsigned char)*s))
+    s++, n--;
+  while (n && isspace((unsigned char)s[n - 1]))
+    n--;
+  if (n == 0) return false;
+  size_t i = s[0] == '-' ? 1 : 0, digits = 0;
+  bool dot = false;
+  for (; i < n; i++) {
+    if (isdigit((unsigned char)s[i]))
+      digits++;
+    else if (s[i] == '.' && !dot)
+      dot = true;
+    else if (s[i] != ',')
+      return false;
+  }
+  return digits > 0;
 }
-static void f_(lh_env *env) {}
-const lh__env_ops lh__env_jsonl_ops = {t_, s_, z_, f_};
+
+static lh_err add_item(jl *j, int split, char *prompt, char *answer) {
+  if (j->n[split] == j->cap[split]) {
+    size_t nc = j->cap[split] ? j->cap[split] * 2 : 64;
+    jl_item *ni = realloc(j->items[split], nc * sizeof *ni);
+    if (!ni) return lh_errorf(LH_ERR_NOMEM, "jsonl: out of memory");
+    j->items[split] = ni;
+    j->cap[split] = nc;
+  }
+  j->items[split][j->n[split]++] = (jl_item){prompt, answer};
+  return LH_ERR_OK;
+}
+
+/* split < 0: decide per prompt by hash and test_fraction */
+static lh_err load_file(jl *j, const char *path, int split, double test_fraction) {
+  char *data = NULL;
+  size_t len = 0;
+  lh_err e = lh_file_read(path, LH_JSONL_MAX_FILE, &data, &len);
+  if (e) return e;
+  size_t lineno = 0;
+  for (size_t pos = 0; pos < len;) {
+    const char *nl = memchr(data + pos, '\n', len - pos);
+    size_t ll = nl ? (size_t)(nl - (data + pos)) : len - pos;
+    const char *line = data + pos;
+    pos += ll + (nl ? 1 : 0);
+    lineno++;
+    size_t k = 0;
+    while (k < ll && isspace((unsigned char)line[k]))
+      k++;
+    if (k == ll) continue; /* blank line */
+    char *prompt, *answer;
+    if ((e = lh_env_jsonl_parse_line(line, ll, path, lineno, &prompt, &answer))) break;
+    int s = split;
+    if (s < 0) {
+      uint64_t h = lh__env_mix(lh__env_hash(prompt, strlen(prompt), 0));
+      s = (double)(h >> 11) * 0x1p-53 < test_fraction ? LH_SPLIT_TEST : LH_SPLIT_TRAIN;
+    }
+    if ((e = add_item(j, s, prompt, answer))) {
+      free(prompt);
+      free(answer);
+      break;
+    }
+  }
+  free(data);
+  return e;
+}
+
+static void jsonl_free(lh_env *env) {
+  jl *j = env->impl;
+  if (!j) return;
+  for (int s = 0; s < 2; s++) {
+    for (size_t i = 0; i < j->n[s]; i++) {
+      free(j->items[s][i].prompt);
+      free(j->items[s][i].answer);
+    }
+    free(j->items[s]);
+  }
+  free(j);
+  env->impl = NULL;
+}
+
 lh_err lh__env_jsonl_init(lh_env *env) {
-  return lh_errorf(LH_ERR_UNSUPPORTED, "jsonl: not implemented");
+  lh_env_config *c = &env->cfg;
+  if (!c->path[0]) return lh_errorf(LH_ERR_INVAL, "jsonl: no file given (path=FILE)");
+  if (c->test_fraction == 0) c->test_fraction = 0.1;
+  if (!(c->test_fraction > 0 && c->test_fraction < 1))
+    return lh_errorf(LH_ERR_INVAL, "jsonl: test_fraction: expected a value in (0, 1), found %g",
+                     c->test_fraction);
+  jl *j = lh_xcalloc(1, sizeof *j);
+  env->impl = j;
+  lh_err e;
+  if (c->test_path[0]) {
+    if (!(e = load_file(j, c->path, LH_SPLIT_TRAIN, 0))) e = load_file(j, c->test_path, 1, 0);
+  } else {
+    e = load_file(j, c->path, -1, c->test_fraction);
+  }
+  if (!e && j->n[0] + j->n[1] == 0)
+    e = lh_errorf(LH_ERR_FORMAT, "%s: no tasks in the file", c->path);
+  if (e) jsonl_free(env);
+  return e;
 }
+
+static lh_err jsonl_task(lh_env *env, lh_split split, uint64_t index, lh_env_task *task) {
+  jl *j = env->impl;
+  if (j->n[split] == 0)
+    return lh_errorf(LH_ERR_NOTFOUND, "%s: the %s split is empty", env->cfg.path,
+                     split == LH_SPLIT_TEST ? "test" : "train");
+  const jl_item *it = &j->items[split][index % j->n[split]];
+  task->prompt = lh_xstrdup(it->prompt);
+  task->answer = lh_xstrdup(it->answer);
+  task->solution = lh_xstrdup(it->answer);
+  task->split = split;
+  task->index = index;
+  return LH_ERR_OK;
+}
+
+static lh_err jsonl_score(lh_env *env, const lh_env_task *task, const char *text, size_t len,
+                          lh_env_result *out) {
+  lh_env_match m = env->cfg.match;
+  size_t al = strlen(task->answer);
+  if (m == LH_ENV_MATCH_AUTO)
+    m = is_whole_number(task->answer, al) ? LH_ENV_MATCH_NUMERIC : LH_ENV_MATCH_EXACT;
+  if (m == LH_ENV_MATCH_NUMERIC) {
+    double got, want;
+    out->well_formed = lh_env_last_number(text, len, &got);
+    out->correct = out->well_formed && lh_env_last_number(task->answer, al, &want) &&
+                   fabs(got - want) <= 1e-6 * fmax(1.0, fabs(want));
+  } else {
+    const char *s = text, *a = task->answer;
+    size_t n = len;
+    while (n && isspace((unsigned char)*s))
+      s++, n--;
+    while (n && isspace((unsigned char)s[n - 1]))
+      n--;
+    while (al && isspace((unsigned char)*a))
+      a++, al--;
+    while (al && isspace((unsigned char)a[al - 1]))
+      al--;
+    out->well_formed = n > 0;
+    out->correct = n == al && memcmp(s, a, n) == 0;
+  }
+  out->reward = out->correct ? 1.0f : 0.0f;
+  return LH_ERR_OK;
+}
+
+static uint64_t jsonl_size(const lh_env *env, lh_split split) {
+  const jl *j = env->impl;
+  return j->n[split];
+}
+
+const lh__env_ops lh__env_jsonl_ops = {jsonl_task, jsonl_score, jsonl_size, jsonl_free};

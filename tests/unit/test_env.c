@@ -259,6 +259,101 @@ static void test_countdown_scoring(void **state) {
   lh_env_free(env);
 }
 
+#define FIX LH_SOURCE_DIR "/tests/fixtures/env/"
+
+static lh_err try_jsonl(const char *file, lh_env **env) {
+  lh_env_config cfg;
+  assert_int_equal(lh_env_config_parse("jsonl", &cfg), LH_ERR_OK);
+  snprintf(cfg.path, sizeof cfg.path, "%s%s", FIX, file);
+  *env = NULL;
+  return lh_env_create(&cfg, env);
+}
+
+static void test_jsonl_gsm_numeric(void **state) {
+  lh_env *env = make("jsonl:path=" FIX "gsm.jsonl,match=numeric");
+  uint64_t ntr = lh_env_size(env, LH_SPLIT_TRAIN), nte = lh_env_size(env, LH_SPLIT_TEST);
+  assert_int_equal(ntr + nte, 200);
+  assert_true(nte >= 5 && nte <= 50); /* about 10% */
+  /* disjoint: no test prompt is a train prompt */
+  for (uint64_t i = 0; i < nte; i++) {
+    lh_env_task t;
+    assert_int_equal(lh_env_task_get(env, LH_SPLIT_TEST, i, &t), LH_ERR_OK);
+    for (uint64_t k = 0; k < ntr; k++) {
+      lh_env_task u;
+      assert_int_equal(lh_env_task_get(env, LH_SPLIT_TRAIN, k, &u), LH_ERR_OK);
+      assert_string_not_equal(t.prompt, u.prompt);
+      lh_env_task_clear(&u);
+    }
+    lh_env_task_clear(&t);
+  }
+  lh_env_task t;
+  assert_int_equal(lh_env_task_get(env, LH_SPLIT_TRAIN, ntr + 1, &t), LH_ERR_OK); /* wraps */
+  int a = -1;
+  assert_int_equal(sscanf(t.prompt, "Tom has %d", &a), 1);
+  char good[64], bad[64];
+  snprintf(good, sizeof good, "Let me think: %d+%d... so the answer is %d.", a, a + 3, 2 * a + 3);
+  snprintf(bad, sizeof bad, "The answer is %d, then %d", 2 * a + 3, 2 * a + 4);
+  lh_env_result r = score(env, &t, good);
+  assert_true(r.correct && r.well_formed && r.reward == 1.0f);
+  r = score(env, &t, bad); /* the last number counts */
+  assert_true(!r.correct && r.well_formed && r.reward == 0.0f);
+  r = score(env, &t, "no idea");
+  assert_true(!r.correct && !r.well_formed);
+  lh_env_task_clear(&t);
+  lh_env_free(env);
+
+  double v;
+  assert_true(lh_env_last_number("costs $1,234.50.", 16, &v) && v == 1234.5);
+  assert_true(lh_env_last_number("x = -7", 6, &v) && v == -7);
+  assert_true(lh_env_last_number("5-3", 3, &v) && v == 3);
+  assert_false(lh_env_last_number("none", 4, &v));
+}
+
+static void test_jsonl_exact_and_auto(void **state) {
+  lh_env *env = make("jsonl:path=" FIX "exact.jsonl,test=" FIX "test_only.jsonl");
+  assert_int_equal(lh_env_size(env, LH_SPLIT_TRAIN), 3);
+  assert_int_equal(lh_env_size(env, LH_SPLIT_TEST), 2);
+  lh_env_task t;
+  assert_int_equal(lh_env_task_get(env, LH_SPLIT_TRAIN, 0, &t), LH_ERR_OK);
+  assert_string_equal(t.answer, "Paris");
+  assert_true(score(env, &t, "  Paris\n").correct); /* auto: exact for text answers */
+  assert_false(score(env, &t, "paris").correct);
+  assert_false(score(env, &t, "Paris is the capital").correct);
+  lh_env_task_clear(&t);
+  assert_int_equal(lh_env_task_get(env, LH_SPLIT_TRAIN, 1, &t), LH_ERR_OK);
+  assert_string_equal(t.answer, "4");               /* numbers become text */
+  assert_true(score(env, &t, "it is 4.0").correct); /* auto: numeric for number answers */
+  lh_env_task_clear(&t);
+  assert_int_equal(lh_env_task_get(env, LH_SPLIT_TEST, 1, &t), LH_ERR_OK);
+  assert_string_equal(t.prompt, "t2");
+  lh_env_task_clear(&t);
+  lh_env_free(env);
+}
+
+static void test_jsonl_errors(void **state) {
+  lh_env *env;
+  assert_int_equal(try_jsonl("bad_json.jsonl", &env), LH_ERR_FORMAT);
+  assert_null(env);
+  assert_non_null(strstr(lh_last_error(), "bad_json.jsonl:4: "));
+  assert_int_equal(try_jsonl("bad_field.jsonl", &env), LH_ERR_FORMAT);
+  assert_non_null(strstr(lh_last_error(), "bad_field.jsonl:2: field prompt: expected a string"));
+  assert_int_equal(try_jsonl("bad_answer.jsonl", &env), LH_ERR_FORMAT);
+  assert_non_null(strstr(lh_last_error(), "bad_answer.jsonl:1: field answer"));
+  assert_int_equal(try_jsonl("not_object.jsonl", &env), LH_ERR_FORMAT);
+  assert_non_null(strstr(lh_last_error(), "not_object.jsonl:2: expected a JSON object"));
+  assert_int_equal(try_jsonl("missing.jsonl", &env), LH_ERR_IO);
+  char *p, *a;
+  assert_int_equal(lh_env_jsonl_parse_line("{\"prompt\":\"x\"}", 14, "f", 9, &p, &a),
+                   LH_ERR_FORMAT);
+  assert_non_null(strstr(lh_last_error(), "f:9: field answer"));
+  assert_null(p);
+  char *big = malloc(LH_JSONL_MAX_LINE + 2);
+  memset(big, ' ', LH_JSONL_MAX_LINE + 1);
+  assert_int_equal(lh_env_jsonl_parse_line(big, LH_JSONL_MAX_LINE + 1, "f", 3, &p, &a),
+                   LH_ERR_LIMIT);
+  free(big);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_builtin_determinism_and_splits),
@@ -268,6 +363,9 @@ int main(void) {
       cmocka_unit_test(test_sort_scoring),
       cmocka_unit_test(test_countdown_evaluator),
       cmocka_unit_test(test_countdown_scoring),
+      cmocka_unit_test(test_jsonl_gsm_numeric),
+      cmocka_unit_test(test_jsonl_exact_and_auto),
+      cmocka_unit_test(test_jsonl_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
