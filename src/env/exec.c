@@ -1,19 +1,278 @@
-/* exec environment (placeholder until implemented): creation fails with LH_ERR_UNSUPPORTED.
- * Kept so the environment table links. */
+/* exec: an environment served by an external program (any language) speaking one JSON object per
+ * line on stdin/stdout. Each request has a deadline; a crash, a timeout or a malformed reply is
+ * reported as an error for that request only, and the program is restarted on the next one. */
+#include <errno.h>
+#include <jansson.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "env_impl.h"
 
-static lh_err t_(lh_env *env, lh_split split, uint64_t index, lh_env_task *task) {
-  return lh_errorf(LH_ERR_UNSUPPORTED, "exec: not implemented");
+typedef struct {
+  pthread_mutex_t mu;
+  pid_t pid; /* 0: not running */
+  int fd;    /* our end of the socket pair that is the child's stdin and stdout */
+  char *buf;
+  size_t len, cap;
+} ex;
+
+static void stop_child(ex *x) {
+  if (x->pid <= 0) return;
+  kill(-x->pid, SIGKILL); /* the child leads its own process group */
+  kill(x->pid, SIGKILL);
+  int st;
+  while (waitpid(x->pid, &st, 0) < 0 && errno == EINTR) {
+  }
+  close(x->fd);
+  x->pid = 0;
+  x->fd = -1;
+  x->len = 0;
 }
-static lh_err s_(lh_env *env, const lh_env_task *task, const char *text, size_t len,
-                 lh_env_result *out) {
-  return lh_errorf(LH_ERR_UNSUPPORTED, "exec: not implemented");
+
+static lh_err start_child(lh_env *env, ex *x) {
+  int sv[2];
+  /* a socket pair rather than pipes: send(MSG_NOSIGNAL) to a dead child fails with EPIPE
+   * instead of raising SIGPIPE in the whole process */
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+    return lh_errorf(LH_ERR_IO, "exec '%s': socketpair: %s", env->cfg.path, strerror(errno));
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(sv[0]);
+    close(sv[1]);
+    return lh_errorf(LH_ERR_IO, "exec '%s': fork: %s", env->cfg.path, strerror(errno));
+  }
+  if (pid == 0) {
+    setpgid(0, 0);
+    dup2(sv[1], 0);
+    dup2(sv[1], 1);
+    execl("/bin/sh", "sh", "-c", env->cfg.path, (char *)NULL);
+    _exit(127);
+  }
+  setpgid(pid, pid);
+  close(sv[1]);
+  x->pid = pid;
+  x->fd = sv[0];
+  x->len = 0;
+  return LH_ERR_OK;
 }
-static uint64_t z_(const lh_env *env, lh_split split) {
+
+static int remaining_ms(double deadline) {
+  double left = deadline - lh_time_now();
+  return left <= 0 ? 0 : (int)(left * 1000) + 1;
+}
+
+/* Why the child stopped talking: reaps it if it has exited. */
+static lh_err child_gone(lh_env *env, ex *x, const char *what) {
+  int st = 0;
+  pid_t r = 0;
+  double until = lh_time_now() + 0.5;
+  while ((r = waitpid(x->pid, &st, WNOHANG)) == 0 && lh_time_now() < until)
+    usleep(2000);
+  char why[64] = "closed its output";
+  if (r == x->pid) {
+    if (WIFEXITED(st))
+      snprintf(why, sizeof why, "exited with status %d", WEXITSTATUS(st));
+    else if (WIFSIGNALED(st))
+      snprintf(why, sizeof why, "killed by signal %d", WTERMSIG(st));
+    close(x->fd);
+    x->pid = 0;
+    x->fd = -1;
+    x->len = 0;
+  } else {
+    stop_child(x);
+  }
+  return lh_errorf(LH_ERR_IO, "exec '%s': %s: the program %s", env->cfg.path, what, why);
+}
+
+/* Sends one request line and reads one reply object; on any failure the child is stopped. */
+static lh_err request(lh_env *env, ex *x, json_t *req, const char *what, json_t **reply) {
+  *reply = NULL;
+  lh_err e;
+  if (x->pid == 0 && (e = start_child(env, x))) return e;
+  double deadline = lh_time_now() + env->cfg.timeout_s;
+  char *line = json_dumps(req, JSON_COMPACT);
+  if (!line) return lh_errorf(LH_ERR_NOMEM, "exec: cannot encode the request");
+  size_t ll = strlen(line), off = 0;
+  line[ll] = '\n'; /* json_dumps allocates ll + 1 bytes: the NUL becomes the newline */
+  ll++;
+  while (off < ll) {
+    struct pollfd pf = {x->fd, POLLOUT, 0};
+    int pr = poll(&pf, 1, remaining_ms(deadline));
+    if (pr == 0) {
+      free(line);
+      stop_child(x);
+      return lh_errorf(LH_ERR_IO, "exec '%s': %s: timed out after %g s writing the request",
+                       env->cfg.path, what, env->cfg.timeout_s);
+    }
+    ssize_t w = pr > 0 ? send(x->fd, line + off, ll - off, MSG_NOSIGNAL | MSG_DONTWAIT) : -1;
+    if (w < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (w < 0) {
+      free(line);
+      return child_gone(env, x, what);
+    }
+    off += (size_t)w;
+  }
+  free(line);
+  for (;;) {
+    char *nl = x->len ? memchr(x->buf, '\n', x->len) : NULL;
+    if (nl) {
+      size_t n = (size_t)(nl - x->buf);
+      json_error_t jerr;
+      json_t *v = json_loadb(x->buf, n, 0, &jerr);
+      memmove(x->buf, nl + 1, x->len - n - 1);
+      x->len -= n + 1;
+      if (!v || !json_is_object(v)) {
+        e = lh_errorf(LH_ERR_FORMAT, "exec '%s': %s: malformed reply: %s", env->cfg.path, what,
+                      v ? "expected a JSON object" : jerr.text);
+        json_decref(v);
+        stop_child(x);
+        return e;
+      }
+      *reply = v;
+      return LH_ERR_OK;
+    }
+    if (x->len >= LH_EXEC_MAX_REPLY) {
+      stop_child(x);
+      return lh_errorf(LH_ERR_LIMIT, "exec '%s': %s: reply longer than %u bytes", env->cfg.path,
+                       what, LH_EXEC_MAX_REPLY);
+    }
+    if (x->cap - x->len < 4096) {
+      size_t nc = x->cap ? x->cap * 2 : 8192;
+      if (nc > LH_EXEC_MAX_REPLY + 4096) nc = LH_EXEC_MAX_REPLY + 4096;
+      char *nb = realloc(x->buf, nc);
+      if (!nb) return lh_errorf(LH_ERR_NOMEM, "exec: out of memory");
+      x->buf = nb;
+      x->cap = nc;
+    }
+    struct pollfd pf = {x->fd, POLLIN, 0};
+    int pr = poll(&pf, 1, remaining_ms(deadline));
+    if (pr < 0 && errno == EINTR) continue;
+    if (pr == 0) {
+      stop_child(x);
+      return lh_errorf(LH_ERR_IO, "exec '%s': %s: no reply within %g s", env->cfg.path, what,
+                       env->cfg.timeout_s);
+    }
+    ssize_t r = recv(x->fd, x->buf + x->len, x->cap - x->len, MSG_DONTWAIT);
+    if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (r <= 0) return child_gone(env, x, what);
+    x->len += (size_t)r;
+  }
+}
+
+/* A JSON string from bytes; bytes that are not valid UTF-8 become '?'. */
+static json_t *text_json(const char *s, size_t n) {
+  json_t *v = json_stringn(s, n);
+  if (v) return v;
+  char *c = lh__env_strndup(s, n);
+  if (!c) return NULL;
+  for (size_t i = 0; i < n; i++)
+    if ((unsigned char)c[i] >= 0x80) c[i] = '?';
+  v = json_stringn(c, n);
+  free(c);
+  return v;
+}
+
+static lh_err exec_task(lh_env *env, lh_split split, uint64_t index, lh_env_task *task) {
+  ex *x = env->impl;
+  char what[64];
+  snprintf(what, sizeof what, "generate %s %llu", split == LH_SPLIT_TEST ? "test" : "train",
+           (unsigned long long)index);
+  json_t *req = json_pack("{s:s, s:s, s:I}", "type", "generate", "split",
+                          split == LH_SPLIT_TEST ? "test" : "train", "index", (json_int_t)index);
+  json_t *rep = NULL;
+  pthread_mutex_lock(&x->mu);
+  lh_err e = request(env, x, req, what, &rep);
+  pthread_mutex_unlock(&x->mu);
+  json_decref(req);
+  if (e) return e;
+  json_t *p = json_object_get(rep, "prompt"), *a = json_object_get(rep, "answer");
+  json_t *s = json_object_get(rep, "solution");
+  if (!json_is_string(p) || !json_is_string(a) || (s && !json_is_string(s))) {
+    e = lh_errorf(LH_ERR_FORMAT,
+                  "exec '%s': %s: malformed reply: expected string fields prompt and answer "
+                  "(and optional solution)",
+                  env->cfg.path, what);
+  } else {
+    task->prompt = lh__env_strndup(json_string_value(p), json_string_length(p));
+    task->answer = lh__env_strndup(json_string_value(a), json_string_length(a));
+    if (s) task->solution = lh__env_strndup(json_string_value(s), json_string_length(s));
+    task->split = split;
+    task->index = index;
+    if (!task->prompt || !task->answer || (s && !task->solution)) {
+      lh_env_task_clear(task);
+      e = lh_errorf(LH_ERR_NOMEM, "exec: out of memory");
+    }
+  }
+  json_decref(rep);
+  return e;
+}
+
+static lh_err exec_score(lh_env *env, const lh_env_task *task, const char *text, size_t len,
+                         lh_env_result *out) {
+  ex *x = env->impl;
+  char what[64];
+  snprintf(what, sizeof what, "score %s %llu", task->split == LH_SPLIT_TEST ? "test" : "train",
+           (unsigned long long)task->index);
+  json_t *req =
+      json_pack("{s:s, s:o, s:o, s:o}", "type", "score", "prompt",
+                text_json(task->prompt, strlen(task->prompt)), "answer",
+                text_json(task->answer, strlen(task->answer)), "completion", text_json(text, len));
+  if (!req) return lh_errorf(LH_ERR_NOMEM, "exec: cannot encode the request");
+  json_t *rep = NULL;
+  pthread_mutex_lock(&x->mu);
+  lh_err e = request(env, x, req, what, &rep);
+  pthread_mutex_unlock(&x->mu);
+  json_decref(req);
+  if (e) return e;
+  json_t *r = json_object_get(rep, "reward"), *c = json_object_get(rep, "correct");
+  json_t *w = json_object_get(rep, "well_formed");
+  double v = json_is_number(r) ? json_number_value(r) : -1;
+  if (!(v >= 0 && v <= 1) || (c && !json_is_boolean(c)) || (w && !json_is_boolean(w))) {
+    e = lh_errorf(LH_ERR_FORMAT,
+                  "exec '%s': %s: malformed reply: expected reward in [0, 1] (and optional "
+                  "booleans correct, well_formed)",
+                  env->cfg.path, what);
+  } else {
+    out->reward = (float)v;
+    out->correct = c ? json_is_true(c) : v >= 1.0;
+    out->well_formed = w ? json_is_true(w) : true;
+  }
+  json_decref(rep);
+  return e;
+}
+
+static uint64_t exec_size(const lh_env *env, lh_split split) {
   return 0;
 }
-static void f_(lh_env *env) {}
-const lh__env_ops lh__env_exec_ops = {t_, s_, z_, f_};
-lh_err lh__env_exec_init(lh_env *env) {
-  return lh_errorf(LH_ERR_UNSUPPORTED, "exec: not implemented");
+
+static void exec_free(lh_env *env) {
+  ex *x = env->impl;
+  if (!x) return;
+  stop_child(x);
+  pthread_mutex_destroy(&x->mu);
+  free(x->buf);
+  free(x);
+  env->impl = NULL;
 }
+
+lh_err lh__env_exec_init(lh_env *env) {
+  if (!env->cfg.path[0]) return lh_errorf(LH_ERR_INVAL, "exec: no command given (path=COMMAND)");
+  if (env->cfg.timeout_s == 0) env->cfg.timeout_s = 10;
+  if (!(env->cfg.timeout_s > 0 && env->cfg.timeout_s <= 3600))
+    return lh_errorf(LH_ERR_INVAL, "exec: timeout: expected 0..3600 s, found %g",
+                     env->cfg.timeout_s);
+  ex *x = lh_xcalloc(1, sizeof *x);
+  pthread_mutex_init(&x->mu, NULL);
+  x->fd = -1;
+  env->impl = x;
+  return LH_ERR_OK;
+}
+
+const lh__env_ops lh__env_exec_ops = {exec_task, exec_score, exec_size, exec_free};

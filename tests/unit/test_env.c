@@ -354,6 +354,77 @@ static void test_jsonl_errors(void **state) {
   free(big);
 }
 
+static lh_env *make_exec(const char *mode, double timeout) {
+  lh_env_config cfg;
+  assert_int_equal(lh_env_config_parse("exec", &cfg), LH_ERR_OK);
+  snprintf(cfg.path, sizeof cfg.path, "/usr/bin/python3 %sexec_env.py %s", FIX, mode);
+  cfg.timeout_s = timeout;
+  lh_env *env = NULL;
+  assert_int_equal(lh_env_create(&cfg, &env), LH_ERR_OK);
+  return env;
+}
+
+static void test_exec_happy_path(void **state) {
+  lh_env *env = make_exec("good", 10);
+  lh_env_task t;
+  assert_int_equal(lh_env_task_get(env, LH_SPLIT_TRAIN, 7, &t), LH_ERR_OK);
+  assert_string_equal(t.prompt, "7+7=");
+  assert_string_equal(t.answer, "14");
+  assert_string_equal(t.solution, "14");
+  lh_env_result r = score(env, &t, "14\n");
+  assert_true(r.correct && r.well_formed && r.reward == 1.0f);
+  r = score(env, &t, "15");
+  assert_true(!r.correct && r.reward == 0.0f);
+  r = score(env, &t, "\xff\xfe 14"); /* invalid UTF-8 is sent as '?' */
+  assert_false(r.correct);
+  lh_env_task_clear(&t);
+  assert_int_equal(lh_env_task_get(env, LH_SPLIT_TEST, 7, &t), LH_ERR_OK);
+  assert_string_equal(t.prompt, "1007+1007=");
+  lh_env_task_clear(&t);
+  lh_env_free(env);
+}
+
+/* index 2 misbehaves; the error names the request, the task is skipped, and index 3 works on a
+ * restarted program */
+static void exec_failure(const char *mode, lh_err want, const char *msg, double timeout) {
+  lh_env *env = make_exec(mode, timeout);
+  lh_env_task t;
+  assert_int_equal(lh_env_task_get(env, LH_SPLIT_TRAIN, 1, &t), LH_ERR_OK);
+  lh_env_task_clear(&t);
+  double t0 = lh_time_now();
+  assert_int_equal(lh_env_task_get(env, LH_SPLIT_TRAIN, 2, &t), want);
+  assert_true(lh_time_now() - t0 < timeout + 2);
+  if (!strstr(lh_last_error(), msg)) fail_msg("%s: message '%s'", mode, lh_last_error());
+  assert_non_null(strstr(lh_last_error(), "generate train 2"));
+  assert_null(t.prompt);
+  assert_int_equal(lh_env_task_get(env, LH_SPLIT_TRAIN, 3, &t), LH_ERR_OK);
+  assert_string_equal(t.prompt, "3+3=");
+  lh_env_task_clear(&t);
+  lh_env_free(env);
+}
+
+static void test_exec_failures(void **state) {
+  exec_failure("crash", LH_ERR_IO, "exited with status 3", 10);
+  exec_failure("hang", LH_ERR_IO, "no reply within 1 s", 1);
+  exec_failure("garbage", LH_ERR_FORMAT, "malformed reply", 10);
+  lh_env *env = make_exec("badreward", 10);
+  lh_env_task t;
+  assert_int_equal(lh_env_task_get(env, LH_SPLIT_TRAIN, 0, &t), LH_ERR_OK);
+  lh_env_result r;
+  assert_int_equal(lh_env_score(env, &t, "0", 1, &r), LH_ERR_FORMAT);
+  assert_non_null(strstr(lh_last_error(), "reward in [0, 1]"));
+  lh_env_task_clear(&t);
+  lh_env_free(env);
+  env = make_exec("good", 10);
+  lh_env_free(env); /* never started: nothing to stop */
+  lh_env_config cfg;
+  assert_int_equal(lh_env_config_parse("exec:path=/nonexistent/program", &cfg), LH_ERR_OK);
+  assert_int_equal(lh_env_create(&cfg, &env), LH_ERR_OK);
+  assert_int_equal(lh_env_task_get(env, LH_SPLIT_TRAIN, 0, &t), LH_ERR_IO);
+  assert_non_null(strstr(lh_last_error(), "exited with status 127"));
+  lh_env_free(env);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_builtin_determinism_and_splits),
@@ -366,6 +437,8 @@ int main(void) {
       cmocka_unit_test(test_jsonl_gsm_numeric),
       cmocka_unit_test(test_jsonl_exact_and_auto),
       cmocka_unit_test(test_jsonl_errors),
+      cmocka_unit_test(test_exec_happy_path),
+      cmocka_unit_test(test_exec_failures),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
