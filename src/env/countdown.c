@@ -278,7 +278,7 @@ static lh_err countdown_score(lh_env *env, const lh_env_task *task, const char *
   const char *s;
   size_t n;
   lh__env_first_line(text, len, &s, &n);
-  int64_t num, den;
+  int64_t num = 0, den = 0;
   lh_err e = lh_countdown_eval(s, n, task->nums, task->n_nums, &num, &den);
   out->well_formed = e == LH_ERR_OK;
   out->correct = e == LH_ERR_OK && den == 1 && num == task->target;
