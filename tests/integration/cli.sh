@@ -476,5 +476,23 @@ r = json.loads(open(sys.argv[1]).read())
 assert r["batch"] == 2 and r["decode_tokens_per_s"] > 0 and r["prefill_tokens_per_s"] > 0, r
 ' "$TMP/gen-bench.out"
 
+# ---------------------------------------------------------------- sft
+check_help help-sft model env out steps batch lr log-every threads -- sft
+run sft "$BIN" sft --model "$TMP/gen" --env arith:digits=1 --steps 60 --batch 16 --log-every 20 --out "$TMP/sft-out"
+expect_rc sft 0 && py sft-check '
+import re, sys
+losses = [float(m) for m in re.findall(r"loss ([0-9.]+)", open(sys.argv[1]).read())]
+assert len(losses) == 3, losses
+assert losses[-1] < 0.8 * losses[0], losses
+' "$TMP/sft.err" && {
+  cmp -s "$TMP/gen/tokenizer.json" "$TMP/sft-out/tokenizer.json" || fail "sft: tokenizer.json not copied"
+  run sft-gen "$BIN" generate --model "$TMP/sft-out" --prompt "3+4=" --temperature 0 --max-new 4
+  expect_rc sft-gen 0
+}
+run sft-badenv "$BIN" sft --model "$TMP/gen" --env nosuchenv --out "$TMP/sft-bad"
+expect_rc sft-badenv 1 && expect_one_line_error sft-badenv 'nosuchenv'
+run sft-notok "$BIN" sft --model "$TMP/qwen2" --env arith --out "$TMP/sft-bad"
+expect_rc sft-notok 1 && expect_one_line_error sft-notok 'tokenizer.json'
+
 echo "cli.sh: $CHECKS checks passed, $FAILED failed"
 [ "$FAILED" -eq 0 ]

@@ -1,0 +1,188 @@
+/* `longhaul sft`: supervised fine-tuning on an environment's reference solutions, with the loss
+ * on the response only (the bootstrap that gives RL a partly competent base policy). Each step
+ * takes the next `batch` train tasks: prompt solution [eos] (the prompt's tokens exactly as
+ * `generate` encodes them, no bos), loss weight 1 on the solution and eos. AdamW with linear warmup
+ * and cosine decay; writes a Hugging Face directory. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli.h"
+#include "longhaul/env.h"
+#include "longhaul/model.h"
+#include "longhaul/rl.h"
+#include "longhaul/tokenizer.h"
+
+#define CMD "sft"
+
+static const lh__flag flags[] = {
+    {"model", "DIR", true, "model directory with a tokenizer.json (init-model can write one)"},
+    {"env", "SPEC", true,
+     "environment: NAME or NAME:key=value,... (arith, countdown, sort, jsonl)"},
+    {"out", "DIR", true,
+     "where to write the trained model (config.json, model.safetensors, tokenizer.json)"},
+    {"steps", "N", false, "optimiser steps (default 200)"},
+    {"batch", "B", false, "sequences per step (default 32)"},
+    {"lr", "LR", false, "peak learning rate (default 3e-3; 10% warmup, cosine to 10%)"},
+    {"log-every", "N", false, "print a progress line every N steps (default 20)"},
+    {"threads", "K", false, "threads (default: all cores)"},
+};
+
+/* Appends prompt solution [eos] to the packed batch; returns the new token count or -1
+ * when the sequence does not fit in max_seq. */
+static int append_example(const lh_tokenizer *tok, const lh_config *c, const lh_env_task *t,
+                          int32_t *tokens, float *weight, int at, int max_seq) {
+  int32_t *p = NULL, *s = NULL;
+  size_t np = 0, ns = 0;
+  if (lh_tokenizer_encode(tok, t->prompt, strlen(t->prompt), false, &p, &np) ||
+      lh_tokenizer_encode(tok, t->solution, strlen(t->solution), false, &s, &ns)) {
+    free(p);
+    return -2;
+  }
+  int len = (int)np + (int)ns + (c->eos_token_id >= 0);
+  int n = at;
+  if (len > max_seq) {
+    n = -1;
+    goto out;
+  }
+  for (size_t i = 0; i < np; i++)
+    tokens[n] = p[i], weight[n++] = 0.0f;
+  for (size_t i = 0; i < ns; i++)
+    tokens[n] = s[i], weight[n++] = 1.0f;
+  if (c->eos_token_id >= 0) tokens[n] = c->eos_token_id, weight[n++] = 1.0f;
+  weight[at] = 0.0f; /* the first token of a sequence has no log-prob */
+out:
+  free(p);
+  free(s);
+  return n;
+}
+
+int lh__cmd_sft(int argc, char **argv) {
+  lh__args a = {.cmd = CMD,
+                .about = "Supervised training on an environment's reference solutions (loss on "
+                         "the response only). Prints the mean loss and token accuracy of the "
+                         "response every --log-every steps.",
+                .flags = flags,
+                .n_flags = sizeof flags / sizeof flags[0]};
+  int rc = lh__args_parse(&a, argc, argv);
+  if (rc != LH__ARGS_CONTINUE) return rc;
+  long steps, batch, log_every, threads;
+  double lr;
+  if ((rc = lh__args_int(&a, "steps", 1, 1 << 24, 200, &steps)) != LH__ARGS_CONTINUE ||
+      (rc = lh__args_int(&a, "batch", 1, 4096, 32, &batch)) != LH__ARGS_CONTINUE ||
+      (rc = lh__args_int(&a, "log-every", 1, 1 << 24, 20, &log_every)) != LH__ARGS_CONTINUE ||
+      (rc = lh__args_int(&a, "threads", 0, 1024, 0, &threads)) != LH__ARGS_CONTINUE ||
+      (rc = lh__args_double(&a, "lr", 0, 1, 3e-3, &lr)) != LH__ARGS_CONTINUE)
+    return rc;
+  lh_set_threads((int)threads);
+  const char *dir = lh__args_str(&a, "model", NULL), *out_dir = lh__args_str(&a, "out", NULL);
+  lh_model *m = NULL;
+  lh_tokenizer *tok = NULL;
+  lh_env *env = NULL;
+  lh_train *t = NULL;
+  lh_adamw *opt = NULL;
+  int32_t *tokens = NULL;
+  float *weight = NULL, *logprob = NULL;
+  int *seq_start = NULL;
+  char path[4096];
+  rc = LH__EXIT_FAIL;
+  lh_env_config ecfg;
+  snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+  if (lh_model_load(dir, &m) || lh_tokenizer_load(path, &tok) ||
+      lh_env_config_parse(lh__args_str(&a, "env", ""), &ecfg) || lh_env_create(&ecfg, &env)) {
+    rc = lh__cli_fail(CMD);
+    goto out;
+  }
+  const lh_config *c = &m->cfg;
+  int max_seq = c->max_positions < 512 ? c->max_positions : 512;
+  int max_tokens = (int)batch * max_seq;
+  if (lh_train_create(m, max_tokens, max_seq, &t)) {
+    rc = lh__cli_fail(CMD);
+    goto out;
+  }
+  lh_adamw_config ac = lh_adamw_defaults();
+  ac.lr = (float)lr;
+  ac.weight_decay = 0.0f;
+  ac.schedule = LH_SCHEDULE_COSINE;
+  ac.warmup_steps = (int)(steps / 10);
+  ac.total_steps = (int)steps;
+  ac.min_lr_ratio = 0.1f;
+  if (lh_adamw_create(c, &ac, &opt)) {
+    rc = lh__cli_fail(CMD);
+    goto out;
+  }
+  tokens = lh_xmalloc((size_t)max_tokens * sizeof *tokens);
+  weight = lh_xmalloc((size_t)max_tokens * sizeof *weight);
+  logprob = lh_xmalloc((size_t)max_tokens * sizeof *logprob);
+  seq_start = lh_xmalloc(((size_t)batch + 1) * sizeof *seq_start);
+  uint64_t next = 0;
+  double loss_sum = 0, correct = 0, counted = 0, t0 = lh_time_now();
+  for (long step = 0; step < steps; step++) {
+    int n = 0, s = 0;
+    seq_start[0] = 0;
+    while (s < batch) {
+      lh_env_task task;
+      if (lh_env_task_get(env, LH_SPLIT_TRAIN, next++, &task)) {
+        rc = lh__cli_fail(CMD);
+        goto out;
+      }
+      int got = task.solution ? append_example(tok, c, &task, tokens, weight, n, max_seq) : -1;
+      lh_env_task_clear(&task);
+      if (got == -2) {
+        rc = lh__cli_fail(CMD);
+        goto out;
+      }
+      if (got < 0) {
+        rc = lh__cli_error(CMD, LH__EXIT_FAIL,
+                           "task %llu has no reference solution or does not fit in %d tokens",
+                           (unsigned long long)(next - 1), max_seq);
+        goto out;
+      }
+      n = got;
+      seq_start[++s] = n;
+    }
+    lh_batch b = {(int)batch, seq_start, tokens, weight};
+    float loss = lh_train_ce_step(t, &b, logprob);
+    lh_adamw_step(opt, m->params, lh_train_grads(t));
+    /* a response token counts as right when the model gave it more than half the mass */
+    for (int i = 0; i < n; i++)
+      if (weight[i] > 0) correct += logprob[i] > -0.6931f, counted += 1;
+    loss_sum += loss;
+    if ((step + 1) % log_every == 0 || step + 1 == steps) {
+      long k = (step + 1) % log_every ? (step + 1) % log_every : log_every;
+      fprintf(stderr, "sft: step %ld/%ld loss %.4f response-token accuracy %.3f lr %.2e %.1fs\n",
+              step + 1, steps, loss_sum / k, correct / (counted > 0 ? counted : 1),
+              (double)lh_adamw_lr(&ac, step), lh_time_now() - t0);
+      loss_sum = correct = counted = 0;
+    }
+  }
+  if (lh_model_save(m, out_dir, LH_SAVE_F32)) {
+    rc = lh__cli_fail(CMD);
+    goto out;
+  }
+  char *json = NULL;
+  size_t len = 0;
+  char dst[4096];
+  snprintf(dst, sizeof dst, "%s/tokenizer.json", out_dir);
+  if (lh_file_read(path, LH_TOKENIZER_MAX_FILE, &json, &len) ||
+      lh_file_write_atomic(dst, json, len)) {
+    free(json);
+    rc = lh__cli_fail(CMD);
+    goto out;
+  }
+  free(json);
+  fprintf(stderr, "sft: wrote %s\n", out_dir);
+  rc = LH__EXIT_OK;
+out:
+  free(tokens);
+  free(weight);
+  free(logprob);
+  free(seq_start);
+  lh_adamw_free(opt);
+  lh_train_free(t);
+  lh_env_free(env);
+  lh_tokenizer_free(tok);
+  lh_model_free(m);
+  return rc;
+}
