@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # `make demo`: the end-to-end run of what longhaul can do today. Until the networked RL demo
 # (serve + workers over emulated WAN links) exists, it creates a tiny model, scores token
-# sequences with it, benchmarks training steps and samples text with the rollout engine. Exits
-# non-zero if any step fails.
+# sequences with it, benchmarks training steps, samples text with the rollout engine and
+# teaches a character model arithmetic with sft. Exits non-zero if any step fails.
 # Usage: bash scripts/demo.sh LONGHAUL_BIN   (outputs go to $DEMO_DIR, default ./demo)
 set -euo pipefail
 
 BIN=${1:?usage: scripts/demo.sh LONGHAUL_BIN}
 DIR=${DEMO_DIR:-demo}
 
-echo "the networked RL demo is not built yet; this demo runs init-model, score, bench train and generate" \
+echo "the networked RL demo is not built yet; this demo runs init-model, score, bench train, generate and sft" \
   "on a tiny model in $DIR/"
 [ -x "$BIN" ] || {
   echo "demo: $BIN is not an executable (run make build first)" >&2
@@ -58,5 +58,14 @@ if [ "$SAMPLES" -ne 3 ]; then
   echo "demo: generate printed $SAMPLES samples, expected 3" >&2
   exit 1
 fi
+
+echo
+echo "== 5. sft: teach the character model 1-digit arithmetic from reference solutions, then ask it"
+"$BIN" sft --model "$DIR/tiny-chars" --env arith:digits=1 --steps 300 --batch 32 --log-every 100 \
+  --out "$DIR/tiny-chars-sft"
+for p in "3+4=" "8-5=" "6+2="; do
+  printf '%s ' "$p"
+  "$BIN" generate --model "$DIR/tiny-chars-sft" --prompt "$p" --temperature 0 --max-new 4
+done
 
 echo "demo finished: models, inputs, scores and samples are in $DIR/"
