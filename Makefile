@@ -32,7 +32,8 @@ asan: deps
 tsan: deps
 	@cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLH_SANITIZE=thread -DLH_OPENMP=OFF >/dev/null
 	@cmake --build build-tsan -j $(JOBS)
-	cd build-tsan && ctest --output-on-failure -j $(JOBS)
+	@# the 6 GiB RSS check is meaningless under TSan's shadow memory (9 GiB measured): left out here
+	cd build-tsan && ctest --output-on-failure -j $(JOBS) -E integration_qwen05_rss
 
 # The suite with OpenMP off (the build must pass without it).
 noomp: deps
