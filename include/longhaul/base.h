@@ -60,10 +60,15 @@ double lh_time_now(void);
  * writes to PATH.tmp, fsyncs, renames over PATH and fsyncs the directory. */
 lh_err lh_file_read(const char *path, size_t max_bytes, char **out, size_t *len);
 lh_err lh_file_write_atomic(const char *path, const void *data, size_t len);
+/* The last step of an atomic write whose temporary file is written and fsynced: renames tmp over
+ * path and fsyncs the directory. */
+lh_err lh_file_commit(const char *tmp, const char *path);
 
 /* Number of threads OpenMP loops use (1 without OpenMP); lh_set_threads(0) keeps the default. */
 int lh_threads(void);
 void lh_set_threads(int n);
+/* Index of the calling thread in the current OpenMP team, in [0, lh_threads()); 0 outside. */
+int lh_thread_id(void);
 
 /* The JSON type of a jansson value in words ("integer", "string", ...), for error messages
  * such as "field num_heads: expected an integer, found string". */

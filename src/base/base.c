@@ -176,17 +176,7 @@ lh_err lh_file_write_atomic(const char *path, const void *data, size_t len) {
   }
   close(fd);
   fd = -1;
-  if (rename(tmp, path) != 0) {
-    err = lh_errorf(LH_ERR_IO, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));
-    goto out;
-  }
-  char *dircopy = lh_xstrdup(path);
-  int dfd = open(dirname(dircopy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    fsync(dfd);
-    close(dfd);
-  }
-  free(dircopy);
+  err = lh_file_commit(tmp, path);
 out:
   if (fd >= 0) {
     close(fd);
@@ -196,11 +186,32 @@ out:
   return err;
 }
 
+lh_err lh_file_commit(const char *tmp, const char *path) {
+  if (rename(tmp, path) != 0)
+    return lh_errorf(LH_ERR_IO, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));
+  char *dircopy = lh_xstrdup(path);
+  int dfd = open(dirname(dircopy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    fsync(dfd);
+    close(dfd);
+  }
+  free(dircopy);
+  return LH_ERR_OK;
+}
+
 int lh_threads(void) {
 #ifdef _OPENMP
   return omp_get_max_threads();
 #else
   return 1;
+#endif
+}
+
+int lh_thread_id(void) {
+#ifdef _OPENMP
+  return omp_get_thread_num();
+#else
+  return 0;
 #endif
 }
 

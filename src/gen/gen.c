@@ -3,9 +3,6 @@
  * generator is created; a generate call allocates only per-call bookkeeping for its requests. */
 #include <stdlib.h>
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #include "longhaul/gen.h"
 
@@ -86,14 +83,6 @@ void lh_generator_free(lh_generator *g) {
   free(g->slots);
   free(g->res);
   free(g);
-}
-
-static int thread_id(void) {
-#ifdef _OPENMP
-  return omp_get_thread_num();
-#else
-  return 0;
-#endif
 }
 
 /* Appends the token's bytes to the slot's tail (the last STOP_TAIL bytes of the completion)
@@ -225,7 +214,7 @@ lh_err lh_generate(lh_generator *g, const lh_gen_config *cfg, const lh_gen_reque
       slot_state *ss = &g->slots[g->row_slot[i]];
       const lh_gen_request *rq = &reqs[ss->req];
       double u = lh_sample_uniform(cfg->seed, rq->seq_index, (uint64_t)ss->len);
-      res[i] = lh_sample(g->logits + (size_t)i * V, V, &cfg->sample, u, g->scratch[thread_id()]);
+      res[i] = lh_sample(g->logits + (size_t)i * V, V, &cfg->sample, u, g->scratch[lh_thread_id()]);
     }
     st.sample_s += lh_time_now() - t1;
     for (int i = 0; i < nl; i++) {

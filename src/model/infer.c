@@ -6,9 +6,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #include "longhaul/infer.h"
 #include "longhaul/tensor.h"
@@ -215,14 +212,6 @@ static inline float bf16f(uint16_t b) {
   return v.f;
 }
 
-static int thread_id(void) {
-#ifdef _OPENMP
-  return omp_get_thread_num();
-#else
-  return 0;
-#endif
-}
-
 /* out (M, N) = beta * out + x (M, K) @ W^T with W (N, K) in bf16; beta is 0 or 1. W32, when
  * not NULL, holds the same weights in fp32 for products of many rows. */
 static void matmul_bf16(lh_kv *kv, float *out, const float *x, const uint16_t *W, const float *W32,
@@ -342,7 +331,7 @@ lh_err lh_infer_forward(const lh_infer *m, lh_kv *kv, const lh_infer_row *rows, 
         int g = h / G, P = rows[r].pos + 1;
         const float *ks = kc + (size_t)rows[r].slot * S * KD + (size_t)g * hd;
         const float *vs = vc + (size_t)rows[r].slot * S * KD + (size_t)g * hd;
-        float *s = kv->scores + (size_t)thread_id() * S, mx = -INFINITY, sum = 0.0f;
+        float *s = kv->scores + (size_t)lh_thread_id() * S, mx = -INFINITY, sum = 0.0f;
         /* s = scale * K[0:P] q and a = V[0:P]^T p: matrix-vector products over the cache
          * (single-threaded inside this loop) */
         cblas_sgemv(CblasRowMajor, CblasNoTrans, P, hd, scale, ks, KD, q, 1, 0.0f, s, 1);

@@ -5,7 +5,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
-#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -607,19 +606,7 @@ lh_err lh_safetensors_write(const char *path, const lh_st_entry *entries, int n)
     err = lh_errorf(LH_ERR_IO, "%s: close failed: %s", tmp, strerror(errno));
     goto out;
   }
-  if (rename(tmp, path) != 0) {
-    err = lh_errorf(LH_ERR_IO, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));
-    goto out;
-  }
-  char *dircopy = strdup(path);
-  if (dircopy) {
-    int dfd = open(dirname(dircopy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-      fsync(dfd);
-      close(dfd);
-    }
-    free(dircopy);
-  }
+  err = lh_file_commit(tmp, path);
 out:
   if (f) fclose(f);
   if (err && tmp) unlink(tmp);

@@ -5,9 +5,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #include "longhaul/model.h"
 #include "longhaul/tensor.h"
@@ -243,14 +240,6 @@ static void qk_norm_backward(const lh_config *c, float *dqkv, const float *pre, 
     }
 }
 
-static int thread_id(void) {
-#ifdef _OPENMP
-  return omp_get_thread_num();
-#else
-  return 0;
-#endif
-}
-
 float lh_train_forward(lh_train *t, const lh_batch *b, float *logprob) {
   const lh_config *c = &t->m->cfg;
   const lh_params *w = &t->m->w;
@@ -391,7 +380,7 @@ void lh_train_backward(lh_train *t, const lh_batch *b, const float *dlogprob) {
 #pragma omp parallel for schedule(dynamic, 1)
     for (int pi = 0; pi < pairs; pi++) {
       int s = pi / KV, gi = pi % KV, s0 = b->seq_start[s], T = b->seq_start[s + 1] - s0;
-      float *scratch = t->dS + (size_t)thread_id() * t->max_seq * t->max_seq;
+      float *scratch = t->dS + (size_t)lh_thread_id() * t->max_seq * t->max_seq;
       const float *q = qkv + (size_t)s0 * QKV;
       float *dq = t->dqkv + (size_t)s0 * QKV;
       lh_attention_backward(dq, dq + QD, dq + QD + KD, t->datt + (size_t)s0 * QD,
