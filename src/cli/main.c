@@ -13,7 +13,7 @@ typedef struct command {
 
 static const command commands[] = {
     {"init-model", lh__cmd_init_model,
-     "create a randomly initialised Qwen2/Llama model directory (Hugging Face layout)"},
+     "create a randomly initialised Qwen2/Qwen3/Llama model directory (Hugging Face layout)"},
     {"score", lh__cmd_score, "print the log-probability of every token of JSON token-id lines"},
     {"sft", lh__cmd_sft, "supervised training on an environment's reference solutions"},
     {"generate", lh__cmd_generate, "sample completions of a prompt with the rollout engine"},
