@@ -71,6 +71,8 @@ size_t lh_config_n_params(const lh_config *c);
 /* RoPE inverse frequencies (hd/2), as Hugging Face computes them in fp32: theta^(-2i/hd), with
  * the llama3 rope_scaling adjustment applied when the config has one. */
 void lh_config_rope_inv_freq(const lh_config *c, float *inv_freq);
+/* The model's RoPE tables cos/sin (max_pos, head_dim/2) from those frequencies. */
+void lh_config_rope_tables(const lh_config *c, float *cos_t, float *sin_t, int max_pos);
 /* Reads a Hugging Face generation_config.json: when it has eos_token_id (an integer or a list),
  * that list replaces c's eos ids. Other fields (sampling defaults) are ignored. Errors name
  * `what` and the field; c is unchanged on error. */

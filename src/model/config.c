@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "longhaul/model.h"
+#include "longhaul/tensor.h"
 
 /* Also used by io.c: writes config.json with torch_dtype naming the weights' dtype. */
 lh_err lh__config_save_dtype(const char *path, const lh_config *c, const char *torch_dtype);
@@ -171,6 +172,13 @@ void lh_config_rope_inv_freq(const lh_config *c, float *inv_freq) {
     }
     inv_freq[i] = scaled;
   }
+}
+
+void lh_config_rope_tables(const lh_config *c, float *cos_t, float *sin_t, int max_pos) {
+  float *inv_freq = lh_xmalloc((size_t)(c->head_dim / 2) * sizeof *inv_freq);
+  lh_config_rope_inv_freq(c, inv_freq);
+  lh_rope_tables(cos_t, sin_t, max_pos, c->head_dim, inv_freq);
+  free(inv_freq);
 }
 
 /* ---------------------------------------------------------------- config.json */

@@ -172,10 +172,7 @@ lh_err lh_kv_create(const lh_infer *m, int n_slots, int max_seq, int max_rows, l
   kv->chunk = lh_xmalloc_aligned((size_t)CHUNK_N * widest * sizeof(float));
   kv->rope_cos = lh_xmalloc_aligned((size_t)max_seq * (hd / 2) * sizeof(float));
   kv->rope_sin = lh_xmalloc_aligned((size_t)max_seq * (hd / 2) * sizeof(float));
-  float *inv_freq = lh_xmalloc(hd / 2 * sizeof(float));
-  lh_config_rope_inv_freq(c, inv_freq);
-  lh_rope_tables(kv->rope_cos, kv->rope_sin, max_seq, (int)hd, inv_freq);
-  free(inv_freq);
+  lh_config_rope_tables(c, kv->rope_cos, kv->rope_sin, max_seq);
   *out = kv;
   return LH_ERR_OK;
 }

@@ -98,10 +98,7 @@ lh_err lh_train_create(lh_model *m, int max_tokens, int max_seq, lh_train **out)
   t->pos = lh_xmalloc(N * sizeof *t->pos);
   t->probs_off = lh_xmalloc((N + 1) * sizeof *t->probs_off);
   if (!NH) t->qk_x = t->rstdq = NULL;
-  float *inv_freq = lh_xmalloc(half * sizeof *inv_freq);
-  lh_config_rope_inv_freq(c, inv_freq);
-  lh_rope_tables(t->rope_cos, t->rope_sin, max_seq, c->head_dim, inv_freq);
-  free(inv_freq);
+  lh_config_rope_tables(c, t->rope_cos, t->rope_sin, max_seq);
   *out = t;
   return LH_ERR_OK;
 }
