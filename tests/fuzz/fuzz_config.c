@@ -9,25 +9,7 @@
 
 #include "longhaul/model.h"
 
-#define CHECK(cond)                                                                                \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      fprintf(stderr, "fuzz_config: invariant failed: %s (line %d)\n", #cond, __LINE__);           \
-      abort();                                                                                     \
-    }                                                                                              \
-  } while (0)
-
-static const char *scratch_path(void) {
-  static char path[64];
-  static int init;
-  if (!init) {
-    struct stat sb;
-    init = 1;
-    if (stat("/dev/shm", &sb) == 0 && S_ISDIR(sb.st_mode))
-      snprintf(path, sizeof path, "/dev/shm/lh_fuzz_cfg_%d.json", (int)getpid());
-  }
-  return path[0] ? path : NULL;
-}
+#include "fuzz_util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   lh_config c;
@@ -39,7 +21,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   CHECK(lh_config_validate(&c) == LH_ERR_OK);
   CHECK(lh_config_n_params(&c) > 0);
-  const char *path = scratch_path();
+  const char *path = fuzz_scratch_path("cfg", ".json");
   if (!path) return 0;
   CHECK(lh_config_save(path, &c) == LH_ERR_OK);
   lh_config back;

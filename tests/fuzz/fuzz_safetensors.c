@@ -10,29 +10,10 @@
 
 #include "longhaul/model.h"
 
-#define CHECK(cond)                                                                                \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      fprintf(stderr, "fuzz_safetensors: invariant failed: %s (line %d)\n", #cond, __LINE__);      \
-      abort();                                                                                     \
-    }                                                                                              \
-  } while (0)
-
-/* A scratch file on tmpfs for the re-encode check; NULL (check skipped) without /dev/shm. */
-static const char *scratch_path(void) {
-  static char path[64];
-  static int init;
-  if (!init) {
-    struct stat sb;
-    init = 1;
-    if (stat("/dev/shm", &sb) == 0 && S_ISDIR(sb.st_mode))
-      snprintf(path, sizeof path, "/dev/shm/lh_fuzz_st_%d.safetensors", (int)getpid());
-  }
-  return path[0] ? path : NULL;
-}
+#include "fuzz_util.h"
 
 static void reencode(const lh_safetensors *st) {
-  const char *path = scratch_path();
+  const char *path = fuzz_scratch_path("st", ".safetensors");
   if (!path) return;
   lh_st_entry *e = calloc((size_t)st->n + 1, sizeof *e);
   CHECK(e);
