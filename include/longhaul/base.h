@@ -63,6 +63,9 @@ lh_err lh_file_write_atomic(const char *path, const void *data, size_t len);
 /* The last step of an atomic write whose temporary file is written and fsynced: renames tmp over
  * path and fsyncs the directory. */
 lh_err lh_file_commit(const char *tmp, const char *path);
+/* mkdir -p: creates every missing component of dir (mode 0755); fails if dir is not a
+ * directory afterwards. */
+lh_err lh_mkdir_p(const char *dir);
 
 /* Number of threads OpenMP loops use (1 without OpenMP); lh_set_threads(0) keeps the default. */
 int lh_threads(void);

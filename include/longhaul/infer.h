@@ -19,6 +19,10 @@ typedef struct lh_infer lh_infer;
 lh_err lh_infer_load(const char *dir, lh_infer **out);
 /* The bf16 policy of a training model (its fp32 master weights rounded to nearest even). */
 lh_err lh_infer_from_model(const lh_model *m, lh_infer **out);
+/* Re-rounds a training model's weights into an existing policy of the same configuration (and
+ * its fp32 copy, if kept): the next version of the policy without reallocating. Not while a
+ * forward runs. */
+lh_err lh_infer_update(lh_infer *m, const lh_model *src);
 void lh_infer_free(lh_infer *m);
 /* Also keeps an fp32 copy of the weights (4 more bytes per parameter), which products of more
  * than 8 rows (prefill, decode batches above 8) then use instead of converting bf16 chunks on

@@ -7,7 +7,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "longhaul/env.h"
+#include "longhaul/gen.h"
 #include "longhaul/model.h"
+#include "longhaul/tokenizer.h"
 
 typedef enum { LH_SCHEDULE_CONSTANT = 0, LH_SCHEDULE_COSINE = 1 } lh_schedule;
 
@@ -132,5 +135,106 @@ int lh_adv_compute(const lh_adv_config *cfg, const float *rewards, int n_groups,
 /* Spreads one advantage per sequence over its tokens: tok_adv[i] = seq_adv[s] for
  * seq_start[s] <= i < seq_start[s+1]. */
 void lh_adv_to_tokens(int n_seqs, const int *seq_start, const float *seq_adv, float *tok_adv);
+
+/* ---------------------------------------------------------------- rollouts
+ * Tasks of an environment sampled with the rollout engine and scored: the unit the RL loop
+ * trains on and the evaluator counts. n_groups tasks, group_size completions each; completion j
+ * of group t uses the sampler stream seq_base + t * group_size + j. */
+
+typedef struct lh_rollout_batch {
+  int n_groups, group_size; /* n = n_groups * group_size sequences, group by group */
+  int64_t version;          /* policy version that generated the batch (set by the caller) */
+  uint64_t *task_index;     /* (n_groups) */
+  uint8_t *group_ok;        /* (n_groups) 0: the environment failed on this task (exec); the
+                             * group's sequences are empty and its rewards 0 */
+  int *seq_start;           /* (n+1) offsets into tokens and mu */
+  int *prompt_len;          /* (n) the first prompt_len tokens of a sequence are the prompt */
+  int32_t *tokens;          /* prompt then completion */
+  float *mu;                /* aligned with tokens: behaviour log-prob of completion tokens
+                             * (the sampling distribution's), 0 on prompt tokens */
+  float *reward;            /* (n) */
+  uint8_t *correct, *well_formed, *finish; /* (n); finish is an lh_finish */
+} lh_rollout_batch;
+
+/* Generates and scores. Prompts are encoded without special tokens (as `generate` does),
+ * completions are decoded without special tokens before scoring. A task that the environment
+ * fails to produce or score (exec: crash, timeout, malformed reply) marks its group not ok, is
+ * logged, and the batch goes on; other errors (encoding, a prompt too long for the generator)
+ * fail the call. The batch's arrays are allocated here; free them with lh_rollout_batch_free. */
+lh_err lh_rollout_generate(lh_generator *g, const lh_gen_config *gc, const lh_tokenizer *tok,
+                           lh_env *env, lh_split split, const uint64_t *task_index, int n_groups,
+                           int group_size, uint64_t seq_base, lh_rollout_batch *out);
+void lh_rollout_batch_free(lh_rollout_batch *b);
+
+/* ---------------------------------------------------------------- training on rollouts
+ * Batch assembly: a rollout batch becomes a packed training batch. Advantages are computed per
+ * group from the rewards; groups whose rewards are all equal carry no signal and groups the
+ * environment failed on carry nothing, so both are left out of the batch (and counted). Loss
+ * weight 1 on completion tokens, 0 on the prompt; mu is the rollout's behaviour log-prob. */
+
+typedef struct lh_rl_batch {
+  int n_seqs;
+  int *seq_start;  /* (n_seqs+1) */
+  int32_t *tokens; /* (N) */
+  float *weight;   /* (N) 1 on completion tokens */
+  float *adv;      /* (N) the sequence's advantage on every token */
+  float *mu;       /* (N) behaviour log-probs */
+  int *group;      /* (n_seqs) the rollout group each sequence came from */
+  int n_groups_used, n_groups_skipped, n_groups_failed;
+} lh_rl_batch;
+
+lh_err lh_rl_batch_assemble(const lh_rollout_batch *rb, const lh_adv_config *adv,
+                            lh_rl_batch *out);
+void lh_rl_batch_free(lh_rl_batch *b);
+
+typedef struct lh_rl_step_stats {
+  lh_loss_stats loss;  /* losses summed over the minibatches; ratios, KL and fractions over
+                        * all their tokens */
+  double grad_norm;    /* mean over the minibatches' updates, before clipping */
+  int n_updates;       /* optimiser steps taken (0 when the batch is empty) */
+  long tokens;         /* tokens forwarded (each minibatch once, plus the proximal forward) */
+} lh_rl_step_stats;
+
+/* One policy update from an assembled batch: the sequences are split, group by group, into
+ * `minibatches` parts, each a forward, a loss, a backward and an AdamW step. The old/proximal
+ * log-probs (TIS, MIS, decoupled) are those of the weights before the first minibatch; with one
+ * minibatch they come from the same forward. scratch: a training state sized for the batch.
+ * An empty batch changes nothing. */
+lh_err lh_rl_update(lh_train *t, lh_adamw *opt, lh_model *m, const lh_loss_config *loss,
+                    int minibatches, const lh_rl_batch *b, lh_rl_step_stats *stats);
+
+/* ---------------------------------------------------------------- the single-process loop
+ * `longhaul rl`: sample, score, assemble, update, repeat, with a delay queue of `staleness`
+ * rollout batches between the policy that generates and the policy that trains. Update s
+ * (1-based) trains on the batch generated K generations earlier; the first K batches are
+ * generated before the first update, so the staleness of update s is min(s - 1, K). Generation g
+ * uses train tasks g*prompts .. g*prompts + prompts - 1 and sampler streams from
+ * g * prompts * group, with the run's seed: the run is a pure function of its settings. */
+
+typedef struct lh_rl_run_config {
+  const char *model_dir; /* the starting policy (with tokenizer.json) */
+  const char *out_dir;   /* RUN: run.json, metrics.jsonl, checkpoints/step-NNNNNN, latest */
+  const char *env_spec;  /* lh_env_config_parse syntax */
+  int steps;             /* policy updates in total (a resumed run continues up to it) */
+  int group, prompts;    /* completions per prompt, prompts per step */
+  int max_new;           /* completion tokens at most */
+  int staleness;         /* K */
+  int minibatches;       /* optimiser steps per batch */
+  int slots;             /* concurrent sequences in the generator */
+  int save_every;        /* checkpoint every N updates (and at the end); 0: only at the end */
+  int log_every;         /* progress line on stderr every N updates */
+  uint64_t seed;
+  lh_loss_config loss;
+  lh_adv_config adv;
+  lh_adamw_config opt;
+  bool resume; /* continue RUN from its latest checkpoint (same settings required) */
+} lh_rl_run_config;
+
+/* Group 8, 16 prompts, 32 new tokens, no staleness, 1 minibatch, 64 slots, save every 50, log
+ * every 10, seed 0, lh_loss_defaults, GRPO with std normalisation, AdamW lr 1e-3 without weight
+ * decay. */
+lh_rl_run_config lh_rl_run_defaults(void);
+/* Runs (or resumes) the loop; errors name the file or setting. */
+lh_err lh_rl_run(const lh_rl_run_config *cfg);
 
 #endif

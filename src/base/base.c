@@ -222,3 +222,23 @@ void lh_set_threads(int n) {
   (void)n;
 #endif
 }
+
+lh_err lh_mkdir_p(const char *dir) {
+  char *p = strdup(dir);
+  if (!p) return lh_errorf(LH_ERR_NOMEM, "%s: out of memory", dir);
+  lh_err e = LH_ERR_OK;
+  size_t len = strlen(p);
+  for (size_t i = 1; i <= len && !e; i++) {
+    if (p[i] != '/' && p[i] != '\0') continue;
+    char c = p[i];
+    p[i] = '\0';
+    if (mkdir(p, 0755) != 0 && errno != EEXIST)
+      e = lh_errorf(LH_ERR_IO, "%s: cannot create directory: %s", p, strerror(errno));
+    p[i] = c;
+  }
+  struct stat sb;
+  if (!e && (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)))
+    e = lh_errorf(LH_ERR_IO, "%s: not a directory", dir);
+  free(p);
+  return e;
+}

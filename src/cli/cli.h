@@ -17,7 +17,7 @@
 /* lh__args_parse: keep going (any other value is the exit code to return at once). */
 #define LH__ARGS_CONTINUE (-1)
 
-#define LH__MAX_FLAGS 16
+#define LH__MAX_FLAGS 32
 
 /* One long flag `--name VALUE` / `--name=VALUE`, or a switch `--name` when metavar is NULL. */
 typedef struct lh__flag {
@@ -70,6 +70,7 @@ int lh__cmd_score(int argc, char **argv);
 int lh__cmd_bench(int argc, char **argv);
 int lh__cmd_generate(int argc, char **argv);
 int lh__cmd_sft(int argc, char **argv);
+int lh__cmd_rl(int argc, char **argv);
 int lh__cmd_tokenize(int argc, char **argv);
 /* `bench generate`, in cmd_generate.c next to the command it measures */
 int lh__bench_generate(int argc, char **argv);

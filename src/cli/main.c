@@ -16,6 +16,7 @@ static const command commands[] = {
      "create a randomly initialised Qwen2/Qwen3/Llama model directory (Hugging Face layout)"},
     {"score", lh__cmd_score, "print the log-probability of every token of JSON token-id lines"},
     {"sft", lh__cmd_sft, "supervised training on an environment's reference solutions"},
+    {"rl", lh__cmd_rl, "reinforcement learning with verifiable rewards (single process)"},
     {"generate", lh__cmd_generate, "sample completions of a prompt with the rollout engine"},
     {"bench", lh__cmd_bench, "measure throughput (bench train, bench generate)"},
     {"tokenize", lh__cmd_tokenize, "encode text to token ids, or decode ids (tokenizer.json)"},

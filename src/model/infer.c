@@ -95,6 +95,15 @@ lh_err lh_infer_from_model(const lh_model *src, lh_infer **out) {
   return LH_ERR_OK;
 }
 
+lh_err lh_infer_update(lh_infer *m, const lh_model *src) {
+  if (lh_config_n_params(&src->cfg) != m->n_params || src->cfg.vocab_size != m->cfg.vocab_size ||
+      src->cfg.n_layers != m->cfg.n_layers || src->cfg.hidden_size != m->cfg.hidden_size)
+    return lh_errorf(LH_ERR_MISMATCH, "infer: the model's configuration differs from the policy's");
+  lh_bf16_from_f32_n(m->w, src->params, m->n_params);
+  if (m->w32) lh_f32_from_bf16_n(m->w32, m->w, m->n_params);
+  return LH_ERR_OK;
+}
+
 lh_err lh_infer_load(const char *dir, lh_infer **out) {
   *out = NULL;
   lh_config c;

@@ -338,34 +338,13 @@ lh_err lh_model_load_bf16(const char *dir, lh_config *cfg, uint16_t **slab) {
   return load_dir(dir, NULL, slab, cfg);
 }
 
-/* mkdir -p: creates every missing component of dir. */
-static lh_err mkdir_p(const char *dir) {
-  char *p = strdup(dir);
-  if (!p) return lh_errorf(LH_ERR_NOMEM, "%s: out of memory", dir);
-  lh_err e = LH_ERR_OK;
-  size_t len = strlen(p);
-  for (size_t i = 1; i <= len && !e; i++) {
-    if (p[i] != '/' && p[i] != '\0') continue;
-    char c = p[i];
-    p[i] = '\0';
-    if (mkdir(p, 0755) != 0 && errno != EEXIST)
-      e = lh_errorf(LH_ERR_IO, "%s: cannot create directory: %s", p, strerror(errno));
-    p[i] = c;
-  }
-  struct stat sb;
-  if (!e && (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)))
-    e = lh_errorf(LH_ERR_IO, "%s: not a directory", dir);
-  free(p);
-  return e;
-}
-
 lh_err lh_model_save(const lh_model *m, const char *dir, lh_save_dtype dtype) {
   if (!m || !dir || !dir[0]) return lh_errorf(LH_ERR_INVAL, "lh_model_save: NULL argument");
   if (dtype != LH_SAVE_F32 && dtype != LH_SAVE_BF16)
     return lh_errorf(LH_ERR_INVAL, "%s: unknown save dtype %d", dir, (int)dtype);
   lh_err e = lh_config_validate(&m->cfg);
   if (e) return e;
-  if ((e = mkdir_p(dir))) return e;
+  if ((e = lh_mkdir_p(dir))) return e;
   lh_tensor_info *info = NULL;
   lh_st_entry *ent = NULL;
   uint16_t *bf = NULL;

@@ -1,0 +1,167 @@
+/* longhaul rl: rollouts. Tasks of an environment are encoded, sampled group by group with the
+ * rollout engine (one lh_generate call for the whole batch, so continuous batching keeps every
+ * slot busy), decoded and scored. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "longhaul/rl.h"
+
+void lh_rollout_batch_free(lh_rollout_batch *b) {
+  if (!b) return;
+  free(b->task_index);
+  free(b->group_ok);
+  free(b->seq_start);
+  free(b->prompt_len);
+  free(b->tokens);
+  free(b->mu);
+  free(b->reward);
+  free(b->correct);
+  free(b->well_formed);
+  free(b->finish);
+  memset(b, 0, sizeof *b);
+}
+
+lh_err lh_rollout_generate(lh_generator *g, const lh_gen_config *gc, const lh_tokenizer *tok,
+                           lh_env *env, lh_split split, const uint64_t *task_index, int n_groups,
+                           int group_size, uint64_t seq_base, lh_rollout_batch *out) {
+  memset(out, 0, sizeof *out);
+  if (n_groups < 1 || group_size < 1 || gc->max_new < 1)
+    return lh_errorf(LH_ERR_INVAL, "rollout: %d groups of %d, max_new %d: all must be >= 1",
+                     n_groups, group_size, gc->max_new);
+  int n = n_groups * group_size, max_new = gc->max_new;
+  lh_env_task *tasks = lh_xcalloc((size_t)n_groups, sizeof *tasks);
+  int32_t **prompts = lh_xcalloc((size_t)n_groups, sizeof *prompts);
+  size_t *plen = lh_xcalloc((size_t)n_groups, sizeof *plen);
+  lh_gen_request *reqs = lh_xcalloc((size_t)n, sizeof *reqs);
+  lh_gen_output *outs = lh_xcalloc((size_t)n, sizeof *outs);
+  int32_t *gtok = lh_xmalloc((size_t)n * max_new * sizeof *gtok);
+  float *glp = lh_xmalloc((size_t)n * max_new * sizeof *glp);
+  float *glpm = lh_xmalloc((size_t)n * max_new * sizeof *glpm);
+  out->n_groups = n_groups;
+  out->group_size = group_size;
+  out->task_index = lh_xmalloc((size_t)n_groups * sizeof *out->task_index);
+  out->group_ok = lh_xcalloc((size_t)n_groups, 1);
+  out->seq_start = lh_xcalloc((size_t)n + 1, sizeof *out->seq_start);
+  out->prompt_len = lh_xcalloc((size_t)n, sizeof *out->prompt_len);
+  out->reward = lh_xcalloc((size_t)n, sizeof *out->reward);
+  out->correct = lh_xcalloc((size_t)n, 1);
+  out->well_formed = lh_xcalloc((size_t)n, 1);
+  out->finish = lh_xcalloc((size_t)n, 1);
+  lh_err e = LH_ERR_OK;
+
+  /* Tasks and prompts; requests of failed tasks are left out of the generation. */
+  int n_req = 0;
+  for (int t = 0; t < n_groups; t++) {
+    out->task_index[t] = task_index[t];
+    if (lh_env_task_get(env, split, task_index[t], &tasks[t])) {
+      lh_log(LH_LOG_WARN, "rollout: task %llu skipped: %s", (unsigned long long)task_index[t],
+             lh_last_error());
+      continue;
+    }
+    const char *p = tasks[t].prompt;
+    if ((e = lh_tokenizer_encode(tok, p, strlen(p), false, &prompts[t], &plen[t]))) goto done;
+    out->group_ok[t] = 1;
+    for (int j = 0; j < group_size; j++) {
+      lh_gen_request *r = &reqs[n_req];
+      r->prompt = prompts[t];
+      r->prompt_len = (int)plen[t];
+      r->seq_index = seq_base + (uint64_t)t * group_size + j;
+      lh_gen_output *o = &outs[t * group_size + j];
+      o->tokens = gtok + (size_t)(t * group_size + j) * max_new;
+      o->logprobs = glp + (size_t)(t * group_size + j) * max_new;
+      o->logprobs_model = glpm + (size_t)(t * group_size + j) * max_new;
+      n_req++;
+    }
+  }
+  /* lh_generate fills outs in request order: compact the ok groups' outputs for it. */
+  lh_gen_output *gouts = lh_xmalloc((size_t)(n_req > 0 ? n_req : 1) * sizeof *gouts);
+  for (int t = 0, k = 0; t < n_groups; t++)
+    for (int j = 0; j < group_size && out->group_ok[t]; j++)
+      gouts[k++] = outs[t * group_size + j];
+  if (n_req > 0 && (e = lh_generate(g, gc, reqs, n_req, gouts, NULL))) {
+    free(gouts);
+    goto done;
+  }
+  for (int t = 0, k = 0; t < n_groups; t++)
+    for (int j = 0; j < group_size && out->group_ok[t]; j++)
+      outs[t * group_size + j] = gouts[k++];
+  free(gouts);
+
+  /* Pack prompt + completion per sequence and score. */
+  size_t total = 0;
+  for (int t = 0; t < n_groups; t++)
+    if (out->group_ok[t])
+      for (int j = 0; j < group_size; j++)
+        total += plen[t] + (size_t)outs[t * group_size + j].n;
+  out->tokens = lh_xmalloc((total ? total : 1) * sizeof *out->tokens);
+  out->mu = lh_xmalloc((total ? total : 1) * sizeof *out->mu);
+  int at = 0;
+  for (int t = 0; t < n_groups; t++) {
+    for (int j = 0; j < group_size; j++) {
+      int s = t * group_size + j;
+      out->seq_start[s] = at;
+      if (!out->group_ok[t]) continue;
+      const lh_gen_output *o = &outs[s];
+      out->prompt_len[s] = (int)plen[t];
+      memcpy(out->tokens + at, prompts[t], plen[t] * sizeof *out->tokens);
+      memset(out->mu + at, 0, plen[t] * sizeof *out->mu);
+      at += (int)plen[t];
+      memcpy(out->tokens + at, o->tokens, (size_t)o->n * sizeof *out->tokens);
+      memcpy(out->mu + at, o->logprobs, (size_t)o->n * sizeof *out->mu);
+      at += o->n;
+      out->finish[s] = (uint8_t)o->finish;
+    }
+    if (!out->group_ok[t]) continue;
+    for (int j = 0; j < group_size; j++) {
+      int s = t * group_size + j;
+      char *text = NULL;
+      size_t len = 0;
+      if ((e = lh_tokenizer_decode(tok, outs[s].tokens, (size_t)outs[s].n, true, &text, &len)))
+        goto done;
+      lh_env_result r;
+      lh_err se = lh_env_score(env, &tasks[t], text, len, &r);
+      free(text);
+      if (se) {
+        lh_log(LH_LOG_WARN, "rollout: task %llu skipped, scoring failed: %s",
+               (unsigned long long)task_index[t], lh_last_error());
+        out->group_ok[t] = 0;
+        break;
+      }
+      out->reward[s] = r.reward;
+      out->correct[s] = r.correct;
+      out->well_formed[s] = r.well_formed;
+    }
+  }
+  /* A group whose scoring failed keeps no tokens: repack without it. */
+  at = 0;
+  for (int s = 0; s < n; s++) {
+    int a = out->seq_start[s], b = s + 1 < n ? out->seq_start[s + 1] : (int)total;
+    out->seq_start[s] = at;
+    if (!out->group_ok[s / group_size]) {
+      out->prompt_len[s] = 0;
+      out->reward[s] = 0.0f;
+      out->correct[s] = out->well_formed[s] = 0;
+      continue;
+    }
+    memmove(out->tokens + at, out->tokens + a, (size_t)(b - a) * sizeof *out->tokens);
+    memmove(out->mu + at, out->mu + a, (size_t)(b - a) * sizeof *out->mu);
+    at += b - a;
+  }
+  out->seq_start[n] = at;
+
+done:
+  for (int t = 0; t < n_groups; t++) {
+    lh_env_task_clear(&tasks[t]);
+    free(prompts[t]);
+  }
+  free(tasks);
+  free(prompts);
+  free(plen);
+  free(reqs);
+  free(outs);
+  free(gtok);
+  free(glp);
+  free(glpm);
+  if (e) lh_rollout_batch_free(out);
+  return e;
+}
