@@ -58,14 +58,25 @@ const lh_env_config *lh_env_config_of(const lh_env *env);
  * is item i mod size. */
 uint64_t lh_env_size(const lh_env *env, lh_split split);
 
-/* One task. All strings are malloc'd, NUL-terminated and owned by the task. Built-in tasks use
- * only printable ASCII and "\n" (the character tokenizer). */
+/* One task. The pointer strings are malloc'd, NUL-terminated and owned by the task. Built-in
+ * tasks use only printable ASCII and "\n" (the character tokenizer). */
 typedef struct {
   char *prompt;   /* e.g. "12+34=" */
   char *answer;   /* hidden answer, e.g. "46" (countdown: the target) */
   char *solution; /* a completion that scores 1, for SFT; NULL when the env has none */
   lh_split split;
   uint64_t index;
+  /* Difficulty bucket, short and human-readable; "" when the env has none (jsonl, exec):
+   *  arith +: "+ C carries" (C carries of the column addition; "+ 1 carry");
+   *  arith -: "- B borrows" (B borrows of the column subtraction of the smaller operand from the
+   *    larger, so 3-7 counts as 7-3; "- 1 borrow");
+   *  arith *: "* D digits" (D digits of the larger operand; "* 1 digit");
+   *  countdown: "uses N, K mul/div" (N of the given numbers appear in the reference solution,
+   *    K of its operators are * or /; the generator combines every number given, so N is the
+   *    count setting and K separates the additive instances from the multiplicative ones);
+   *  sort: "inversions 0-2", "inversions 3-5", "inversions 6+" (pairs out of order in the
+   *    given list; equal numbers are in order). */
+  char level[24];
   int n_nums;                          /* countdown: the numbers given */
   int64_t nums[LH_COUNTDOWN_MAX_NUMS]; /* countdown */
   int64_t target;                      /* countdown */
@@ -75,7 +86,8 @@ typedef struct {
  * (LH_ERR_IO: crash, timeout; LH_ERR_FORMAT: malformed reply): skip that task and continue, the
  * program is restarted on the next request. On error *task is left empty. */
 lh_err lh_env_task_get(lh_env *env, lh_split split, uint64_t index, lh_env_task *task);
-void lh_env_task_clear(lh_env_task *task); /* frees the strings; accepts a cleared task */
+/* Frees the strings and zeroes the task (level becomes ""); accepts a cleared task. */
+void lh_env_task_clear(lh_env_task *task);
 
 typedef struct {
   float reward;     /* in [0, 1] */

@@ -264,6 +264,12 @@ static lh_err countdown_gen(lh_env *env, lh__env_rng *r, lh_env_task *t) {
     t->n_nums = n;
     memcpy(t->nums, nums, sizeof nums[0] * (size_t)n);
     t->target = it[0].v.n;
+    unsigned char used = 0, muldiv = 0; /* at most 8 and 7: the label fits */
+    for (const char *c = it[0].s; *c; c++) {
+      used += *c >= '0' && *c <= '9' && (c == it[0].s || c[-1] < '0' || c[-1] > '9');
+      muldiv += *c == '*' || *c == '/';
+    }
+    snprintf(t->level, sizeof t->level, "uses %d, %d mul/div", used, muldiv);
     return LH_ERR_OK;
   }
   return lh_errorf(LH_ERR_LIMIT, "countdown: no instance with a target in 1..999 after 1000 draws");

@@ -118,6 +118,39 @@ static int64_t pow10i(int d) {
   return p;
 }
 
+/* Carries of the column addition a + b, or borrows of the column subtraction a - b (a >= b),
+ * of non-negative operands. */
+static int column_carries(int64_t a, int64_t b, bool subtract) {
+  int n = 0, carry = 0;
+  for (; a > 0 || b > 0; a /= 10, b /= 10) {
+    int x = (int)(a % 10), y = (int)(b % 10);
+    carry = subtract ? x - y - carry < 0 : x + y + carry > 9;
+    n += carry;
+  }
+  return n;
+}
+
+static int decimal_digits(int64_t v) {
+  int d = 1;
+  while (v >= 10)
+    v /= 10, d++;
+  return d;
+}
+
+/* The difficulty bucket of an arith instance (see lh_env_task.level). */
+static void arith_level(char op, int64_t a, int64_t b, char *out, size_t cap) {
+  if (op == '*') {
+    int d = decimal_digits(a > b ? a : b);
+    snprintf(out, cap, "* %d digit%s", d, d == 1 ? "" : "s");
+  } else if (op == '+') {
+    int c = column_carries(a, b, false);
+    snprintf(out, cap, "+ %d carr%s", c, c == 1 ? "y" : "ies");
+  } else {
+    int c = a >= b ? column_carries(a, b, true) : column_carries(b, a, true);
+    snprintf(out, cap, "- %d borrow%s", c, c == 1 ? "" : "s");
+  }
+}
+
 static lh_err arith_gen(lh_env *env, lh__env_rng *r, lh_env_task *t) {
   const char *ops = env->cfg.ops;
   size_t nops = strlen(ops);
@@ -132,6 +165,7 @@ static lh_err arith_gen(lh_env *env, lh__env_rng *r, lh_env_task *t) {
   t->prompt = lh_xstrdup(p);
   t->answer = lh_xstrdup(ans);
   t->solution = lh_xstrdup(ans);
+  arith_level(op, a, b, t->level, sizeof t->level);
   return LH_ERR_OK;
 }
 
@@ -186,6 +220,11 @@ static lh_err sort_gen(lh_env *env, lh__env_rng *r, lh_env_task *t) {
     pl += (size_t)snprintf(p + pl, sizeof p - pl, " %" PRId64, v[i]);
   }
   snprintf(p + pl, sizeof p - pl, "=");
+  int inv = 0;
+  for (int i = 0; i < n; i++)
+    for (int j = i + 1; j < n; j++)
+      inv += v[i] > v[j];
+  snprintf(t->level, sizeof t->level, "inversions %s", inv <= 2 ? "0-2" : inv <= 5 ? "3-5" : "6+");
   qsort(v, (size_t)n, sizeof v[0], cmp_i64);
   for (int i = 0; i < n; i++)
     al += (size_t)snprintf(ans + al, sizeof ans - al, i ? " %" PRId64 : "%" PRId64, v[i]);

@@ -1,7 +1,7 @@
 /* Environments: determinism, train/test disjointness over many instances, hand-checked scores for
  * arith, sort and countdown, the exact countdown evaluator (division, overflow, limits, misuse of
- * numbers), jsonl errors with line numbers, and exec with a good, crashing, hanging and lying
- * program. */
+ * numbers), difficulty labels, jsonl errors with line numbers, and exec with a good, crashing,
+ * hanging and lying program. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -259,6 +259,84 @@ static void test_countdown_scoring(void **state) {
   lh_env_free(env);
 }
 
+static void expect_level(const char *spec, uint64_t index, const char *prompt, const char *level) {
+  lh_env *env = make(spec);
+  lh_env_task t;
+  assert_int_equal(lh_env_task_get(env, LH_SPLIT_TEST, index, &t), LH_ERR_OK);
+  assert_string_equal(t.prompt, prompt);
+  assert_string_equal(t.level, level);
+  lh_env_task_clear(&t);
+  assert_string_equal(t.level, "");
+  lh_env_free(env);
+}
+
+static int digit_sum(long v) {
+  int s = 0;
+  for (; v > 0; v /= 10)
+    s += (int)(v % 10);
+  return s;
+}
+
+/* Difficulty labels. Hand-checked instances (test split), then every arith instance against
+ * the digit-sum identity: adding x + y makes (s(x) + s(y) - s(x + y)) / 9 carries (each carry
+ * turns a 10 in one column into a 1 in the next), and the borrows of a - b (a >= b) are the
+ * carries of (a - b) + b. */
+static void test_levels(void **state) {
+  /* 2+8 = 10 carries, 6+7+1 = 14 carries */
+  expect_level("arith:digits=2,ops=+-*", 0, "62+78=", "+ 2 carries");
+  expect_level("arith:digits=2,ops=+-*", 1, "52*24=", "* 2 digits");
+  expect_level("arith:digits=2,ops=+-*", 4, "24+27=", "+ 1 carry");
+  /* 12-79 is -(79-12): 9-2 and 7-1 borrow nothing */
+  expect_level("arith:digits=2,ops=+-*", 11, "12-79=", "- 0 borrows");
+  /* 616-528: 6-8 borrows, 1-2-1 borrows, 6-5-1 = 0 */
+  expect_level("arith:digits=3", 2, "528-616=", "- 2 borrows");
+  expect_level("arith:digits=3", 0, "716-451=", "- 1 borrow");
+  /* 58 48 84 25 1: 3 + 2 + 2 + 1 = 8 pairs out of order */
+  expect_level("sort", 0, "sort 58 48 84 25 1=", "inversions 6+");
+  expect_level("sort", 1, "sort 40 21 50 42 70=", "inversions 0-2"); /* 40>21, 50>42 */
+  expect_level("sort", 2, "sort 12 83 7 9 88=", "inversions 3-5");   /* 12, 83 > 7, 9 */
+  /* 79 81 79 22 15: the two 79s are in order; 2 + 3 + 2 + 1 = 8 */
+  expect_level("sort", 6, "sort 79 81 79 22 15=", "inversions 6+");
+  /* reference 6/(8*1/8): all four numbers, three of the three operators * or / */
+  expect_level("countdown", 2, "1 6 8 8->6:", "uses 4, 3 mul/div");
+  expect_level("countdown:count=2", 2, "8 9->72:", "uses 2, 1 mul/div");
+  expect_level("arith:digits=1,ops=*", 0, "6*5=", "* 1 digit");
+  lh_env *env = make("arith:digits=3,ops=+-");
+  int seen_carry[4] = {0}, seen_borrow[4] = {0};
+  for (uint64_t i = 0; i < 500; i++) {
+    lh_env_task t;
+    assert_int_equal(lh_env_task_get(env, LH_SPLIT_TRAIN, i, &t), LH_ERR_OK);
+    long a, b;
+    char op;
+    assert_int_equal(sscanf(t.prompt, "%ld%c%ld=", &a, &op, &b), 3);
+    if (op == '-' && a < b) {
+      long x = a;
+      a = b;
+      b = x;
+    }
+    long x = op == '+' ? a : a - b, y = b;
+    int n = (digit_sum(x) + digit_sum(y) - digit_sum(x + y)) / 9;
+    char want[24];
+    if (op == '+')
+      snprintf(want, sizeof want, "+ %d %s", n, n == 1 ? "carry" : "carries");
+    else
+      snprintf(want, sizeof want, "- %d %s", n, n == 1 ? "borrow" : "borrows");
+    if (strcmp(t.level, want)) fail_msg("%s: level \"%s\", want \"%s\"", t.prompt, t.level, want);
+    (op == '+' ? seen_carry : seen_borrow)[n]++;
+    lh_env_task_clear(&t);
+  }
+  for (int n = 0; n < 4; n++) /* 3-digit operands: 0..3 carries, 0..2 borrows all occur */
+    assert_true(seen_carry[n] > 0 && (n == 3 || seen_borrow[n] > 0));
+  lh_env_free(env);
+  /* a jsonl item has no level */
+  env = make("jsonl:path=" LH_SOURCE_DIR "/tests/fixtures/env/gsm.jsonl");
+  lh_env_task t;
+  assert_int_equal(lh_env_task_get(env, LH_SPLIT_TRAIN, 0, &t), LH_ERR_OK);
+  assert_string_equal(t.level, "");
+  lh_env_task_clear(&t);
+  lh_env_free(env);
+}
+
 #define FIX LH_SOURCE_DIR "/tests/fixtures/env/"
 
 static lh_err try_jsonl(const char *file, lh_env **env) {
@@ -434,6 +512,7 @@ int main(void) {
       cmocka_unit_test(test_sort_scoring),
       cmocka_unit_test(test_countdown_evaluator),
       cmocka_unit_test(test_countdown_scoring),
+      cmocka_unit_test(test_levels),
       cmocka_unit_test(test_jsonl_gsm_numeric),
       cmocka_unit_test(test_jsonl_exact_and_auto),
       cmocka_unit_test(test_jsonl_errors),
