@@ -72,6 +72,7 @@ int lh__cmd_generate(int argc, char **argv);
 int lh__cmd_sft(int argc, char **argv);
 int lh__cmd_rl(int argc, char **argv);
 int lh__cmd_tokenize(int argc, char **argv);
+int lh__cmd_eval(int argc, char **argv);
 /* `bench generate`, in cmd_generate.c next to the command it measures */
 int lh__bench_generate(int argc, char **argv);
 

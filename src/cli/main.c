@@ -18,6 +18,7 @@ static const command commands[] = {
     {"sft", lh__cmd_sft, "supervised training on an environment's reference solutions"},
     {"rl", lh__cmd_rl, "reinforcement learning with verifiable rewards (single process)"},
     {"generate", lh__cmd_generate, "sample completions of a prompt with the rollout engine"},
+    {"eval", lh__cmd_eval, "pass@1, pass@k and mean reward on an environment, with intervals"},
     {"bench", lh__cmd_bench, "measure throughput (bench train, bench generate)"},
     {"tokenize", lh__cmd_tokenize, "encode text to token ids, or decode ids (tokenizer.json)"},
 };

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Integration test of the `longhaul` command line: usage errors and --help of every command,
-# init-model output and determinism, score output and its input errors, damaged model files.
+# init-model output and determinism, score output and its input errors, damaged model files,
+# generate, sft and eval.
 # Usage: bash cli.sh LONGHAUL_BIN SOURCE_DIR. Prints every failed check; exits 1 if any failed.
 set -uo pipefail
 
@@ -493,6 +494,75 @@ run sft-badenv "$BIN" sft --model "$TMP/gen" --env nosuchenv --out "$TMP/sft-bad
 expect_rc sft-badenv 1 && expect_one_line_error sft-badenv 'nosuchenv'
 run sft-notok "$BIN" sft --model "$TMP/qwen2" --env arith --out "$TMP/sft-bad"
 expect_rc sft-notok 1 && expect_one_line_error sft-notok 'tokenizer.json'
+
+# ---------------------------------------------------------------- eval
+check_help help-eval model env split n samples temperature top-p max-new seed batch threads compare json -- eval
+grep -q -- eval "$TMP/top-help.out" || fail "longhaul --help does not list eval"
+run eval-nomodel "$BIN" eval --env arith
+expect_rc eval-nomodel 2 && expect_one_line_error eval-nomodel 'missing required flag --model'
+run eval-split "$BIN" eval --model "$TMP/gen" --env arith --split dev
+expect_rc eval-split 2 && expect_one_line_error eval-split '--split: expected one of train\|test, got "dev"'
+run eval-samples "$BIN" eval --model "$TMP/gen" --env arith --samples 0
+expect_rc eval-samples 2 && expect_one_line_error eval-samples '--samples: expected an integer'
+run eval-notok "$BIN" eval --model "$TMP/qwen2" --env arith --n 2
+expect_rc eval-notok 1 && expect_one_line_error eval-notok 'tokenizer.json'
+run eval-nocompare "$BIN" eval --model "$TMP/gen" --env arith --n 2 --compare "$TMP/nowhere"
+expect_rc eval-nocompare 1 && expect_one_line_error eval-nocompare 'nowhere' &&
+  { [ -s "$TMP/eval-nocompare.out" ] && fail "eval: printed results before rejecting --compare"; }
+EVAL_MODEL=$TMP/sft-out
+[ -d "$EVAL_MODEL" ] || EVAL_MODEL=$TMP/gen
+run eval "$BIN" eval --model "$EVAL_MODEL" --env arith:digits=1 --n 40 --json "$TMP/eval.json"
+expect_rc eval 0 && {
+  grep -Eq '^  pass@1 +[01]\.[0-9]{3}  \[[01]\.[0-9]{3}, [01]\.[0-9]{3}\]$' "$TMP/eval.out" ||
+    fail "eval: no pass@1 line with an interval: $(cat "$TMP/eval.out")"
+  py eval-json '
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["command"] == "eval" and r["tasks"] == 40 and r["samples"] == 1 and r["split"] == "test", r
+assert r["temperature"] == 0, "greedy by default with one sample"
+m = r["model"]
+for k in ["dir", "pass_at_1", "pass_at_k", "mean_reward", "by_level", "per_task", "tasks_scored"]:
+    assert k in m, k
+per = m["per_task"]
+assert [t["index"] for t in per] == list(range(40)), per
+assert all(t["ok"] and t["correct"] in (0, 1) and t["reward"] == t["correct"] for t in per), per
+p = m["pass_at_1"]
+assert abs(p["mean"] - sum(t["correct"] for t in per) / 40) < 1e-9, p
+assert 0 <= p["lo"] <= p["mean"] <= p["hi"] <= 1 and p["hi"] > p["lo"], p
+levels = {t["level"] for t in per}
+assert levels and all(l[:2] in ("+ ", "- ") for l in levels), levels
+assert sorted(b["level"] for b in m["by_level"]) == sorted(levels), m["by_level"]
+assert sum(b["tasks"] for b in m["by_level"]) == 40, m["by_level"]
+assert "compare" not in r and "paired" not in r
+' "$TMP/eval.json"
+}
+# K samples: pass@k rises with k; results do not depend on how tasks are batched (streams are
+# fixed per task and sample)
+run eval-k "$BIN" eval --model "$EVAL_MODEL" --env arith:digits=1 --n 12 --samples 4 --max-new 6 --json "$TMP/eval-k.json"
+expect_rc eval-k 0
+run eval-k2 "$BIN" eval --model "$EVAL_MODEL" --env arith:digits=1 --n 12 --samples 4 --max-new 6 --batch 3 --json "$TMP/eval-k2.json"
+expect_rc eval-k2 0 && py eval-k-json '
+import json, sys
+a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert a["temperature"] == 1, "temperature 1 by default with K > 1"
+pk = a["model"]["pass_at_k"]
+assert sorted(pk, key=int) == ["1", "2", "4"], pk
+assert pk["1"]["mean"] <= pk["2"]["mean"] <= pk["4"]["mean"], pk
+assert a["model"]["per_task"] == b["model"]["per_task"], "per-task results depend on --batch"
+' "$TMP/eval-k.json" "$TMP/eval-k2.json"
+# a model against itself: the paired difference is exactly 0
+run eval-self "$BIN" eval --model "$EVAL_MODEL" --env arith:digits=1 --n 24 --samples 2 --max-new 6 --compare "$EVAL_MODEL" --json "$TMP/eval-self.json"
+expect_rc eval-self 0 && {
+  grep -Eq '^  pass@1 +\+0\.000  \[\+0\.000, \+0\.000\]$' "$TMP/eval-self.out" ||
+    fail "eval --compare itself: $(cat "$TMP/eval-self.out")"
+  py eval-self-json '
+import json, sys
+r = json.load(open(sys.argv[1]))
+d = r["paired"]
+assert d["tasks"] == 24 and d["pass_at_1"]["mean"] == 0 and d["pass_at_1"]["lo"] == 0 and d["pass_at_1"]["hi"] == 0, d
+assert r["model"]["per_task"] == r["compare"]["per_task"]
+' "$TMP/eval-self.json"
+}
 
 echo "cli.sh: $CHECKS checks passed, $FAILED failed"
 [ "$FAILED" -eq 0 ]

@@ -1,0 +1,496 @@
+/* `longhaul eval`: held-out accuracy of a model on an environment. Every task of the split is
+ * sampled K times through the rollout engine (lh_rollout_generate) and scored; prints pass@1,
+ * pass@k (unbiased estimator), mean reward, 95% intervals and a per-difficulty table, and with
+ * --compare the paired difference against a second model on the same tasks and sampler
+ * streams (sample j of task i uses stream i*K + j, whatever the chunking). */
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "longhaul/eval.h"
+#include "longhaul/model.h"
+#include "longhaul/rl.h"
+
+#define CMD       "eval"
+#define MAX_KS    16 /* pass@k columns: 1, powers of two below K, K */
+#define BAR_WIDTH 28 /* characters of the progress bar */
+
+static const lh__flag flags[] = {
+    {"model", "DIR", true, "model directory with a tokenizer.json"},
+    {"env", "SPEC", true,
+     "environment: NAME or NAME:key=value,... (arith, countdown, sort, jsonl, exec)"},
+    {"split", "NAME", false, "train or test (default test)"},
+    {"n", "N", false, "tasks 0..N-1 of the split (default 500; jsonl: at most the split's size)"},
+    {"samples", "K", false, "samples per task (default 1); pass@k for k = 1, 2, 4, ... and K"},
+    {"temperature", "T", false, "sampling temperature (default 0 = greedy with K = 1, else 1)"},
+    {"top-p", "P", false, "nucleus sampling threshold in (0, 1] (default 1 = off)"},
+    {"max-new", "N", false, "tokens generated at most per sample (default 64)"},
+    {"seed", "S", false, "sampling seed (default 0)"},
+    {"batch", "B", false,
+     "sequences generated at once (default 64; above 8, weights are also kept in fp32)"},
+    {"threads", "K", false, "threads (default: all cores)"},
+    {"compare", "DIR", false,
+     "a second model evaluated on the same tasks and seeds; prints the paired difference"},
+    {"json", "FILE", false, "also write every number and the per-task results to FILE as JSON"},
+};
+
+/* What every model is evaluated on: the same tasks, settings and sampler streams. */
+typedef struct {
+  lh_env *env;
+  const char *env_spec;
+  lh_split split;
+  int n, K;          /* tasks, samples per task */
+  int chunk;         /* tasks per lh_rollout_generate call */
+  int batch;         /* generator slots */
+  lh_gen_config gc;  /* sampling settings (eos ids: the model's) */
+  char **prompt;     /* (n) task prompts; NULL where the environment failed */
+  char (*level)[24]; /* (n) difficulty labels */
+  int ks[MAX_KS], n_ks;
+  const char **levels; /* distinct non-empty labels, sorted */
+  int n_levels;
+  bool tty;
+} setup;
+
+/* One model's results. */
+typedef struct {
+  const char *dir;
+  uint8_t *ok;    /* (n) the environment produced and scored the task */
+  int *correct;   /* (n) correct samples of K */
+  double *reward; /* (n) mean reward of the K samples */
+  int n_ok;
+  double seconds;
+  long tokens; /* generated */
+} run;
+
+static void run_free(run *r) {
+  free(r->ok);
+  free(r->correct);
+  free(r->reward);
+}
+
+/* ---------------------------------------------------------------- progress */
+
+static void progress(const setup *s, const run *r, int done, double t0, double pass1_sum,
+                     int ok_done) {
+  double el = lh_time_now() - t0, p1 = ok_done ? pass1_sum / ok_done : 0;
+  if (s->tty) {
+    int fill = (int)((long)BAR_WIDTH * done / s->n);
+    char bar[BAR_WIDTH + 1];
+    for (int i = 0; i < BAR_WIDTH; i++)
+      bar[i] = i < fill ? '#' : '.';
+    bar[BAR_WIDTH] = '\0';
+    fprintf(stderr, "\reval %s [%s] %d/%d tasks %.1f s pass@1 %.3f\033[K", r->dir, bar, done, s->n,
+            el, p1);
+    if (done == s->n) fputc('\n', stderr);
+  } else if (done == s->n) {
+    fprintf(stderr, "eval: %s: %d tasks in %.1f s (%.0f tokens/s), pass@1 %.3f\n", r->dir, done, el,
+            el > 0 ? (double)r->tokens / el : 0.0, p1);
+  }
+  fflush(stderr);
+}
+
+/* ---------------------------------------------------------------- one model */
+
+static lh_err load_tokenizer(const char *dir, lh_tokenizer **tok) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+  return lh_tokenizer_load(path, tok);
+}
+
+/* Fails early, before any generation, on a model directory that cannot be loaded. */
+static lh_err check_model_dir(const char *dir) {
+  char path[4096];
+  lh_config c;
+  lh_tokenizer *tok = NULL;
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  lh_err e = lh_config_load(path, &c);
+  if (!e) e = load_tokenizer(dir, &tok);
+  lh_tokenizer_free(tok);
+  return e;
+}
+
+/* Fails early on a --json path whose directory cannot be written. */
+static bool json_dir_writable(const char *path) {
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (!slash) return access(".", W_OK | X_OK) == 0;
+  if (slash == dir)
+    slash[1] = '\0';
+  else
+    *slash = '\0';
+  return access(dir, W_OK | X_OK) == 0;
+}
+
+/* Generates and scores every task with the model in dir; fills r. Returns an exit code. */
+static int run_model(const setup *s, const char *dir, run *r) {
+  memset(r, 0, sizeof *r);
+  r->dir = dir;
+  r->ok = lh_xcalloc((size_t)s->n, 1);
+  r->correct = lh_xcalloc((size_t)s->n, sizeof *r->correct);
+  r->reward = lh_xcalloc((size_t)s->n, sizeof *r->reward);
+  lh_infer *m = NULL;
+  lh_tokenizer *tok = NULL;
+  lh_generator *g = NULL;
+  uint64_t *idx = lh_xmalloc((size_t)s->chunk * sizeof *idx);
+  int rc = LH__EXIT_FAIL;
+  if (lh_infer_load(dir, &m) || load_tokenizer(dir, &tok)) {
+    rc = lh__cli_fail(CMD);
+    goto out;
+  }
+  const lh_config *c = lh_infer_config(m);
+  /* the longest prompt sizes the KV cache; one that leaves no room to generate is an error */
+  int max_prompt = 1;
+  for (int i = 0; i < s->n; i++) {
+    if (!s->prompt[i]) continue;
+    int32_t *ids = NULL;
+    size_t len = 0;
+    if (lh_tokenizer_encode(tok, s->prompt[i], strlen(s->prompt[i]), false, &ids, &len)) {
+      rc = lh__cli_fail(CMD);
+      goto out;
+    }
+    free(ids);
+    if ((int)len >= c->max_positions) {
+      rc = lh__cli_error(CMD, LH__EXIT_FAIL,
+                         "%s: task %d: the prompt has %zu tokens; the model's context is %d "
+                         "tokens, so no room is left to generate",
+                         dir, i, len, c->max_positions);
+      goto out;
+    }
+    if ((int)len > max_prompt) max_prompt = (int)len;
+  }
+  int max_seq =
+      max_prompt + s->gc.max_new < c->max_positions ? max_prompt + s->gc.max_new : c->max_positions;
+  long want = (long)s->n * s->K;
+  int slots = want < s->batch ? (int)want : s->batch;
+  if ((slots > 8 && lh_infer_keep_fp32(m)) || lh_generator_create(m, slots, max_seq, 0, &g)) {
+    rc = lh__cli_fail(CMD);
+    goto out;
+  }
+  double t0 = lh_time_now(), pass1_sum = 0;
+  progress(s, r, 0, t0, 0, 0);
+  for (int first = 0; first < s->n; first += s->chunk) {
+    int cn = s->n - first < s->chunk ? s->n - first : s->chunk;
+    for (int t = 0; t < cn; t++)
+      idx[t] = (uint64_t)(first + t);
+    lh_rollout_batch b;
+    /* task first+t, sample j: stream (first+t)*K + j */
+    if (lh_rollout_generate(g, &s->gc, tok, s->env, s->split, idx, cn, s->K,
+                            (uint64_t)first * (uint64_t)s->K, &b)) {
+      rc = lh__cli_fail(CMD);
+      goto out;
+    }
+    for (int t = 0; t < cn; t++) {
+      int i = first + t;
+      if (!b.group_ok[t]) continue;
+      r->ok[i] = 1;
+      r->n_ok++;
+      double rw = 0;
+      for (int j = 0; j < s->K; j++) {
+        int q = t * s->K + j;
+        r->correct[i] += b.correct[q];
+        rw += b.reward[q];
+        r->tokens += b.seq_start[q + 1] - b.seq_start[q] - b.prompt_len[q];
+      }
+      r->reward[i] = rw / s->K;
+      pass1_sum += (double)r->correct[i] / s->K;
+    }
+    lh_rollout_batch_free(&b);
+    progress(s, r, first + cn, t0, pass1_sum, r->n_ok);
+  }
+  r->seconds = lh_time_now() - t0;
+  if (r->n_ok == 0) {
+    rc = lh__cli_error(CMD, LH__EXIT_FAIL, "%s: the environment failed on all %d tasks", dir, s->n);
+    goto out;
+  }
+  rc = LH__EXIT_OK;
+out:
+  free(idx);
+  lh_generator_free(g);
+  lh_tokenizer_free(tok);
+  lh_infer_free(m);
+  return rc;
+}
+
+/* ---------------------------------------------------------------- statistics */
+
+/* What is averaged over tasks: pass@k (k >= 1) or the mean reward (k = 0). */
+static double task_value(const setup *s, const run *r, int i, int k) {
+  return k > 0 ? lh_eval_pass_at_k(s->K, r->correct[i], k) : r->reward[i];
+}
+
+/* Tasks with the label (NULL: all) that every run in rs[0..nr) scored; writes their indices. */
+static int select_tasks(const setup *s, const run *const *rs, int nr, const char *label, int *out) {
+  int m = 0;
+  for (int i = 0; i < s->n; i++) {
+    bool in = !label || !strcmp(s->level[i], label);
+    for (int j = 0; j < nr && in; j++)
+      in = rs[j]->ok[i];
+    if (in) out[m++] = i;
+  }
+  return m;
+}
+
+/* The mean of a quantity over tasks with its interval; with b, the paired difference a - b. */
+static lh_eval_ci stat(const setup *s, const run *a, const run *b, const int *tasks, int m, int k,
+                       double *va, double *vb) {
+  for (int t = 0; t < m; t++) {
+    va[t] = task_value(s, a, tasks[t], k);
+    if (b) vb[t] = task_value(s, b, tasks[t], k);
+  }
+  return b ? lh_eval_paired(va, vb, m) : lh_eval_mean(va, m);
+}
+
+typedef struct {
+  int *tasks; /* (n) scratch */
+  double *va, *vb;
+} scratch;
+
+static json_t *ci_json(lh_eval_ci c) {
+  return json_pack("{s:f, s:f, s:f, s:i}", "mean", c.mean, "lo", c.lo, "hi", c.hi, "tasks", c.n);
+}
+
+static void print_row(const char *name, lh_eval_ci c, bool diff) {
+  printf("  %-23s ", name);
+  if (diff)
+    printf("%+.3f  [%+.3f, %+.3f]\n", c.mean, c.lo, c.hi);
+  else
+    printf("%.3f  [%.3f, %.3f]\n", c.mean, c.lo, c.hi);
+}
+
+/* Prints the rows of a block and sets the same numbers in o: pass@k for every k, the mean
+ * reward, and pass@1 by difficulty, of model a alone (b NULL) or of the paired difference a - b
+ * over the tasks both scored. Returns the number of tasks. */
+static int report_rows(const setup *s, const run *a, const run *b, scratch *w, json_t *o) {
+  const run *rs[2] = {a, b};
+  int nr = b ? 2 : 1, m = select_tasks(s, rs, nr, NULL, w->tasks);
+  json_t *pk = json_object();
+  for (int j = 0; j < s->n_ks; j++) {
+    lh_eval_ci c = stat(s, a, b, w->tasks, m, s->ks[j], w->va, w->vb);
+    char name[32];
+    snprintf(name, sizeof name, "pass@%d", s->ks[j]);
+    print_row(name, c, b);
+    snprintf(name, sizeof name, "%d", s->ks[j]);
+    json_object_set_new(pk, name, ci_json(c));
+    if (s->ks[j] == 1) json_object_set_new(o, "pass_at_1", ci_json(c));
+  }
+  json_object_set_new(o, "pass_at_k", pk);
+  lh_eval_ci rw = stat(s, a, b, w->tasks, m, 0, w->va, w->vb);
+  print_row("mean reward", rw, b);
+  json_object_set_new(o, "mean_reward", ci_json(rw));
+  json_t *by = json_array();
+  if (s->n_levels > 0)
+    printf("  %-23s %6s  %s\n", "difficulty", "tasks", b ? "pass@1 difference" : "pass@1");
+  for (int l = 0; l < s->n_levels; l++) {
+    int ml = select_tasks(s, rs, nr, s->levels[l], w->tasks);
+    lh_eval_ci c = stat(s, a, b, w->tasks, ml, 1, w->va, w->vb);
+    lh_eval_ci cr = stat(s, a, b, w->tasks, ml, 0, w->va, w->vb);
+    char name[48];
+    snprintf(name, sizeof name, "%-23s %6d ", s->levels[l], ml);
+    print_row(name, c, b);
+    json_array_append_new(by, json_pack("{s:s, s:i, s:o, s:o}", "level", s->levels[l], "tasks", ml,
+                                        "pass_at_1", ci_json(c), "mean_reward", ci_json(cr)));
+  }
+  json_object_set_new(o, "by_level", by);
+  return m;
+}
+
+/* Prints one model's block and returns its JSON object, with the per-task results. */
+static json_t *report_model(const setup *s, const run *r, const char *role, scratch *w) {
+  int m = 0;
+  for (int i = 0; i < s->n; i++)
+    m += r->ok[i];
+  printf("%s %s: %d tasks scored", role, r->dir, m);
+  if (m < s->n) printf(", %d skipped (the environment failed on them)", s->n - m);
+  printf(", %.1f s, %.0f tokens/s\n", r->seconds, r->seconds > 0 ? r->tokens / r->seconds : 0.0);
+  json_t *o =
+      json_pack("{s:s, s:i, s:i, s:f, s:I}", "dir", r->dir, "tasks_scored", m, "tasks_skipped",
+                s->n - m, "seconds", r->seconds, "generated_tokens", (json_int_t)r->tokens);
+  report_rows(s, r, NULL, w, o);
+  json_t *per = json_array();
+  for (int i = 0; i < s->n; i++)
+    json_array_append_new(per, json_pack("{s:i, s:s, s:b, s:i, s:f}", "index", i, "level",
+                                         s->level[i], "ok", r->ok[i], "correct", r->correct[i],
+                                         "reward", r->reward[i]));
+  json_object_set_new(o, "per_task", per);
+  return o;
+}
+
+/* Prints the paired difference a - b and returns its JSON object. */
+static json_t *report_paired(const setup *s, const run *a, const run *b, scratch *w) {
+  const run *rs[2] = {a, b};
+  int m = select_tasks(s, rs, 2, NULL, w->tasks);
+  printf("paired difference (model - compare) on the %d tasks both scored, same sampler "
+         "streams:\n",
+         m);
+  json_t *o = json_pack("{s:i}", "tasks", m);
+  report_rows(s, a, b, w, o);
+  return o;
+}
+
+/* ---------------------------------------------------------------- the command */
+
+static int cmp_str(const void *x, const void *y) {
+  return strcmp(*(const char *const *)x, *(const char *const *)y);
+}
+
+/* Fetches every task once: prompts (to size the KV cache) and difficulty labels. */
+static void scan_tasks(setup *s) {
+  s->prompt = lh_xcalloc((size_t)s->n, sizeof *s->prompt);
+  s->level = lh_xcalloc((size_t)s->n, sizeof *s->level);
+  s->levels = lh_xcalloc((size_t)s->n, sizeof *s->levels);
+  for (int i = 0; i < s->n; i++) {
+    lh_env_task t;
+    if (lh_env_task_get(s->env, s->split, (uint64_t)i, &t)) continue; /* rollout logs it */
+    s->prompt[i] = t.prompt;
+    t.prompt = NULL;
+    memcpy(s->level[i], t.level, sizeof t.level);
+    lh_env_task_clear(&t);
+    if (s->level[i][0]) s->levels[s->n_levels++] = s->level[i];
+  }
+  qsort(s->levels, (size_t)s->n_levels, sizeof *s->levels, cmp_str);
+  int u = 0;
+  for (int l = 0; l < s->n_levels; l++)
+    if (u == 0 || strcmp(s->levels[u - 1], s->levels[l])) s->levels[u++] = s->levels[l];
+  s->n_levels = u;
+}
+
+int lh__cmd_eval(int argc, char **argv) {
+  lh__args a = {.cmd = CMD,
+                .about =
+                    "Evaluates a model on tasks 0..N-1 of an environment's split: K samples per "
+                    "task from the\nrollout engine (sample j of task i uses sampler stream "
+                    "i*K + j), each scored by the environment.\nPrints pass@1, pass@k for "
+                    "k = 2, 4, ... and K (the unbiased estimator), the mean reward, with\n"
+                    "95% intervals (Wilson for 0/1 values, else normal), and pass@1 by "
+                    "difficulty. With --compare,\nthe second model runs on the same tasks "
+                    "and streams, and the paired difference (model - compare)\nis printed "
+                    "with its 95% interval. Tasks the environment fails on are skipped and "
+                    "counted.\nA progress bar is drawn on stderr when it is a terminal.",
+                .flags = flags,
+                .n_flags = sizeof flags / sizeof flags[0]};
+  int rc = lh__args_parse(&a, argc, argv);
+  if (rc != LH__ARGS_CONTINUE) return rc;
+  long n, K, max_new, batch, threads;
+  double temperature, top_p;
+  uint64_t seed;
+  int split;
+  static const char *const splits[] = {"train", "test", NULL};
+  if ((rc = lh__args_int(&a, "n", 1, 1 << 24, 500, &n)) != LH__ARGS_CONTINUE ||
+      (rc = lh__args_int(&a, "samples", 1, 4096, 1, &K)) != LH__ARGS_CONTINUE ||
+      (rc = lh__args_double(&a, "temperature", 0, 1e6, K == 1 ? 0.0 : 1.0, &temperature)) !=
+          LH__ARGS_CONTINUE ||
+      (rc = lh__args_double(&a, "top-p", 1e-9, 1, 1.0, &top_p)) != LH__ARGS_CONTINUE ||
+      (rc = lh__args_int(&a, "max-new", 1, 1 << 20, 64, &max_new)) != LH__ARGS_CONTINUE ||
+      (rc = lh__args_u64(&a, "seed", 0, &seed)) != LH__ARGS_CONTINUE ||
+      (rc = lh__args_int(&a, "batch", 1, 4096, 64, &batch)) != LH__ARGS_CONTINUE ||
+      (rc = lh__args_int(&a, "threads", 0, 1024, 0, &threads)) != LH__ARGS_CONTINUE ||
+      (rc = lh__args_choice(&a, "split", splits, LH_SPLIT_TEST, &split)) != LH__ARGS_CONTINUE)
+    return rc;
+  lh_set_threads((int)threads);
+  const char *dir = lh__args_str(&a, "model", NULL), *dir2 = lh__args_str(&a, "compare", NULL);
+  const char *json_path = lh__args_str(&a, "json", NULL);
+
+  setup s = {.env_spec = lh__args_str(&a, "env", ""),
+             .split = (lh_split)split,
+             .K = (int)K,
+             .batch = (int)batch,
+             .tty = isatty(2)};
+  run ra = {0}, rb = {0};
+  scratch w = {0};
+  json_t *root = NULL;
+  rc = LH__EXIT_FAIL;
+  lh_env_config ecfg;
+  if (lh_env_config_parse(s.env_spec, &ecfg) || lh_env_create(&ecfg, &s.env)) {
+    rc = lh__cli_fail(CMD);
+    goto out;
+  }
+  if (check_model_dir(dir) || (dir2 && check_model_dir(dir2))) {
+    rc = lh__cli_fail(CMD);
+    goto out;
+  }
+  if (json_path && !json_dir_writable(json_path)) {
+    rc = lh__cli_error(CMD, LH__EXIT_FAIL, "--json %s: cannot write to its directory: %s",
+                       json_path, strerror(errno));
+    goto out;
+  }
+  if (!strcmp(ecfg.name, "jsonl")) {
+    uint64_t size = lh_env_size(s.env, s.split);
+    if (size == 0) {
+      rc =
+          lh__cli_error(CMD, LH__EXIT_FAIL, "%s: the %s split is empty", s.env_spec, splits[split]);
+      goto out;
+    }
+    if ((uint64_t)n > size) n = (long)size;
+  }
+  s.n = (int)n;
+  /* about two rounds of the generator's slots per call: slots refill while a chunk drains */
+  s.chunk = (int)(2 * batch / K);
+  if (s.chunk < 1) s.chunk = 1;
+  if (s.chunk > s.n) s.chunk = s.n;
+  s.gc = lh_gen_defaults();
+  s.gc.sample.temperature = (float)temperature;
+  s.gc.sample.top_p = (float)top_p;
+  s.gc.seed = seed;
+  s.gc.max_new = (int)max_new;
+  s.ks[s.n_ks++] = 1;
+  for (int k = 2; k < K && s.n_ks < MAX_KS - 1; k *= 2)
+    s.ks[s.n_ks++] = k;
+  if (K > 1) s.ks[s.n_ks++] = (int)K;
+  scan_tasks(&s);
+
+  if ((rc = run_model(&s, dir, &ra)) != LH__EXIT_OK) goto out;
+  if (dir2 && (rc = run_model(&s, dir2, &rb)) != LH__EXIT_OK) goto out;
+
+  w.tasks = lh_xmalloc((size_t)s.n * sizeof *w.tasks);
+  w.va = lh_xmalloc((size_t)s.n * sizeof *w.va);
+  w.vb = lh_xmalloc((size_t)s.n * sizeof *w.vb);
+  char sampling[64];
+  if (temperature == 0)
+    snprintf(sampling, sizeof sampling, "greedy");
+  else
+    snprintf(sampling, sizeof sampling, "temperature %g, top-p %g", temperature, top_p);
+  printf("eval %s, %s split: %d tasks x %ld sample%s (%s), max-new %ld, seed %llu\n", s.env_spec,
+         splits[split], s.n, K, K == 1 ? "" : "s", sampling, max_new, (unsigned long long)seed);
+  root =
+      json_pack("{s:s, s:s, s:s, s:i, s:i, s:f, s:f, s:i, s:I}", "command", "eval", "env",
+                s.env_spec, "split", splits[split], "tasks", s.n, "samples", (int)K, "temperature",
+                temperature, "top_p", top_p, "max_new", (int)max_new, "seed", (json_int_t)seed);
+  json_object_set_new(root, "model", report_model(&s, &ra, "model", &w));
+  if (dir2) {
+    json_object_set_new(root, "compare", report_model(&s, &rb, "compare", &w));
+    json_object_set_new(root, "paired", report_paired(&s, &ra, &rb, &w));
+  }
+  fflush(stdout);
+  if (json_path) {
+    char *text = json_dumps(root, JSON_INDENT(1) | JSON_REAL_PRECISION(10));
+    size_t len = strlen(text);
+    text[len] = '\n'; /* json_dumps allocates len + 1 bytes: the NUL becomes the newline */
+    lh_err e = lh_file_write_atomic(json_path, text, len + 1);
+    free(text);
+    if (e) {
+      rc = lh__cli_fail(CMD);
+      goto out;
+    }
+  }
+  rc = LH__EXIT_OK;
+out:
+  json_decref(root);
+  free(w.tasks);
+  free(w.va);
+  free(w.vb);
+  run_free(&ra);
+  run_free(&rb);
+  if (s.prompt)
+    for (int i = 0; i < s.n; i++)
+      free(s.prompt[i]);
+  free(s.prompt);
+  free(s.level);
+  free(s.levels);
+  lh_env_free(s.env);
+  return rc;
+}
