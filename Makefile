@@ -4,7 +4,8 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build test demo asan tsan noomp fuzz bench-train bench-generate fixtures clean format
+.PHONY: all deps build test demo asan tsan noomp fuzz bench-train bench-generate results fixtures clean \
+	format
 
 all: build
 
@@ -62,6 +63,11 @@ bench-train: build
 # Generation (rollout decode) benchmark against the PyTorch peer (see docs/PERFORMANCE.md).
 bench-generate: build
 	@bash bench/generate.sh $(BUILD)
+
+# The experiments of docs/RESULTS.md (RL against SFT controls, the staleness table): about 45
+# minutes on 2 cores; outputs and summary.md in results/.
+results: build
+	@bash scripts/results.sh $(BUILD)/longhaul all
 
 # Regenerates the reference fixtures in tests/fixtures: PyTorch parity (training), greedy
 # generation (needs python3-torch), tokenizer ids from the npm reference (needs npm).

@@ -152,6 +152,9 @@ typedef struct lh_rollout_batch {
   int32_t *tokens;          /* prompt then completion */
   float *mu;                /* aligned with tokens: behaviour log-prob of completion tokens
                              * (the sampling distribution's), 0 on prompt tokens */
+  float *old;               /* aligned with tokens, or NULL: the trainer's fp32 log-probs of the
+                             * policy that generated the batch (lh_rollout_recompute), for TIS
+                             * and masked IS */
   float *reward;            /* (n) */
   uint8_t *correct, *well_formed, *finish; /* (n); finish is an lh_finish */
 } lh_rollout_batch;
@@ -165,6 +168,10 @@ lh_err lh_rollout_generate(lh_generator *g, const lh_gen_config *gc, const lh_to
                            lh_env *env, lh_split split, const uint64_t *task_index, int n_groups,
                            int group_size, uint64_t seq_base, lh_rollout_batch *out);
 void lh_rollout_batch_free(lh_rollout_batch *b);
+/* Fills b->old (allocated here) with the log-probs the training forward of `t` gives the batch's
+ * tokens: called right after generation, with the weights that generated it, this is pi_old of
+ * TIS and masked IS (the behaviour policy in the trainer's numerics; mu is the sampler's). */
+lh_err lh_rollout_recompute(lh_train *t, lh_rollout_batch *b);
 
 /* ---------------------------------------------------------------- training on rollouts
  * Batch assembly: a rollout batch becomes a packed training batch. Advantages are computed per
@@ -179,6 +186,7 @@ typedef struct lh_rl_batch {
   float *weight;   /* (N) 1 on completion tokens */
   float *adv;      /* (N) the sequence's advantage on every token */
   float *mu;       /* (N) behaviour log-probs */
+  float *old;      /* (N) the rollout's recomputed behaviour log-probs, or NULL */
   int *group;      /* (n_seqs) the rollout group each sequence came from */
   int n_groups_used, n_groups_skipped, n_groups_failed;
 } lh_rl_batch;
@@ -198,7 +206,9 @@ typedef struct lh_rl_step_stats {
 /* One policy update from an assembled batch: the sequences are split, group by group, into
  * `minibatches` parts, each a forward, a loss, a backward and an AdamW step. The old/proximal
  * log-probs (TIS, MIS, decoupled) are those of the weights before the first minibatch; with one
- * minibatch they come from the same forward. scratch: a training state sized for the batch.
+ * minibatch they come from the same forward.
+ * TIS and masked IS take `old` from the batch (lh_rollout_recompute) when it has one;
+ * decoupled PPO always uses the proximal log-probs. t: a training state sized for the batch.
  * An empty batch changes nothing. */
 lh_err lh_rl_update(lh_train *t, lh_adamw *opt, lh_model *m, const lh_loss_config *loss,
                     int minibatches, const lh_rl_batch *b, lh_rl_step_stats *stats);
@@ -231,8 +241,8 @@ typedef struct lh_rl_run_config {
 } lh_rl_run_config;
 
 /* Group 8, 16 prompts, 32 new tokens, no staleness, 1 minibatch, 64 slots, save every 50, log
- * every 10, seed 0, lh_loss_defaults, GRPO with std normalisation, AdamW lr 1e-3 without weight
- * decay. */
+ * every 10, seed 0, lh_loss_defaults, GRPO with std normalisation, AdamW lr 1e-4 (constant)
+ * without weight decay. */
 lh_rl_run_config lh_rl_run_defaults(void);
 /* Runs (or resumes) the loop; errors name the file or setting. */
 lh_err lh_rl_run(const lh_rl_run_config *cfg);

@@ -26,7 +26,7 @@ static const lh__flag flags[] = {
     {"adv", "KIND", false, "grpo | drgrpo (no std normalisation) | rloo (default grpo)"},
     {"agg", "KIND", false, "loss aggregation: token | seq | const (default token)"},
     {"minibatches", "M", false, "optimiser steps per batch, split by group (default 1)"},
-    {"lr", "LR", false, "learning rate (default 1e-3, constant)"},
+    {"lr", "LR", false, "learning rate (default 1e-4, constant)"},
     {"warmup", "N", false, "linear learning-rate warmup steps (default 0)"},
     {"seed", "S", false, "sampling seed (default 0)"},
     {"slots", "N", false, "sequences generated concurrently (default 64)"},

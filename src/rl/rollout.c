@@ -14,6 +14,7 @@ void lh_rollout_batch_free(lh_rollout_batch *b) {
   free(b->prompt_len);
   free(b->tokens);
   free(b->mu);
+  free(b->old);
   free(b->reward);
   free(b->correct);
   free(b->well_formed);
@@ -163,5 +164,26 @@ done:
   free(glp);
   free(glpm);
   if (e) lh_rollout_batch_free(out);
+  return e;
+}
+
+lh_err lh_rollout_recompute(lh_train *t, lh_rollout_batch *b) {
+  int n = b->n_groups * b->group_size, N = b->seq_start[n];
+  free(b->old);
+  b->old = lh_xcalloc((size_t)(N > 0 ? N : 1), sizeof *b->old);
+  /* The non-empty sequences (failed groups have none) as one training batch. */
+  int *starts = lh_xmalloc(((size_t)n + 1) * sizeof *starts);
+  float *w = lh_xcalloc((size_t)(N > 0 ? N : 1), sizeof *w);
+  int k = 0;
+  starts[0] = 0;
+  for (int s = 0; s < n; s++)
+    if (b->seq_start[s + 1] > b->seq_start[s]) starts[++k] = b->seq_start[s + 1];
+  lh_err e = LH_ERR_OK;
+  if (k > 0) {
+    lh_batch tb = {k, starts, b->tokens, w};
+    if (!(e = lh_batch_validate(t, &tb))) lh_train_forward(t, &tb, b->old);
+  }
+  free(starts);
+  free(w);
   return e;
 }

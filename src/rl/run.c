@@ -33,6 +33,7 @@ lh_rl_run_config lh_rl_run_defaults(void) {
   c.loss = lh_loss_defaults();
   c.adv = (lh_adv_config){LH_ADV_GRPO, 1, 1e-6f};
   c.opt = lh_adamw_defaults();
+  c.opt.lr = 1e-4f;
   c.opt.weight_decay = 0.0f;
   return c;
 }
@@ -130,8 +131,8 @@ static void queue_pop(queue *q, lh_rollout_batch *out) {
 }
 
 typedef struct entries {
-  lh_st_entry e[16 * 64 + 8];
-  char names[16 * 64 + 8][48];
+  lh_st_entry e[12 * 64 + 8];
+  char names[12 * 64 + 8][48];
   int n;
 } entries;
 
@@ -169,6 +170,10 @@ static lh_err state_write(const char *path, const lh_adamw *opt, const int64_t c
     PUT(well_formed, LH_DTYPE_U8, n);
     PUT(finish, LH_DTYPE_U8, n);
 #undef PUT
+    if (b->old) {
+      snprintf(name, sizeof name, "queue.%d.old", i);
+      put(es, name, LH_DTYPE_F32, N, b->old);
+    }
     snprintf(name, sizeof name, "queue.%d.version", i);
     put(es, name, LH_DTYPE_I64, 1, &b->version);
   }
@@ -215,6 +220,9 @@ static lh_err state_read_batch(const lh_safetensors *st, const char *path, int i
       (e = GET(well_formed, LH_DTYPE_U8, n)) || (e = GET(finish, LH_DTYPE_U8, n)))
     return e;
 #undef GET
+  snprintf(name, sizeof name, "queue.%d.old", i);
+  if (lh_safetensors_find(st, name) && (e = get(st, path, name, LH_DTYPE_F32, &N, (void **)&b->old)))
+    return e;
   snprintf(name, sizeof name, "queue.%d.version", i);
   if ((e = get(st, path, name, LH_DTYPE_I64, &one, (void **)&version))) return e;
   b->version = *version;
@@ -229,7 +237,8 @@ static lh_err state_read_batch(const lh_safetensors *st, const char *path, int i
                        (long long)s);
   }
   for (int64_t k = 0; k < N; k++)
-    if (b->tokens[k] < 0 || b->tokens[k] >= vocab || !isfinite(b->mu[k]))
+    if (b->tokens[k] < 0 || b->tokens[k] >= vocab || !isfinite(b->mu[k]) ||
+        (b->old && !isfinite(b->old[k])))
       return lh_errorf(LH_ERR_FORMAT, "%s: queue.%d: token %lld is invalid", path, i,
                        (long long)k);
   return LH_ERR_OK;
@@ -392,6 +401,15 @@ static gen_summary summarise(const lh_rollout_batch *b) {
 
 /* ---------------------------------------------------------------- the loop */
 
+/* Grows the training state to hold n tokens. */
+static lh_err ensure_train(lh_model *m, int n, int max_seq, lh_train **t, int *cap) {
+  if (*t && n <= *cap) return LH_ERR_OK;
+  lh_train_free(*t);
+  *t = NULL;
+  *cap = n + n / 4 > max_seq ? n + n / 4 : max_seq;
+  return lh_train_create(m, *cap, max_seq, t);
+}
+
 static lh_err read_optional(const char *dir, const char *file, size_t max, blob *b) {
   char path[4400];
   snprintf(path, sizeof path, "%s/%s", dir, file);
@@ -462,6 +480,8 @@ lh_err lh_rl_run(const lh_rl_run_config *c) {
   gc.seed = c->seed;
   gc.tok = tok;
   int train_cap = 0;
+  /* TIS and masked IS compare the trainer's log-probs of the generating policy with mu. */
+  int recompute = c->loss.kind == LH_LOSS_TIS || c->loss.kind == LH_LOSS_MIS;
   uint64_t *tasks = lh_xmalloc((size_t)c->prompts * sizeof *tasks);
   double t_start = lh_time_now();
   if (counters[0] >= c->steps)
@@ -480,6 +500,11 @@ lh_err lh_rl_run(const lh_rl_run_config *c) {
                                    c->group, (uint64_t)g * n_seq, &b)))
         break;
       b.version = counters[0];
+      if (recompute && ((e = ensure_train(m, b.seq_start[n_seq], max_seq, &train, &train_cap)) ||
+                        (e = lh_rollout_recompute(train, &b)))) {
+        lh_rollout_batch_free(&b);
+        break;
+      }
       counters[1]++;
       gs = summarise(&b);
       queue_push(&q, &b);
@@ -493,16 +518,10 @@ lh_err lh_rl_run(const lh_rl_run_config *c) {
       lh_rollout_batch_free(&rb);
       break;
     }
-    int N = tb.seq_start[tb.n_seqs];
-    if (N > train_cap) { /* grow the training state to the batch */
-      lh_train_free(train);
-      train = NULL;
-      train_cap = N + N / 4 > max_seq ? N + N / 4 : max_seq;
-      if ((e = lh_train_create(m, train_cap, max_seq, &train))) {
-        lh_rl_batch_free(&tb);
-        lh_rollout_batch_free(&rb);
-        break;
-      }
+    if ((e = ensure_train(m, tb.seq_start[tb.n_seqs], max_seq, &train, &train_cap))) {
+      lh_rl_batch_free(&tb);
+      lh_rollout_batch_free(&rb);
+      break;
     }
     lh_rl_step_stats ss;
     e = lh_rl_update(train, opt, m, &c->loss, c->minibatches, &tb, &ss);

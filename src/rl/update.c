@@ -13,6 +13,7 @@ void lh_rl_batch_free(lh_rl_batch *b) {
   free(b->weight);
   free(b->adv);
   free(b->mu);
+  free(b->old);
   free(b->group);
   memset(b, 0, sizeof *b);
 }
@@ -51,6 +52,7 @@ lh_err lh_rl_batch_assemble(const lh_rollout_batch *rb, const lh_adv_config *adv
   out->weight = lh_xmalloc(cap * sizeof *out->weight);
   out->adv = lh_xmalloc(cap * sizeof *out->adv);
   out->mu = lh_xmalloc(cap * sizeof *out->mu);
+  out->old = rb->old ? lh_xmalloc(cap * sizeof *out->old) : NULL;
   int at = 0, s = 0;
   out->seq_start[0] = 0;
   for (int t = 0; t < rb->n_groups; t++) {
@@ -62,6 +64,7 @@ lh_err lh_rl_batch_assemble(const lh_rollout_batch *rb, const lh_adv_config *adv
       int r = t * G + j, a = rb->seq_start[r], len = rb->seq_start[r + 1] - a;
       memcpy(out->tokens + at, rb->tokens + a, (size_t)len * sizeof *out->tokens);
       memcpy(out->mu + at, rb->mu + a, (size_t)len * sizeof *out->mu);
+      if (rb->old) memcpy(out->old + at, rb->old + a, (size_t)len * sizeof *out->old);
       for (int i = 0; i < len; i++) {
         out->weight[at + i] = i >= rb->prompt_len[r] && i > 0 ? 1.0f : 0.0f;
         out->adv[at + i] = seq_adv[r];
@@ -119,7 +122,11 @@ lh_err lh_rl_update(lh_train *t, lh_adamw *opt, lh_model *m, const lh_loss_confi
   lh_batch full = {b->n_seqs, b->seq_start, b->tokens, b->weight};
   if ((e = lh_batch_validate(t, &full))) goto out;
   int need_old = loss->kind != LH_LOSS_PPO;
-  if (need_old && minibatches > 1) { /* proximal log-probs of the weights before updating */
+  /* TIS / masked IS: the rollout's recomputed behaviour log-probs when it has them. */
+  const float *given = b->old && (loss->kind == LH_LOSS_TIS || loss->kind == LH_LOSS_MIS)
+                           ? b->old
+                           : NULL;
+  if (need_old && !given && minibatches > 1) { /* proximal log-probs of the weights before updating */
     old = lh_xmalloc((size_t)N * sizeof *old);
     lh_train_forward(t, &full, old);
     stats->tokens += N;
@@ -139,7 +146,7 @@ lh_err lh_rl_update(lh_train *t, lh_adamw *opt, lh_model *m, const lh_loss_confi
     lh_train_forward(t, &mb, logp + a);
     stats->tokens += starts[ns];
     const float *o = NULL;
-    if (need_old) o = old ? old + a : logp + a;
+    if (need_old) o = given ? given + a : old ? old + a : logp + a;
     lh_loss_input in = {ns, starts, b->weight + a, b->adv + a, logp + a, b->mu + a, o, NULL};
     lh_loss_stats ls;
     if ((e = lh_loss_compute(loss, &in, dlogp + a, &ls))) break;

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# `make results`: the experiments of docs/RESULTS.md, from scratch. Every model is the tiny
+# Qwen2-style preset (0.8M parameters) with the character tokenizer; each run's command, log,
+# metrics and eval JSON land in $RESULTS_DIR (default ./results), and summary.md collects the
+# tables. Runs two jobs at a time, one thread each (the machine has 2 cores). About 40 minutes.
+# Usage: bash scripts/results.sh LONGHAUL_BIN [main|staleness|all]
+set -euo pipefail
+
+BIN=$(realpath "${1:?usage: scripts/results.sh LONGHAUL_BIN [main|staleness|all]}")
+WHAT=${2:-all}
+HERE=$(dirname "$(realpath "$0")")
+OUT=${RESULTS_DIR:-results}
+mkdir -p "$OUT"
+cd "$OUT"
+export OMP_WAIT_POLICY=PASSIVE
+
+EVAL_N=500     # held-out test tasks per evaluation, greedy decoding
+RL_STEPS=2000  # updates of the main RL runs (16 prompts x 8 completions each)
+RL_LR=1e-4
+STALE_STEPS=600
+STALE_LR=2e-4
+
+# name|target env|SFT steps for the base|easier env for the SFT control
+ENVS=(
+  "countdown|countdown:count=3|400|countdown:count=2"
+  "sort|sort:count=4,digits=1|110|sort:count=2,digits=1"
+)
+
+# run NAME CMD...: runs CMD once (skipped when NAME.done exists), logging to NAME.log and
+# recording the command and its wall time in NAME.cmd.
+run() {
+  local name=$1
+  shift
+  [ -f "$name.done" ] && return 0
+  echo "$*" >"$name.cmd"
+  local t0
+  t0=$(date +%s.%N)
+  "$@" >"$name.log" 2>&1 || {
+    echo "results: $name failed; see $OUT/$name.log" >&2
+    tail -n 5 "$name.log" >&2
+    return 1
+  }
+  awk -v a="$(date +%s.%N)" -v b="$t0" 'BEGIN { printf "%.1f\n", a - b }' >"$name.seconds"
+  touch "$name.done"
+}
+export -f run
+export BIN
+
+evaluate() { # evaluate NAME MODEL ENV [COMPARE]
+  local name=$1 model=$2 env=$3
+  shift 3
+  run "eval-$name" "$BIN" eval --model "$model" --env "$env" --n $EVAL_N --threads 1 \
+    --json "eval-$name.json" ${1:+--compare "$1"}
+}
+
+main_env() { # main_env NAME ENV SFT_STEPS EASY_ENV
+  local n=$1 env=$2 sft=$3 easy=$4
+  run "init" "$BIN" init-model --arch qwen2 --preset tiny --tokenizer chars --seed 2 --out init
+  run "$n-base" "$BIN" sft --model init --env "$env" --steps "$sft" --batch 32 --threads 1 \
+    --out "$n-base"
+  evaluate "$n-base" "$n-base" "$env"
+  run "$n-rl" "$BIN" rl --model "$n-base" --env "$env" --steps $RL_STEPS --lr $RL_LR \
+    --max-new 16 --threads 1 --save-every 500 --log-every 100 --out "$n-rl"
+  local rl_s
+  rl_s=$(cat "$n-rl.seconds")
+  # SFT controls get the RL run's wall time: steps = its measured rate x that time.
+  run "$n-rate" "$BIN" sft --model "$n-base" --env "$env" --steps 100 --batch 32 --threads 1 \
+    --out "$n-rate-model"
+  local steps
+  steps=$(awk -v r="$(cat "$n-rate.seconds")" -v t="$rl_s" 'BEGIN { printf "%d", 100 / r * t }')
+  run "$n-sft-easy" "$BIN" sft --model "$n-base" --env "$easy" --steps "$steps" --batch 32 \
+    --lr 1e-3 --threads 1 --log-every 500 --out "$n-sft-easy"
+  run "$n-sft-same" "$BIN" sft --model "$n-base" --env "$env" --steps "$steps" --batch 32 \
+    --lr 1e-3 --threads 1 --log-every 500 --out "$n-sft-same"
+  evaluate "$n-rl" "$n-rl/checkpoints/step-$(printf %06d $RL_STEPS)" "$env" "$n-base"
+  evaluate "$n-sft-easy" "$n-sft-easy" "$env" "$n-base"
+  evaluate "$n-sft-same" "$n-sft-same" "$env" "$n-base"
+}
+export -f main_env evaluate
+export EVAL_N RL_STEPS RL_LR
+
+stale_run() { # stale_run LOSS K SEED
+  local loss=$1 k=$2 seed=$3 name="stale-$1-k$2-s$3"
+  run "$name" "$BIN" rl --model countdown-base --env countdown:count=3 --steps $STALE_STEPS \
+    --lr $STALE_LR --max-new 16 --staleness "$k" --loss "$loss" --seed "$seed" --threads 1 \
+    --save-every 0 --log-every 100 --out "$name"
+  evaluate "$name" "$name/checkpoints/step-$(printf %06d $STALE_STEPS)" countdown:count=3
+}
+export -f stale_run
+export STALE_STEPS STALE_LR
+
+if [ "$WHAT" = main ] || [ "$WHAT" = all ]; then
+  run "init" "$BIN" init-model --arch qwen2 --preset tiny --tokenizer chars --seed 2 --out init
+  printf '%s\n' "${ENVS[@]}" | tr '|' ' ' | xargs -P 2 -L 1 bash -c 'main_env "$@"' _
+fi
+if [ "$WHAT" = staleness ] || [ "$WHAT" = all ]; then
+  [ -f countdown-base.done ] || { echo "results: run the main stage first" >&2; exit 1; }
+  for seed in 1 2; do for k in 0 2 8 16; do for loss in ppo tis decoupled; do
+    echo "$loss $k $seed"
+  done; done; done | xargs -P 2 -L 1 bash -c 'stale_run "$@"' _
+fi
+/usr/bin/python3 "$HERE/results_table.py" . >summary.md
+cat summary.md

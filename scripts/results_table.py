@@ -1,0 +1,78 @@
+"""Markdown tables of the runs scripts/results.sh leaves in a directory (eval-*.json, *.seconds,
+*.cmd). Usage: python3 scripts/results_table.py RESULTS_DIR"""
+import json
+import os
+import sys
+
+D = sys.argv[1]
+
+
+def load(name):
+    p = os.path.join(D, f"eval-{name}.json")
+    return json.load(open(p)) if os.path.exists(p) else None
+
+
+def seconds(name):
+    p = os.path.join(D, f"{name}.seconds")
+    return float(open(p).read()) if os.path.exists(p) else None
+
+
+def steps(name):
+    p = os.path.join(D, f"{name}.cmd")
+    if not os.path.exists(p):
+        return None
+    words = open(p).read().split()
+    return int(words[words.index("--steps") + 1]) if "--steps" in words else None
+
+
+def ci(x):
+    return f"{x['mean']:.3f} [{x['lo']:.3f}, {x['hi']:.3f}]"
+
+
+def diff(x):
+    return f"{x['mean']:+.3f} [{x['lo']:+.3f}, {x['hi']:+.3f}]"
+
+
+print("## RL against the base and SFT controls\n")
+for env in ["countdown", "sort"]:
+    base = load(f"{env}-base")
+    if not base:
+        continue
+    print(f"### {env}: {base['env']}, {base['tasks']} held-out tasks, greedy\n")
+    print("| model | training | wall s | pass@1 [95% CI] | paired vs base [95% CI] |")
+    print("|---|---|---|---|---|")
+    print(f"| base | init-model + sft {steps(env + '-base')} steps | "
+          f"{seconds(env + '-base') or 0:.0f} | {ci(base['model']['pass_at_1'])} | |")
+    rows = [("rl", "rl"), ("sft-easy", "sft, easier instances"), ("sft-same", "sft, same instances")]
+    for tag, what in rows:
+        e = load(f"{env}-{tag}")
+        if not e:
+            continue
+        arg = open(os.path.join(D, f"{env}-{tag}.cmd")).read().split()
+        envarg = arg[arg.index("--env") + 1]
+        print(f"| {tag} | {what} ({envarg}), {steps(env + '-' + tag)} steps | "
+              f"{seconds(env + '-' + tag) or 0:.0f} | {ci(e['model']['pass_at_1'])} | "
+              f"{diff(e['paired']['pass_at_1'])} |")
+    print()
+
+runs = {}
+for f in sorted(os.listdir(D)):
+    if f.startswith("eval-stale-") and f.endswith(".json"):
+        _, _, loss, k, seed = f[:-5].split("-")
+        runs[(loss, int(k[1:]), int(seed[1:]))] = json.load(open(os.path.join(D, f)))
+if runs:
+    seeds = sorted({s for _, _, s in runs})
+    base = load("countdown-base")
+    print("## Staleness: final held-out pass@1 (countdown:count=3, greedy)\n")
+    if base:
+        print(f"Base: {ci(base['model']['pass_at_1'])}.\n")
+    print("| loss | K | " + " | ".join(f"seed {s}" for s in seeds) + " | mean |")
+    print("|---|---|" + "---|" * (len(seeds) + 1))
+    for loss in ["ppo", "tis", "decoupled"]:
+        for k in [0, 2, 8, 16]:
+            vals = [runs.get((loss, k, s)) for s in seeds]
+            if not any(vals):
+                continue
+            cells = [ci(v["model"]["pass_at_1"]) if v else "-" for v in vals]
+            got = [v["model"]["pass_at_1"]["mean"] for v in vals if v]
+            print(f"| {loss} | {k} | " + " | ".join(cells) + f" | {sum(got) / len(got):.3f} |")
