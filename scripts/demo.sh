@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # `make demo`: the end-to-end run of what longhaul can do today. Until the networked RL demo
 # (serve + workers over emulated WAN links) exists, it creates a tiny model, scores token
-# sequences with it, benchmarks training steps, samples text with the rollout engine and
-# teaches a character model arithmetic with sft. Exits non-zero if any step fails.
+# sequences with it, benchmarks training steps, samples text with the rollout engine, teaches a
+# character model arithmetic with sft, improves it with rl and evaluates both on held-out tasks.
+# Exits non-zero if any step fails.
 # Usage: bash scripts/demo.sh LONGHAUL_BIN   (outputs go to $DEMO_DIR, default ./demo)
 set -euo pipefail
 
 BIN=${1:?usage: scripts/demo.sh LONGHAUL_BIN}
 DIR=${DEMO_DIR:-demo}
 
-echo "the networked RL demo is not built yet; this demo runs init-model, score, bench train, generate and sft" \
-  "on a tiny model in $DIR/"
+echo "the networked RL demo is not built yet; this demo runs init-model, score, bench train, generate," \
+  "sft, rl and eval on a tiny model in $DIR/"
 [ -x "$BIN" ] || {
   echo "demo: $BIN is not an executable (run make build first)" >&2
   exit 1
@@ -68,4 +69,16 @@ for p in "3+4=" "8-5=" "6+2="; do
   "$BIN" generate --model "$DIR/tiny-chars-sft" --prompt "$p" --temperature 0 --max-new 4
 done
 
-echo "demo finished: models, inputs, scores and samples are in $DIR/"
+echo
+echo "== 6. rl: GRPO with PPO-clip on 2-digit arithmetic from a briefly sft-trained model"
+"$BIN" sft --model "$DIR/tiny-chars" --env arith:digits=2 --steps 600 --batch 32 --log-every 300 \
+  --out "$DIR/arith-base"
+"$BIN" rl --model "$DIR/arith-base" --env arith:digits=2 --steps 400 --lr 2e-4 --max-new 8 \
+  --log-every 50 --save-every 200 --out "$DIR/arith-rl"
+
+echo
+echo "== 7. eval: held-out pass@1 of the rl policy against its starting point (paired)"
+"$BIN" eval --model "$DIR/arith-rl/checkpoints/step-000400" --env arith:digits=2 --n 500 \
+  --compare "$DIR/arith-base"
+
+echo "demo finished: models, inputs, scores, samples and the rl run are in $DIR/"

@@ -3,7 +3,8 @@
 # Qwen2-style preset (0.8M parameters) with the character tokenizer; each run's command, log,
 # metrics and eval JSON land in $RESULTS_DIR (default ./results), and summary.md collects the
 # tables. Runs two jobs at a time, one thread each (the machine has 2 cores). About 40 minutes.
-# Usage: bash scripts/results.sh LONGHAUL_BIN [main|staleness|all]
+# Usage: bash scripts/results.sh LONGHAUL_BIN [main|staleness|all|env:NAME]
+# (env:NAME runs the main stage of one environment of ENVS, e.g. env:sort.)
 set -euo pipefail
 
 BIN=$(realpath "${1:?usage: scripts/results.sh LONGHAUL_BIN [main|staleness|all]}")
@@ -17,14 +18,16 @@ export OMP_WAIT_POLICY=PASSIVE
 EVAL_N=500     # held-out test tasks per evaluation, greedy decoding
 RL_STEPS=2000  # updates of the main RL runs (16 prompts x 8 completions each)
 RL_LR=1e-4
-STALE_STEPS=600
+STALE_STEPS=500
 STALE_LR=2e-4
 
 # name|target env|SFT steps for the base|easier env for the SFT control
 ENVS=(
   "countdown|countdown:count=3|400|countdown:count=2"
   "sort|sort:count=4,digits=1|110|sort:count=2,digits=1"
+  "arith|arith:digits=2|1500|arith:digits=1"
 )
+STALE_ENV=sort:count=4,digits=1 # the staleness runs start from sort-base
 
 # run NAME CMD...: runs CMD once (skipped when NAME.done exists), logging to NAME.log and
 # recording the command and its wall time in NAME.cmd.
@@ -81,20 +84,23 @@ export EVAL_N RL_STEPS RL_LR
 
 stale_run() { # stale_run LOSS K SEED
   local loss=$1 k=$2 seed=$3 name="stale-$1-k$2-s$3"
-  run "$name" "$BIN" rl --model countdown-base --env countdown:count=3 --steps $STALE_STEPS \
+  run "$name" "$BIN" rl --model sort-base --env $STALE_ENV --steps $STALE_STEPS \
     --lr $STALE_LR --max-new 16 --staleness "$k" --loss "$loss" --seed "$seed" --threads 1 \
     --save-every 0 --log-every 100 --out "$name"
-  evaluate "$name" "$name/checkpoints/step-$(printf %06d $STALE_STEPS)" countdown:count=3
+  evaluate "$name" "$name/checkpoints/step-$(printf %06d $STALE_STEPS)" $STALE_ENV
 }
 export -f stale_run
-export STALE_STEPS STALE_LR
+export STALE_STEPS STALE_LR STALE_ENV
 
-if [ "$WHAT" = main ] || [ "$WHAT" = all ]; then
+if [ "$WHAT" = main ] || [ "$WHAT" = all ] || [ "${WHAT%%:*}" = env ]; then
   run "init" "$BIN" init-model --arch qwen2 --preset tiny --tokenizer chars --seed 2 --out init
-  printf '%s\n' "${ENVS[@]}" | tr '|' ' ' | xargs -P 2 -L 1 bash -c 'main_env "$@"' _
+  ONLY='[a-z]*'
+  [ "${WHAT%%:*}" = env ] && ONLY=${WHAT#env:}
+  printf '%s\n' "${ENVS[@]}" | grep "^$ONLY|" | tr '|' ' ' |
+    xargs -P 2 -L 1 bash -c 'main_env "$@"' _
 fi
 if [ "$WHAT" = staleness ] || [ "$WHAT" = all ]; then
-  [ -f countdown-base.done ] || { echo "results: run the main stage first" >&2; exit 1; }
+  [ -f sort-base.done ] || { echo "results: run the main stage first" >&2; exit 1; }
   for seed in 1 2; do for k in 0 2 8 16; do for loss in ppo tis decoupled; do
     echo "$loss $k $seed"
   done; done; done | xargs -P 2 -L 1 bash -c 'stale_run "$@"' _

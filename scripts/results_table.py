@@ -34,7 +34,7 @@ def diff(x):
 
 
 print("## RL against the base and SFT controls\n")
-for env in ["countdown", "sort"]:
+for env in ["sort", "arith", "countdown"]:
     base = load(f"{env}-base")
     if not base:
         continue
@@ -62,8 +62,8 @@ for f in sorted(os.listdir(D)):
         runs[(loss, int(k[1:]), int(seed[1:]))] = json.load(open(os.path.join(D, f)))
 if runs:
     seeds = sorted({s for _, _, s in runs})
-    base = load("countdown-base")
-    print("## Staleness: final held-out pass@1 (countdown:count=3, greedy)\n")
+    base = load("sort-base")
+    print("## Staleness: final held-out pass@1 (sort:count=4,digits=1, greedy)\n")
     if base:
         print(f"Base: {ci(base['model']['pass_at_1'])}.\n")
     print("| loss | K | " + " | ".join(f"seed {s}" for s in seeds) + " | mean |")

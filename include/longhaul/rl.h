@@ -187,6 +187,8 @@ typedef struct lh_rl_batch {
   float *adv;      /* (N) the sequence's advantage on every token */
   float *mu;       /* (N) behaviour log-probs */
   float *old;      /* (N) the rollout's recomputed behaviour log-probs, or NULL */
+  float *ref;      /* (N) reference-model log-probs for the KL penalty, or NULL (the caller
+                    * fills it; lh_rl_batch_free frees it) */
   int *group;      /* (n_seqs) the rollout group each sequence came from */
   int n_groups_used, n_groups_skipped, n_groups_failed;
 } lh_rl_batch;

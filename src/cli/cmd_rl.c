@@ -25,6 +25,7 @@ static const lh__flag flags[] = {
     {"is-cap", "C", false, "tis, decoupled: truncation of the behaviour weight (default 2)"},
     {"adv", "KIND", false, "grpo | drgrpo (no std normalisation) | rloo (default grpo)"},
     {"agg", "KIND", false, "loss aggregation: token | seq | const (default token)"},
+    {"kl-beta", "B", false, "k3 KL penalty to the starting model, weight B (default 0: off)"},
     {"minibatches", "M", false, "optimiser steps per batch, split by group (default 1)"},
     {"lr", "LR", false, "learning rate (default 1e-4, constant)"},
     {"warmup", "N", false, "linear learning-rate warmup steps (default 0)"},
@@ -50,7 +51,7 @@ int lh__cmd_rl(int argc, char **argv) {
   static const char *const agg_names[] = {"token", "seq", "const", NULL};
   lh_rl_run_config c = lh_rl_run_defaults();
   long steps, group, prompts, max_new, stale, mb, warmup, slots, save_every, log_every, threads;
-  double eps_low, eps_high, cap, lr;
+  double eps_low, eps_high, cap, lr, kl_beta;
   int loss_i, adv_i, agg_i;
   if ((rc = lh__args_int(&a, "steps", 1, 1 << 24, c.steps, &steps)) != LH__ARGS_CONTINUE ||
       (rc = lh__args_int(&a, "group", 2, 1024, c.group, &group)) != LH__ARGS_CONTINUE ||
@@ -71,6 +72,7 @@ int lh__cmd_rl(int argc, char **argv) {
           LH__ARGS_CONTINUE ||
       (rc = lh__args_double(&a, "is-cap", 1e-6, 1e6, c.loss.C, &cap)) != LH__ARGS_CONTINUE ||
       (rc = lh__args_double(&a, "lr", 0, 1, c.opt.lr, &lr)) != LH__ARGS_CONTINUE ||
+      (rc = lh__args_double(&a, "kl-beta", 0, 1e3, 0, &kl_beta)) != LH__ARGS_CONTINUE ||
       (rc = lh__args_u64(&a, "seed", 0, &c.seed)) != LH__ARGS_CONTINUE ||
       (rc = lh__args_choice(&a, "loss", loss_names, 0, &loss_i)) != LH__ARGS_CONTINUE ||
       (rc = lh__args_choice(&a, "adv", adv_names, 0, &adv_i)) != LH__ARGS_CONTINUE ||
@@ -95,6 +97,7 @@ int lh__cmd_rl(int argc, char **argv) {
   c.loss.eps_high = (float)eps_high;
   c.loss.C = (float)cap;
   c.loss.agg = (lh_loss_agg)agg_i;
+  c.loss.kl_beta = (float)kl_beta;
   c.adv.kind = adv_i == 2 ? LH_ADV_RLOO : LH_ADV_GRPO;
   c.adv.std_norm = adv_i == 0;
   c.opt.lr = (float)lr;

@@ -59,8 +59,8 @@ static json_t *settings_json(const lh_rl_run_config *c) {
       c->minibatches, "slots", c->slots, "seed", (json_int_t)c->seed, "loss", "kind",
       loss_names[l->kind], "eps_low", (double)l->eps_low, "eps_high", (double)l->eps_high, "C",
       (double)l->C, "lo", (double)l->lo, "hi", (double)l->hi, "prox_mask", l->prox_mask,
-      "m2po_tau", (double)l->m2po_tau, "agg", agg_names[l->agg], "constant",
-      (double)l->constant, "adv", "kind", adv_names[c->adv.kind], "std_norm", c->adv.std_norm,
+      "m2po_tau", (double)l->m2po_tau, "agg", agg_names[l->agg], "kl_beta",
+      (double)l->kl_beta, "adv", "kind", adv_names[c->adv.kind], "std_norm", c->adv.std_norm,
       "eps", (double)c->adv.eps, "opt", "lr", (double)o->lr, "beta1", (double)o->beta1, "beta2",
       (double)o->beta2, "eps", (double)o->eps, "weight_decay", (double)o->weight_decay,
       "grad_clip", (double)o->grad_clip, "warmup_steps", o->warmup_steps);
@@ -430,7 +430,8 @@ lh_err lh_rl_run(const lh_rl_run_config *c) {
   lh_tokenizer *tok = NULL;
   lh_infer *policy = NULL;
   lh_generator *gen = NULL;
-  lh_train *train = NULL;
+  lh_train *train = NULL, *ref_train = NULL;
+  lh_model *ref = NULL; /* the starting policy, for the KL penalty */
   lh_adamw *opt = NULL;
   FILE *metrics = NULL;
   blob tokjson = {0}, gencfg = {0};
@@ -451,7 +452,8 @@ lh_err lh_rl_run(const lh_rl_run_config *c) {
   if ((e = lh_model_load(src, &m)) || (e = lh_tokenizer_load(path, &tok)) ||
       (e = lh_file_read(path, LH_TOKENIZER_MAX_FILE, &tokjson.data, &tokjson.len)) ||
       (e = read_optional(src, "generation_config.json", 1 << 20, &gencfg)) ||
-      (e = lh_adamw_create(&m->cfg, &c->opt, &opt)))
+      (e = lh_adamw_create(&m->cfg, &c->opt, &opt)) ||
+      (c->loss.kl_beta > 0.0f && (e = lh_model_load(c->model_dir, &ref))))
     goto out;
   if (c->resume) {
     snprintf(path, sizeof path, "%s/" STATE_FILE, src);
@@ -479,7 +481,7 @@ lh_err lh_rl_run(const lh_rl_run_config *c) {
   gc.max_new = c->max_new;
   gc.seed = c->seed;
   gc.tok = tok;
-  int train_cap = 0;
+  int train_cap = 0, ref_cap = 0;
   /* TIS and masked IS compare the trainer's log-probs of the generating policy with mu. */
   int recompute = c->loss.kind == LH_LOSS_TIS || c->loss.kind == LH_LOSS_MIS;
   uint64_t *tasks = lh_xmalloc((size_t)c->prompts * sizeof *tasks);
@@ -523,6 +525,18 @@ lh_err lh_rl_run(const lh_rl_run_config *c) {
       lh_rollout_batch_free(&rb);
       break;
     }
+    if (ref && tb.n_seqs > 0) { /* reference log-probs for the KL penalty */
+      int N = tb.seq_start[tb.n_seqs];
+      lh_batch full = {tb.n_seqs, tb.seq_start, tb.tokens, tb.weight};
+      tb.ref = lh_xmalloc((size_t)N * sizeof *tb.ref);
+      if ((e = ensure_train(ref, N, max_seq, &ref_train, &ref_cap)) ||
+          (e = lh_batch_validate(ref_train, &full))) {
+        lh_rl_batch_free(&tb);
+        lh_rollout_batch_free(&rb);
+        break;
+      }
+      lh_train_forward(ref_train, &full, tb.ref);
+    }
     lh_rl_step_stats ss;
     e = lh_rl_update(train, opt, m, &c->loss, c->minibatches, &tb, &ss);
     int64_t staleness = counters[0] - rb.version;
@@ -544,6 +558,7 @@ lh_err lh_rl_run(const lh_rl_run_config *c) {
     set_num(o, "response_len", gs.response_len);
     set_num(o, "entropy", gs.entropy);
     set_num(o, "loss", ss.loss.loss);
+    set_num(o, "kl_loss", ss.loss.kl_loss);
     set_num(o, "kl_mu_pi", ss.loss.kl_mu_pi);
     set_num(o, "clip_frac", ss.loss.clip_frac);
     set_num(o, "masked_frac", ss.loss.masked_frac);
@@ -590,6 +605,8 @@ out:
   lh_generator_free(gen);
   lh_infer_free(policy);
   lh_train_free(train);
+  lh_train_free(ref_train);
+  lh_model_free(ref);
   lh_adamw_free(opt);
   lh_tokenizer_free(tok);
   lh_model_free(m);

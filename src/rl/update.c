@@ -14,6 +14,7 @@ void lh_rl_batch_free(lh_rl_batch *b) {
   free(b->adv);
   free(b->mu);
   free(b->old);
+  free(b->ref);
   free(b->group);
   memset(b, 0, sizeof *b);
 }
@@ -147,7 +148,8 @@ lh_err lh_rl_update(lh_train *t, lh_adamw *opt, lh_model *m, const lh_loss_confi
     stats->tokens += starts[ns];
     const float *o = NULL;
     if (need_old) o = given ? given + a : old ? old + a : logp + a;
-    lh_loss_input in = {ns, starts, b->weight + a, b->adv + a, logp + a, b->mu + a, o, NULL};
+    lh_loss_input in = {ns,         starts, b->weight + a, b->adv + a, logp + a,
+                        b->mu + a, o,      b->ref ? b->ref + a : NULL};
     lh_loss_stats ls;
     if ((e = lh_loss_compute(loss, &in, dlogp + a, &ls))) break;
     stats_add(&stats->loss, &ls, stats->n_updates == 0);

@@ -80,7 +80,17 @@ assert len(a) == 6 and a == b, f"{len(a)} vs {len(b)} lines, or values differ"
 assert [r["staleness"] for r in a] == [0, 1, 2, 2, 2, 2], [r["staleness"] for r in a]
 PYEOF
 
-# 3. Refusals.
+# 3. KL penalty to the starting model: exactly 0 at the first update (the policy is the
+# reference), positive once the policy has moved.
+"$BIN" rl --model "$TMP/sft" --env arith:digits=1 --out "$TMP/kl" --steps 3 --kl-beta 0.1 \
+  --max-new 8 --threads 2 2>"$TMP/kl.err" || fail "kl run: $(tail -n 2 "$TMP/kl.err")"
+$PY - "$TMP/kl/metrics.jsonl" <<'PYEOF' || fail "kl: kl_loss not 0 then positive"
+import json, sys
+kl = [json.loads(l)["kl_loss"] for l in open(sys.argv[1])]
+assert kl[0] == 0.0 and kl[2] > 0.0, kl
+PYEOF
+
+# 4. Refusals.
 "$BIN" rl "${ARGS[@]}" --out "$TMP/b" --steps 8 --resume --lr 1e-2 >/dev/null 2>"$TMP/r1.err"
 rc=$?
 [ $rc -eq 1 ] && grep -q "different settings: opt" "$TMP/r1.err" ||
