@@ -64,8 +64,8 @@ bench-train: build
 bench-generate: build
 	@bash bench/generate.sh $(BUILD)
 
-# The experiments of docs/RESULTS.md (RL against SFT controls, the staleness table): about 45
-# minutes on 2 cores; outputs and summary.md in results/.
+# The experiments of docs/RESULTS.md (RL against SFT controls, the staleness table): about 1.5
+# hours on 2 cores; outputs and summary.md in results/.
 results: build
 	@bash scripts/results.sh $(BUILD)/longhaul all
 

@@ -2,7 +2,7 @@
 # `make results`: the experiments of docs/RESULTS.md, from scratch. Every model is the tiny
 # Qwen2-style preset (0.8M parameters) with the character tokenizer; each run's command, log,
 # metrics and eval JSON land in $RESULTS_DIR (default ./results), and summary.md collects the
-# tables. Runs two jobs at a time, one thread each (the machine has 2 cores). About 40 minutes.
+# tables. Runs two jobs at a time, one thread each (the machine has 2 cores). About 1.5 hours.
 # Usage: bash scripts/results.sh LONGHAUL_BIN [main|staleness|all|env:NAME]
 # (env:NAME runs the main stage of one environment of ENVS, e.g. env:sort.)
 set -euo pipefail
@@ -82,11 +82,12 @@ main_env() { # main_env NAME ENV SFT_STEPS EASY_ENV
 export -f main_env evaluate
 export EVAL_N RL_STEPS RL_LR
 
-stale_run() { # stale_run LOSS K SEED
-  local loss=$1 k=$2 seed=$3 name="stale-$1-k$2-s$3"
+stale_run() { # stale_run LOSS K SEED; LOSS decoupled_mb4 is decoupled PPO over 4 minibatches
+  local loss=$1 k=$2 seed=$3 name="stale-$1-k$2-s$3" mb=1
+  [ "$loss" = decoupled_mb4 ] && loss=decoupled mb=4
   run "$name" "$BIN" rl --model sort-base --env $STALE_ENV --steps $STALE_STEPS \
-    --lr $STALE_LR --max-new 16 --staleness "$k" --loss "$loss" --seed "$seed" --threads 1 \
-    --save-every 0 --log-every 100 --out "$name"
+    --lr $STALE_LR --max-new 16 --staleness "$k" --loss "$loss" --minibatches $mb \
+    --seed "$seed" --threads 1 --save-every 0 --log-every 100 --out "$name"
   evaluate "$name" "$name/checkpoints/step-$(printf %06d $STALE_STEPS)" $STALE_ENV
 }
 export -f stale_run
@@ -101,7 +102,7 @@ if [ "$WHAT" = main ] || [ "$WHAT" = all ] || [ "${WHAT%%:*}" = env ]; then
 fi
 if [ "$WHAT" = staleness ] || [ "$WHAT" = all ]; then
   [ -f sort-base.done ] || { echo "results: run the main stage first" >&2; exit 1; }
-  for seed in 1 2; do for k in 0 2 8 16; do for loss in ppo tis decoupled; do
+  for seed in 1 2; do for k in 0 2 8 16; do for loss in ${STALE_LOSSES:-ppo tis decoupled decoupled_mb4}; do
     echo "$loss $k $seed"
   done; done; done | xargs -P 2 -L 1 bash -c 'stale_run "$@"' _
 fi

@@ -68,7 +68,7 @@ if runs:
         print(f"Base: {ci(base['model']['pass_at_1'])}.\n")
     print("| loss | K | " + " | ".join(f"seed {s}" for s in seeds) + " | mean |")
     print("|---|---|" + "---|" * (len(seeds) + 1))
-    for loss in ["ppo", "tis", "decoupled"]:
+    for loss in ["ppo", "tis", "decoupled", "decoupled_mb4"]:
         for k in [0, 2, 8, 16]:
             vals = [runs.get((loss, k, s)) for s in seeds]
             if not any(vals):
