@@ -70,15 +70,15 @@ for p in "3+4=" "8-5=" "6+2="; do
 done
 
 echo
-echo "== 6. rl: GRPO with PPO-clip on 2-digit arithmetic from a briefly sft-trained model"
-"$BIN" sft --model "$DIR/tiny-chars" --env arith:digits=2 --steps 600 --batch 32 --log-every 300 \
-  --out "$DIR/arith-base"
-"$BIN" rl --model "$DIR/arith-base" --env arith:digits=2 --steps 400 --lr 2e-4 --max-new 8 \
-  --log-every 50 --save-every 200 --out "$DIR/arith-rl"
+echo "== 6. rl: GRPO with PPO-clip teaches a briefly sft-trained model to sort 4 digits (reward only)"
+"$BIN" sft --model "$DIR/tiny-chars" --env sort:count=4,digits=1 --steps 110 --batch 32 \
+  --log-every 110 --out "$DIR/sort-base"
+"$BIN" rl --model "$DIR/sort-base" --env sort:count=4,digits=1 --steps 300 --lr 2e-4 \
+  --max-new 16 --log-every 50 --save-every 150 --out "$DIR/sort-rl"
 
 echo
 echo "== 7. eval: held-out pass@1 of the rl policy against its starting point (paired)"
-"$BIN" eval --model "$DIR/arith-rl/checkpoints/step-000400" --env arith:digits=2 --n 500 \
-  --compare "$DIR/arith-base"
+"$BIN" eval --model "$DIR/sort-rl/checkpoints/step-000300" --env sort:count=4,digits=1 --n 500 \
+  --compare "$DIR/sort-base"
 
 echo "demo finished: models, inputs, scores, samples and the rl run are in $DIR/"

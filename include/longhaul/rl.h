@@ -243,8 +243,8 @@ typedef struct lh_rl_run_config {
 } lh_rl_run_config;
 
 /* Group 8, 16 prompts, 32 new tokens, no staleness, 1 minibatch, 64 slots, save every 50, log
- * every 10, seed 0, lh_loss_defaults, GRPO with std normalisation, AdamW lr 1e-4 (constant)
- * without weight decay. */
+ * every 10, seed 0, lh_loss_defaults but TIS (docs/RESULTS.md, "Staleness"), GRPO with std
+ * normalisation, AdamW lr 1e-4 (constant) without weight decay. */
 lh_rl_run_config lh_rl_run_defaults(void);
 /* Runs (or resumes) the loop; errors name the file or setting. */
 lh_err lh_rl_run(const lh_rl_run_config *cfg);

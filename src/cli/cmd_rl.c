@@ -19,7 +19,7 @@ static const lh__flag flags[] = {
     {"prompts", "P", false, "prompts per step (default 16)"},
     {"max-new", "N", false, "completion tokens at most (default 32)"},
     {"staleness", "K", false, "train on rollouts of the policy K versions back (default 0)"},
-    {"loss", "KIND", false, "ppo | tis | mis | decoupled (default ppo)"},
+    {"loss", "KIND", false, "ppo | tis | mis | decoupled (default tis)"},
     {"eps-low", "E", false, "PPO clip below 1 (default 0.2)"},
     {"eps-high", "E", false, "PPO clip above 1 (default 0.28)"},
     {"is-cap", "C", false, "tis, decoupled: truncation of the behaviour weight (default 2)"},
@@ -74,7 +74,8 @@ int lh__cmd_rl(int argc, char **argv) {
       (rc = lh__args_double(&a, "lr", 0, 1, c.opt.lr, &lr)) != LH__ARGS_CONTINUE ||
       (rc = lh__args_double(&a, "kl-beta", 0, 1e3, 0, &kl_beta)) != LH__ARGS_CONTINUE ||
       (rc = lh__args_u64(&a, "seed", 0, &c.seed)) != LH__ARGS_CONTINUE ||
-      (rc = lh__args_choice(&a, "loss", loss_names, 0, &loss_i)) != LH__ARGS_CONTINUE ||
+      (rc = lh__args_choice(&a, "loss", loss_names, (int)c.loss.kind, &loss_i)) !=
+          LH__ARGS_CONTINUE ||
       (rc = lh__args_choice(&a, "adv", adv_names, 0, &adv_i)) != LH__ARGS_CONTINUE ||
       (rc = lh__args_choice(&a, "agg", agg_names, 0, &agg_i)) != LH__ARGS_CONTINUE)
     return rc;

@@ -31,6 +31,7 @@ lh_rl_run_config lh_rl_run_defaults(void) {
   c.save_every = 50;
   c.log_every = 10;
   c.loss = lh_loss_defaults();
+  c.loss.kind = LH_LOSS_TIS; /* docs/RESULTS.md, "Staleness" */
   c.adv = (lh_adv_config){LH_ADV_GRPO, 1, 1e-6f};
   c.opt = lh_adamw_defaults();
   c.opt.lr = 1e-4f;
