@@ -70,7 +70,7 @@ for p in "3+4=" "8-5=" "6+2="; do
 done
 
 echo
-echo "== 6. rl: GRPO with PPO-clip teaches a briefly sft-trained model to sort 4 digits (reward only)"
+echo "== 6. rl: GRPO (TIS loss) teaches a briefly sft-trained model to sort 4 digits (reward only)"
 "$BIN" sft --model "$DIR/tiny-chars" --env sort:count=4,digits=1 --steps 110 --batch 32 \
   --log-every 110 --out "$DIR/sort-base"
 "$BIN" rl --model "$DIR/sort-base" --env sort:count=4,digits=1 --steps 300 --lr 2e-4 \

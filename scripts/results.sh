@@ -63,7 +63,7 @@ main_env() { # main_env NAME ENV SFT_STEPS EASY_ENV
     --out "$n-base"
   evaluate "$n-base" "$n-base" "$env"
   run "$n-rl" "$BIN" rl --model "$n-base" --env "$env" --steps $RL_STEPS --lr $RL_LR \
-    --max-new 16 --threads 1 --save-every 500 --log-every 100 --out "$n-rl"
+    --loss ppo --max-new 16 --threads 1 --save-every 500 --log-every 100 --out "$n-rl"
   local rl_s
   rl_s=$(cat "$n-rl.seconds")
   # SFT controls get the RL run's wall time: steps = its measured rate x that time.
