@@ -441,6 +441,12 @@ lh_err lh_rl_run(const lh_rl_run_config *c) {
   int64_t counters[3] = {0, 0, 0}; /* updates done, batches generated, AdamW steps */
   char src[4096], path[4300];
   lh_err e;
+  snprintf(path, sizeof path, "%s/latest", c->out_dir);
+  if (!c->resume && access(path, F_OK) == 0) {
+    e = lh_errorf(LH_ERR_INVAL, "%s already holds a run (see %s): resume it with --resume or "
+                                "choose another --out", c->out_dir, path);
+    goto out;
+  }
   if ((e = lh_env_config_parse(c->env_spec, &ecfg)) || (e = lh_env_create(&ecfg, &env)) ||
       (e = lh_mkdir_p(c->out_dir)) || (e = settings_check(c)))
     goto out;

@@ -95,6 +95,10 @@ PYEOF
 rc=$?
 [ $rc -eq 1 ] && grep -q "different settings: opt" "$TMP/r1.err" ||
   fail "resume with another lr: exit $rc, $(cat "$TMP/r1.err")"
+"$BIN" rl "${ARGS[@]}" --out "$TMP/b" --steps 8 >/dev/null 2>"$TMP/r3.err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "already holds a run" "$TMP/r3.err" ||
+  fail "a new run over an existing one: exit $rc, $(cat "$TMP/r3.err")"
 "$BIN" rl "${ARGS[@]}" --out "$TMP/none" --steps 2 --resume >/dev/null 2>"$TMP/r2.err"
 rc=$?
 [ $rc -eq 1 ] && grep -q "cannot resume" "$TMP/r2.err" ||
