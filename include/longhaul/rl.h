@@ -20,8 +20,8 @@ typedef struct lh_adamw_config {
   float weight_decay; /* applied to 2-D weights (matrices, embeddings) only */
   float grad_clip;    /* max global L2 norm; <= 0 disables */
   lh_schedule schedule;
-  int warmup_steps;   /* linear warmup from 0 (both schedules) */
-  int total_steps;    /* cosine decays to min_lr_ratio*lr at total_steps */
+  int warmup_steps; /* linear warmup from 0 (both schedules) */
+  int total_steps;  /* cosine decays to min_lr_ratio*lr at total_steps */
   float min_lr_ratio;
 } lh_adamw_config;
 
@@ -33,11 +33,11 @@ lh_adamw_config lh_adamw_defaults(void);
 typedef struct lh_adamw {
   lh_adamw_config cfg;
   size_t n;
-  float *m;       /* (n) first moment slab */
-  float *v;       /* (n) second moment slab */
-  float *decay;   /* (n) 1 where weight decay applies, else 0 */
+  float *m;             /* (n) first moment slab */
+  float *v;             /* (n) second moment slab */
+  float *decay;         /* (n) 1 where weight decay applies, else 0 */
   double *norm_partial; /* (n / LH_ADAMW_NORM_CHUNK + 1) per-chunk sums of squares */
-  int64_t step;   /* steps taken */
+  int64_t step;         /* steps taken */
 } lh_adamw;
 
 /* Creates the optimiser for a model's parameter slab. */
@@ -193,16 +193,15 @@ typedef struct lh_rl_batch {
   int n_groups_used, n_groups_skipped, n_groups_failed;
 } lh_rl_batch;
 
-lh_err lh_rl_batch_assemble(const lh_rollout_batch *rb, const lh_adv_config *adv,
-                            lh_rl_batch *out);
+lh_err lh_rl_batch_assemble(const lh_rollout_batch *rb, const lh_adv_config *adv, lh_rl_batch *out);
 void lh_rl_batch_free(lh_rl_batch *b);
 
 typedef struct lh_rl_step_stats {
-  lh_loss_stats loss;  /* losses summed over the minibatches; ratios, KL and fractions over
-                        * all their tokens */
-  double grad_norm;    /* mean over the minibatches' updates, before clipping */
-  int n_updates;       /* optimiser steps taken (0 when the batch is empty) */
-  long tokens;         /* tokens forwarded (each minibatch once, plus the proximal forward) */
+  lh_loss_stats loss; /* losses summed over the minibatches; ratios, KL and fractions over
+                       * all their tokens */
+  double grad_norm;   /* mean over the minibatches' updates, before clipping */
+  int n_updates;      /* optimiser steps taken (0 when the batch is empty) */
+  long tokens;        /* tokens forwarded (each minibatch once, plus the proximal forward) */
 } lh_rl_step_stats;
 
 /* One policy update from an assembled batch: the sequences are split, group by group, into

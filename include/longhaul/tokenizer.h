@@ -13,7 +13,7 @@
 
 typedef struct lh_tokenizer lh_tokenizer;
 
-#define LH_TOKENIZER_MAX_FILE (64u << 20) /* bytes of tokenizer.json */
+#define LH_TOKENIZER_MAX_FILE  (64u << 20) /* bytes of tokenizer.json */
 #define LH_TOKENIZER_MAX_VOCAB (1 << 22)
 
 /* Reads a tokenizer.json. Errors name the file and the field ("tokenizer.json: model.merges[12]:
@@ -44,6 +44,12 @@ lh_err lh_tokenizer_encode(const lh_tokenizer *t, const char *text, size_t len, 
  * NUL-terminated; *len excludes the NUL. */
 lh_err lh_tokenizer_decode(const lh_tokenizer *t, const int32_t *ids, size_t n, bool skip_special,
                            char **text, size_t *len);
+/* The bytes of one token, exactly what lh_tokenizer_decode of that id alone gives, written to
+ * buf (cap bytes; no NUL is added, one byte of room is kept for it). Returns the byte count (0
+ * for a special token with skip_special), or -1 for an id outside the vocabulary or when the
+ * bytes do not fit in cap - 1. Allocates nothing. */
+long lh_tokenizer_token_bytes(const lh_tokenizer *t, int32_t id, bool skip_special, char *buf,
+                              size_t cap);
 
 /* The character-level tokenizer of the built-in tasks as tokenizer.json text (malloc'd):
  * special tokens <|pad|> = 0, <|bos|> = 1, <|eos|> = 2, then one token per printable ASCII

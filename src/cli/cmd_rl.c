@@ -11,8 +11,9 @@
 
 static const lh__flag flags[] = {
     {"model", "DIR", true, "starting policy: a model directory with a tokenizer.json"},
-    {"env", "SPEC", true, "environment: NAME or NAME:key=value,... (arith, countdown, sort, "
-                          "jsonl, exec)"},
+    {"env", "SPEC", true,
+     "environment: NAME or NAME:key=value,... (arith, countdown, sort, "
+     "jsonl, exec)"},
     {"out", "RUN", true, "run directory: run.json, metrics.jsonl, checkpoints/step-NNNNNN, latest"},
     {"steps", "N", false, "policy updates in total (default 100)"},
     {"group", "G", false, "completions per prompt (default 8)"},

@@ -89,9 +89,13 @@ void lh_generator_free(lh_generator *g) {
  * and reports whether a stop string now ends inside the bytes this token added. */
 static bool hits_stop_string(const lh_gen_config *cfg, slot_state *s, int32_t token) {
   if (cfg->n_stop == 0) return false;
-  char *text = NULL;
-  size_t len = 0;
-  if (lh_tokenizer_decode(cfg->tok, &token, 1, true, &text, &len) != LH_ERR_OK) return false;
+  char buf[4 * STOP_TAIL], *text = buf, *heap = NULL;
+  long got = lh_tokenizer_token_bytes(cfg->tok, token, true, buf, sizeof buf);
+  size_t len = got > 0 ? (size_t)got : 0;
+  if (got < 0) { /* a token longer than buf (or not in the vocabulary): decode it */
+    if (lh_tokenizer_decode(cfg->tok, &token, 1, true, &heap, &len) != LH_ERR_OK) return false;
+    text = heap;
+  }
   const char *add = len > STOP_TAIL ? text + len - STOP_TAIL : text;
   size_t add_len = len > STOP_TAIL ? STOP_TAIL : len;
   size_t keep =
@@ -99,7 +103,7 @@ static bool hits_stop_string(const lh_gen_config *cfg, slot_state *s, int32_t to
   memmove(s->tail, s->tail + s->tail_len - keep, keep);
   memcpy(s->tail + keep, add, add_len);
   s->tail_len = (int)(keep + add_len);
-  free(text);
+  free(heap);
   for (int i = 0; i < cfg->n_stop; i++) {
     size_t n = strlen(cfg->stop[i]);
     /* a match must end after the first new byte: start at or after keep + 1 - n */

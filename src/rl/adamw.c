@@ -45,7 +45,8 @@ lh_err lh_adamw_create(const lh_config *model_cfg, const lh_adamw_config *cfg, l
   lh_model_tensors(model_cfg, ti, nt);
   for (int i = 0; i < nt; i++) {
     float d = ti[i].ndim == 2 ? 1.0f : 0.0f;
-    for (size_t j = 0; j < ti[i].numel; j++) o->decay[ti[i].offset + j] = d;
+    for (size_t j = 0; j < ti[i].numel; j++)
+      o->decay[ti[i].offset + j] = d;
   }
   free(ti);
   *out = o;
@@ -77,13 +78,16 @@ float lh_adamw_step(lh_adamw *o, float *params, float *grads) {
   double *partial = o->norm_partial;
 #pragma omp parallel for schedule(static)
   for (size_t ch = 0; ch < nchunks; ch++) {
-    size_t a = ch * LH_ADAMW_NORM_CHUNK, b = a + LH_ADAMW_NORM_CHUNK < n ? a + LH_ADAMW_NORM_CHUNK : n;
+    size_t a = ch * LH_ADAMW_NORM_CHUNK,
+           b = a + LH_ADAMW_NORM_CHUNK < n ? a + LH_ADAMW_NORM_CHUNK : n;
     double s = 0.0;
-    for (size_t i = a; i < b; i++) s += (double)grads[i] * grads[i];
+    for (size_t i = a; i < b; i++)
+      s += (double)grads[i] * grads[i];
     partial[ch] = s;
   }
   double sq = 0.0;
-  for (size_t ch = 0; ch < nchunks; ch++) sq += partial[ch];
+  for (size_t ch = 0; ch < nchunks; ch++)
+    sq += partial[ch];
   float norm = (float)sqrt(sq);
   float gscale = 1.0f;
   if (o->cfg.grad_clip > 0.0f && norm > o->cfg.grad_clip)

@@ -15,9 +15,9 @@
 #include "longhaul/infer.h"
 #include "longhaul/rl.h"
 
-#define STATE_FILE "trainer_state.safetensors"
+#define STATE_FILE   "trainer_state.safetensors"
 #define STATE_FORMAT 1
-#define MAX_PROMPT 256 /* prompt tokens a run's generator leaves room for */
+#define MAX_PROMPT   256 /* prompt tokens a run's generator leaves room for */
 
 lh_rl_run_config lh_rl_run_defaults(void) {
   lh_rl_run_config c = {0};
@@ -59,12 +59,12 @@ static json_t *settings_json(const lh_rl_run_config *c) {
       "prompts", c->prompts, "max_new", c->max_new, "staleness", c->staleness, "minibatches",
       c->minibatches, "slots", c->slots, "seed", (json_int_t)c->seed, "loss", "kind",
       loss_names[l->kind], "eps_low", (double)l->eps_low, "eps_high", (double)l->eps_high, "C",
-      (double)l->C, "lo", (double)l->lo, "hi", (double)l->hi, "prox_mask", l->prox_mask,
-      "m2po_tau", (double)l->m2po_tau, "agg", agg_names[l->agg], "kl_beta",
-      (double)l->kl_beta, "adv", "kind", adv_names[c->adv.kind], "std_norm", c->adv.std_norm,
-      "eps", (double)c->adv.eps, "opt", "lr", (double)o->lr, "beta1", (double)o->beta1, "beta2",
-      (double)o->beta2, "eps", (double)o->eps, "weight_decay", (double)o->weight_decay,
-      "grad_clip", (double)o->grad_clip, "warmup_steps", o->warmup_steps);
+      (double)l->C, "lo", (double)l->lo, "hi", (double)l->hi, "prox_mask", l->prox_mask, "m2po_tau",
+      (double)l->m2po_tau, "agg", agg_names[l->agg], "kl_beta", (double)l->kl_beta, "adv", "kind",
+      adv_names[c->adv.kind], "std_norm", c->adv.std_norm, "eps", (double)c->adv.eps, "opt", "lr",
+      (double)o->lr, "beta1", (double)o->beta1, "beta2", (double)o->beta2, "eps", (double)o->eps,
+      "weight_decay", (double)o->weight_decay, "grad_clip", (double)o->grad_clip, "warmup_steps",
+      o->warmup_steps);
 }
 
 /* Writes RUN/run.json, or on resume checks that it holds the same settings. */
@@ -158,7 +158,7 @@ static lh_err state_write(const char *path, const lh_adamw *opt, const int64_t c
     lh_rollout_batch *b = queue_at(q, i);
     int n = b->n_groups * b->group_size, N = b->seq_start[n];
     char name[48];
-#define PUT(field, dt, count)                                                                  \
+#define PUT(field, dt, count)                                                                      \
   snprintf(name, sizeof name, "queue.%d." #field, i), put(es, name, dt, count, b->field)
     PUT(task_index, LH_DTYPE_I64, b->n_groups);
     PUT(group_ok, LH_DTYPE_U8, b->n_groups);
@@ -193,8 +193,8 @@ static lh_err get(const lh_safetensors *st, const char *path, const char *name, 
   if (!t) return lh_errorf(LH_ERR_FORMAT, "%s: tensor %s is missing", path, name);
   int64_t n = t->ndim == 1 ? t->shape[0] : -1;
   if (t->dtype != dt || n < 0 || (*count >= 0 && n != *count))
-    return lh_errorf(LH_ERR_FORMAT, "%s: tensor %s: expected a 1-D tensor of %lld entries",
-                     path, name, (long long)*count);
+    return lh_errorf(LH_ERR_FORMAT, "%s: tensor %s: expected a 1-D tensor of %lld entries", path,
+                     name, (long long)*count);
   *count = n;
   *out = lh_xmalloc(n > 0 ? (size_t)n * dtype_size[dt] : 1);
   memcpy(*out, t->data, (size_t)n * dtype_size[dt]);
@@ -211,8 +211,8 @@ static lh_err state_read_batch(const lh_safetensors *st, const char *path, int i
   int64_t *version = NULL;
   char name[48];
   lh_err e;
-#define GET(field, dt, count)                                                                  \
-  (snprintf(name, sizeof name, "queue.%d." #field, i),                                         \
+#define GET(field, dt, count)                                                                      \
+  (snprintf(name, sizeof name, "queue.%d." #field, i),                                             \
    get(st, path, name, dt, &count, (void **)&b->field))
   if ((e = GET(task_index, LH_DTYPE_I64, G)) || (e = GET(group_ok, LH_DTYPE_U8, G)) ||
       (e = GET(seq_start, LH_DTYPE_I32, n1)) || (e = GET(prompt_len, LH_DTYPE_I32, n)) ||
@@ -222,7 +222,8 @@ static lh_err state_read_batch(const lh_safetensors *st, const char *path, int i
     return e;
 #undef GET
   snprintf(name, sizeof name, "queue.%d.old", i);
-  if (lh_safetensors_find(st, name) && (e = get(st, path, name, LH_DTYPE_F32, &N, (void **)&b->old)))
+  if (lh_safetensors_find(st, name) &&
+      (e = get(st, path, name, LH_DTYPE_F32, &N, (void **)&b->old)))
     return e;
   snprintf(name, sizeof name, "queue.%d.version", i);
   if ((e = get(st, path, name, LH_DTYPE_I64, &one, (void **)&version))) return e;
@@ -240,8 +241,7 @@ static lh_err state_read_batch(const lh_safetensors *st, const char *path, int i
   for (int64_t k = 0; k < N; k++)
     if (b->tokens[k] < 0 || b->tokens[k] >= vocab || !isfinite(b->mu[k]) ||
         (b->old && !isfinite(b->old[k])))
-      return lh_errorf(LH_ERR_FORMAT, "%s: queue.%d: token %lld is invalid", path, i,
-                       (long long)k);
+      return lh_errorf(LH_ERR_FORMAT, "%s: queue.%d: token %lld is invalid", path, i, (long long)k);
   return LH_ERR_OK;
 }
 
@@ -259,8 +259,8 @@ static lh_err state_read(const char *path, const lh_rl_run_config *c, int vocab,
     goto out;
   memcpy(counters, cnt, 3 * sizeof *cnt);
   if (counters[0] < 0 || counters[1] != counters[0] + c->staleness || counters[2] < 0) {
-    e = lh_errorf(LH_ERR_FORMAT, "%s: rl.counters (%lld, %lld, %lld) do not fit staleness %d",
-                  path, (long long)counters[0], (long long)counters[1], (long long)counters[2],
+    e = lh_errorf(LH_ERR_FORMAT, "%s: rl.counters (%lld, %lld, %lld) do not fit staleness %d", path,
+                  (long long)counters[0], (long long)counters[1], (long long)counters[2],
                   c->staleness);
     goto out;
   }
@@ -330,7 +330,8 @@ static lh_err latest_checkpoint(const char *run, char *dir, size_t cap) {
   snprintf(path, sizeof path, "%s/latest", run);
   lh_err e = lh_file_read(path, 64, &text, &len);
   if (e) return lh_errorf(e, "%s: cannot resume, no checkpoint: %s", run, lh_last_error());
-  while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == ' ')) text[--len] = '\0';
+  while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == ' '))
+    text[--len] = '\0';
   unsigned long long step;
   char rest;
   if (sscanf(text, "step-%llu%c", &step, &rest) != 1) {
@@ -436,15 +437,17 @@ lh_err lh_rl_run(const lh_rl_run_config *c) {
   lh_adamw *opt = NULL;
   FILE *metrics = NULL;
   blob tokjson = {0}, gencfg = {0};
-  queue q = {lh_xcalloc((size_t)c->staleness + 1, sizeof(lh_rollout_batch)), c->staleness + 1,
-             0, 0};
+  queue q = {lh_xcalloc((size_t)c->staleness + 1, sizeof(lh_rollout_batch)), c->staleness + 1, 0,
+             0};
   int64_t counters[3] = {0, 0, 0}; /* updates done, batches generated, AdamW steps */
   char src[4096], path[4300];
   lh_err e;
   snprintf(path, sizeof path, "%s/latest", c->out_dir);
   if (!c->resume && access(path, F_OK) == 0) {
-    e = lh_errorf(LH_ERR_INVAL, "%s already holds a run (see %s): resume it with --resume or "
-                                "choose another --out", c->out_dir, path);
+    e = lh_errorf(LH_ERR_INVAL,
+                  "%s already holds a run (see %s): resume it with --resume or "
+                  "choose another --out",
+                  c->out_dir, path);
     goto out;
   }
   if ((e = lh_env_config_parse(c->env_spec, &ecfg)) || (e = lh_env_create(&ecfg, &env)) ||
@@ -477,11 +480,10 @@ lh_err lh_rl_run(const lh_rl_run_config *c) {
     goto out;
   }
   const lh_config *mc = &m->cfg;
-  int max_seq = mc->max_positions < MAX_PROMPT + c->max_new ? mc->max_positions
-                                                            : MAX_PROMPT + c->max_new;
+  int max_seq =
+      mc->max_positions < MAX_PROMPT + c->max_new ? mc->max_positions : MAX_PROMPT + c->max_new;
   int n_seq = c->prompts * c->group, slots = c->slots < n_seq ? c->slots : n_seq;
-  if ((e = lh_infer_from_model(m, &policy)) ||
-      (slots > 8 && (e = lh_infer_keep_fp32(policy))) ||
+  if ((e = lh_infer_from_model(m, &policy)) || (slots > 8 && (e = lh_infer_keep_fp32(policy))) ||
       (e = lh_generator_create(policy, slots, max_seq, 0, &gen)))
     goto out;
   lh_gen_config gc = lh_gen_defaults();
@@ -503,10 +505,11 @@ lh_err lh_rl_run(const lh_rl_run_config *c) {
     gen_summary gs = {0};
     while (q.len <= c->staleness) {
       int64_t g = counters[1];
-      for (int p = 0; p < c->prompts; p++) tasks[p] = (uint64_t)(g * c->prompts + p);
+      for (int p = 0; p < c->prompts; p++)
+        tasks[p] = (uint64_t)(g * c->prompts + p);
       lh_rollout_batch b;
-      if ((e = lh_rollout_generate(gen, &gc, tok, env, LH_SPLIT_TRAIN, tasks, c->prompts,
-                                   c->group, (uint64_t)g * n_seq, &b)))
+      if ((e = lh_rollout_generate(gen, &gc, tok, env, LH_SPLIT_TRAIN, tasks, c->prompts, c->group,
+                                   (uint64_t)g * n_seq, &b)))
         break;
       b.version = counters[0];
       if (recompute && ((e = ensure_train(m, b.seq_start[n_seq], max_seq, &train, &train_cap)) ||

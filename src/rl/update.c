@@ -113,7 +113,8 @@ lh_err lh_rl_update(lh_train *t, lh_adamw *opt, lh_model *m, const lh_loss_confi
     return lh_errorf(LH_ERR_INVAL, "rl update: minibatches %d, expected >= 1", minibatches);
   /* Split points at group boundaries, as even in sequences as the groups allow. */
   int n_groups = 1;
-  for (int s = 1; s < b->n_seqs; s++) n_groups += b->group[s] != b->group[s - 1];
+  for (int s = 1; s < b->n_seqs; s++)
+    n_groups += b->group[s] != b->group[s - 1];
   if (minibatches > n_groups) minibatches = n_groups;
   int N = b->seq_start[b->n_seqs];
   float *logp = lh_xmalloc((size_t)N * sizeof *logp);
@@ -124,10 +125,10 @@ lh_err lh_rl_update(lh_train *t, lh_adamw *opt, lh_model *m, const lh_loss_confi
   if ((e = lh_batch_validate(t, &full))) goto out;
   int need_old = loss->kind != LH_LOSS_PPO;
   /* TIS / masked IS: the rollout's recomputed behaviour log-probs when it has them. */
-  const float *given = b->old && (loss->kind == LH_LOSS_TIS || loss->kind == LH_LOSS_MIS)
-                           ? b->old
-                           : NULL;
-  if (need_old && !given && minibatches > 1) { /* proximal log-probs of the weights before updating */
+  const float *given =
+      b->old && (loss->kind == LH_LOSS_TIS || loss->kind == LH_LOSS_MIS) ? b->old : NULL;
+  if (need_old && !given &&
+      minibatches > 1) { /* proximal log-probs of the weights before updating */
     old = lh_xmalloc((size_t)N * sizeof *old);
     lh_train_forward(t, &full, old);
     stats->tokens += N;
@@ -138,18 +139,20 @@ lh_err lh_rl_update(lh_train *t, lh_adamw *opt, lh_model *m, const lh_loss_confi
   for (int k = 0; k < minibatches; k++) {
     /* Sequences [s0, s1): the groups up to the k+1-th share of the sequences. */
     int s1 = k + 1 == minibatches ? b->n_seqs : (int)((long)b->n_seqs * (k + 1) / minibatches);
-    while (s1 < b->n_seqs && s1 > s0 && b->group[s1] == b->group[s1 - 1]) s1++;
+    while (s1 < b->n_seqs && s1 > s0 && b->group[s1] == b->group[s1 - 1])
+      s1++;
     if (s1 <= s0) continue;
     int a = b->seq_start[s0], ns = s1 - s0;
-    for (int s = 0; s <= ns; s++) starts[s] = b->seq_start[s0 + s] - a;
+    for (int s = 0; s <= ns; s++)
+      starts[s] = b->seq_start[s0 + s] - a;
     lh_batch mb = {ns, starts, b->tokens + a, b->weight + a};
     lh_train_zero_grad(t);
     lh_train_forward(t, &mb, logp + a);
     stats->tokens += starts[ns];
     const float *o = NULL;
     if (need_old) o = given ? given + a : old ? old + a : logp + a;
-    lh_loss_input in = {ns,         starts, b->weight + a, b->adv + a, logp + a,
-                        b->mu + a, o,      b->ref ? b->ref + a : NULL};
+    lh_loss_input in = {
+        ns, starts, b->weight + a, b->adv + a, logp + a, b->mu + a, o, b->ref ? b->ref + a : NULL};
     lh_loss_stats ls;
     if ((e = lh_loss_compute(loss, &in, dlogp + a, &ls))) break;
     stats_add(&stats->loss, &ls, stats->n_updates == 0);

@@ -341,13 +341,20 @@ lh_err lh_tokenizer_encode(const lh_tokenizer *t, const char *text, size_t len, 
 
 /* ---------------------------------------------------------------- decoding */
 
+/* Output bytes: a growing malloc'd buffer, or (fixed) a caller's buffer that never grows. */
 typedef struct bytes {
   char *p;
   size_t n, cap;
+  bool fixed;
 } bytes;
 
+static bool reserve(bytes *b, size_t k) {
+  if (b->fixed) return b->n + k + 1 <= b->cap;
+  return grow(&b->p, &b->cap, b->n + k + 1, 1);
+}
+
 static bool put(bytes *b, const void *src, size_t k) {
-  if (!grow(&b->p, &b->cap, b->n + k + 1, 1)) return false;
+  if (!reserve(b, k)) return false;
   memcpy(b->p + b->n, src, k);
   b->n += k;
   return true;
@@ -356,7 +363,7 @@ static bool put(bytes *b, const void *src, size_t k) {
 /* ByteLevel: each character back to its byte; a token with a character outside the map
  * contributes its own UTF-8 bytes, as Hugging Face's decoder does. */
 static bool put_byte_level(const lh_tokenizer *t, bytes *b, const char *tok, size_t len) {
-  if (!grow(&b->p, &b->cap, b->n + len + 1, 1)) return false;
+  if (!reserve(b, len)) return false;
   size_t m = 0;
   for (size_t i = 0; i < len;) {
     uint32_t cp;
@@ -369,6 +376,26 @@ static bool put_byte_level(const lh_tokenizer *t, bytes *b, const char *tok, siz
   return true;
 }
 
+/* Appends the bytes of a valid id; `first`: no separator before it (the Join decoder). */
+static bool put_token(const lh_tokenizer *t, bytes *b, int32_t id, bool first) {
+  const char *tok = t->tok[id];
+  size_t tl = t->tok_len[id];
+  switch (t->dec) {
+  case LH__TOK_DEC_BYTELEVEL:
+    /* added tokens are text as written (as transformers.js does), so they round-trip */
+    return (t->id_flags[id] & LH__TOK_ID_ADDED) ? put(b, tok, tl) : put_byte_level(t, b, tok, tl);
+  case LH__TOK_DEC_JOIN:
+    return (first || put(b, " ", 1)) && put(b, tok, tl);
+  case LH__TOK_DEC_FUSE:
+    return put(b, tok, tl);
+  }
+  return false;
+}
+
+static bool valid_id(const lh_tokenizer *t, int32_t id) {
+  return id >= 0 && id < t->n_ids && t->tok[id];
+}
+
 lh_err lh_tokenizer_decode(const lh_tokenizer *t, const int32_t *ids, size_t n, bool skip_special,
                            char **text, size_t *len) {
   *text = NULL;
@@ -378,7 +405,7 @@ lh_err lh_tokenizer_decode(const lh_tokenizer *t, const int32_t *ids, size_t n, 
   size_t emitted = 0;
   for (size_t i = 0; i < n && ok; i++) {
     int32_t id = ids[i];
-    if (id < 0 || id >= t->n_ids || !t->tok[id]) {
+    if (!valid_id(t, id)) {
       free(b.p);
       return lh_errorf(LH_ERR_INVAL,
                        "%s: token id %d at position %zu is not in the vocabulary "
@@ -386,20 +413,7 @@ lh_err lh_tokenizer_decode(const lh_tokenizer *t, const int32_t *ids, size_t n, 
                        t->what, id, i, t->n_ids - 1);
     }
     if (skip_special && (t->id_flags[id] & LH__TOK_ID_SPECIAL)) continue;
-    const char *tok = t->tok[id];
-    size_t tl = t->tok_len[id];
-    switch (t->dec) {
-    case LH__TOK_DEC_BYTELEVEL:
-      /* added tokens are text as written (as transformers.js does), so they round-trip */
-      ok = (t->id_flags[id] & LH__TOK_ID_ADDED) ? put(&b, tok, tl) : put_byte_level(t, &b, tok, tl);
-      break;
-    case LH__TOK_DEC_JOIN:
-      ok = (emitted == 0 || put(&b, " ", 1)) && put(&b, tok, tl);
-      break;
-    case LH__TOK_DEC_FUSE:
-      ok = put(&b, tok, tl);
-      break;
-    }
+    ok = put_token(t, &b, id, emitted == 0);
     emitted++;
   }
   if (!ok) {
@@ -410,6 +424,14 @@ lh_err lh_tokenizer_decode(const lh_tokenizer *t, const int32_t *ids, size_t n, 
   *text = b.p;
   *len = b.n;
   return LH_ERR_OK;
+}
+
+long lh_tokenizer_token_bytes(const lh_tokenizer *t, int32_t id, bool skip_special, char *buf,
+                              size_t cap) {
+  if (!valid_id(t, id)) return -1;
+  if (skip_special && (t->id_flags[id] & LH__TOK_ID_SPECIAL)) return 0;
+  bytes b = {buf, 0, cap, true};
+  return put_token(t, &b, id, true) ? (long)b.n : -1;
 }
 
 /* ---------------------------------------------------------------- the character tokenizer */

@@ -101,10 +101,18 @@ static void run_update(lh_loss_kind kind, int minibatches, int want_updates) {
   static uint8_t ok[2] = {1, 1}, flags[4] = {0};
   static uint64_t task_index[2] = {0, 1};
   float mu[18] = {0};
-  lh_rollout_batch rb = {.n_groups = 2, .group_size = 2, .task_index = task_index,
-                         .group_ok = ok, .seq_start = seq_start, .prompt_len = prompt_len,
-                         .tokens = tokens, .mu = mu, .reward = reward, .correct = flags,
-                         .well_formed = flags, .finish = flags};
+  lh_rollout_batch rb = {.n_groups = 2,
+                         .group_size = 2,
+                         .task_index = task_index,
+                         .group_ok = ok,
+                         .seq_start = seq_start,
+                         .prompt_len = prompt_len,
+                         .tokens = tokens,
+                         .mu = mu,
+                         .reward = reward,
+                         .correct = flags,
+                         .well_formed = flags,
+                         .finish = flags};
   lh_adv_config ac = {LH_ADV_GRPO, 1, 1e-6f};
   lh_rl_batch b;
   assert_int_equal(lh_rl_batch_assemble(&rb, &ac, &b), LH_ERR_OK);

@@ -339,6 +339,38 @@ static void test_vocab_lookups(void **state) {
   assert_null(lh_tokenizer_token(llama3, 128256));
 }
 
+/* lh_tokenizer_token_bytes gives, for every id of both real vocabularies, exactly the bytes of
+ * lh_tokenizer_decode of that id alone (with and without skip_special), and refuses a buffer
+ * that is too small or an id outside the vocabulary. */
+static void test_token_bytes(void **state) {
+  (void)state;
+  const lh_tokenizer *toks[] = {qwen3, llama3};
+  char buf[512];
+  for (int k = 0; k < 2; k++) {
+    int V = lh_tokenizer_vocab_size(toks[k]);
+    for (int32_t id = 0; id < V; id++) {
+      for (int skip = 0; skip < 2; skip++) {
+        char *text = NULL;
+        size_t len = 0;
+        if (lh_tokenizer_decode(toks[k], &id, 1, skip, &text, &len) != LH_ERR_OK) {
+          assert_int_equal(lh_tokenizer_token_bytes(toks[k], id, skip, buf, sizeof buf), -1);
+          continue;
+        }
+        long got = lh_tokenizer_token_bytes(toks[k], id, skip, buf, sizeof buf);
+        if (got != (long)len || memcmp(buf, text, len) != 0) {
+          print_error("tokenizer %d id %d skip %d: %ld bytes, decode gives %zu\n", k, id, skip, got,
+                      len);
+          fail();
+        }
+        if (len > 0) assert_int_equal(lh_tokenizer_token_bytes(toks[k], id, skip, buf, len), -1);
+        free(text);
+      }
+    }
+    assert_int_equal(lh_tokenizer_token_bytes(toks[k], -1, false, buf, sizeof buf), -1);
+    assert_int_equal(lh_tokenizer_token_bytes(toks[k], V, false, buf, sizeof buf), -1);
+  }
+}
+
 static void test_special_tokens(void **state) {
   (void)state;
   const char *text = "<|im_start|>user\nhi<think></think><|im_end|>";
@@ -1000,11 +1032,17 @@ static void test_threads(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_reference_ids),   cmocka_unit_test(test_vocab_lookups),
-      cmocka_unit_test(test_special_tokens),  cmocka_unit_test(test_random_bytes_round_trip),
-      cmocka_unit_test(test_chars_tokenizer), cmocka_unit_test(test_merge_order),
-      cmocka_unit_test(test_nfc_cases),       cmocka_unit_test(test_nfc_conformance),
-      cmocka_unit_test(test_malformed),       cmocka_unit_test(test_speed),
+      cmocka_unit_test(test_reference_ids),
+      cmocka_unit_test(test_vocab_lookups),
+      cmocka_unit_test(test_token_bytes),
+      cmocka_unit_test(test_special_tokens),
+      cmocka_unit_test(test_random_bytes_round_trip),
+      cmocka_unit_test(test_chars_tokenizer),
+      cmocka_unit_test(test_merge_order),
+      cmocka_unit_test(test_nfc_cases),
+      cmocka_unit_test(test_nfc_conformance),
+      cmocka_unit_test(test_malformed),
+      cmocka_unit_test(test_speed),
       cmocka_unit_test(test_threads),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
