@@ -183,8 +183,6 @@ static lh_err state_write(const char *path, const lh_adamw *opt, const int64_t c
   return e;
 }
 
-static const size_t dtype_size[LH_DTYPE__COUNT] = {4, 2, 2, 4, 8, 1};
-
 /* Copies tensor `name` (dtype dt, `count` elements; count < 0: any, returned) into a new
  * buffer. */
 static lh_err get(const lh_safetensors *st, const char *path, const char *name, lh_dtype dt,
@@ -196,8 +194,8 @@ static lh_err get(const lh_safetensors *st, const char *path, const char *name, 
     return lh_errorf(LH_ERR_FORMAT, "%s: tensor %s: expected a 1-D tensor of %lld entries", path,
                      name, (long long)*count);
   *count = n;
-  *out = lh_xmalloc(n > 0 ? (size_t)n * dtype_size[dt] : 1);
-  memcpy(*out, t->data, (size_t)n * dtype_size[dt]);
+  *out = lh_xmalloc(t->nbytes > 0 ? t->nbytes : 1); /* the parser checked nbytes = shape x dtype */
+  memcpy(*out, t->data, t->nbytes);
   return LH_ERR_OK;
 }
 
