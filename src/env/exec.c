@@ -91,8 +91,9 @@ static lh_err child_gone(lh_env *env, ex *x, const char *what) {
   return lh_errorf(LH_ERR_IO, "exec '%s': %s: the program %s", env->cfg.path, what, why);
 }
 
-/* Sends one request line and reads one reply object; on any failure the child is stopped. */
-static lh_err request(lh_env *env, ex *x, json_t *req, const char *what, json_t **reply) {
+/* Sends one request line and reads one reply object; on any failure the child is stopped.
+ * The caller holds x->mu. */
+static lh_err exchange(lh_env *env, ex *x, json_t *req, const char *what, json_t **reply) {
   *reply = NULL;
   lh_err e;
   if (x->pid == 0 && (e = start_child(env, x))) return e;
@@ -179,6 +180,15 @@ static json_t *text_json(const char *s, size_t n) {
   return v;
 }
 
+/* One request under the program's lock; takes ownership of req. */
+static lh_err request(lh_env *env, ex *x, json_t *req, const char *what, json_t **reply) {
+  pthread_mutex_lock(&x->mu);
+  lh_err e = exchange(env, x, req, what, reply);
+  pthread_mutex_unlock(&x->mu);
+  json_decref(req);
+  return e;
+}
+
 static lh_err exec_task(lh_env *env, lh_split split, uint64_t index, lh_env_task *task) {
   ex *x = env->impl;
   char what[64];
@@ -187,10 +197,7 @@ static lh_err exec_task(lh_env *env, lh_split split, uint64_t index, lh_env_task
   json_t *req = json_pack("{s:s, s:s, s:I}", "type", "generate", "split",
                           split == LH_SPLIT_TEST ? "test" : "train", "index", (json_int_t)index);
   json_t *rep = NULL;
-  pthread_mutex_lock(&x->mu);
   lh_err e = request(env, x, req, what, &rep);
-  pthread_mutex_unlock(&x->mu);
-  json_decref(req);
   if (e) return e;
   json_t *p = json_object_get(rep, "prompt"), *a = json_object_get(rep, "answer");
   json_t *s = json_object_get(rep, "solution");
@@ -226,10 +233,7 @@ static lh_err exec_score(lh_env *env, const lh_env_task *task, const char *text,
                 text_json(task->answer, strlen(task->answer)), "completion", text_json(text, len));
   if (!req) return lh_errorf(LH_ERR_NOMEM, "exec: cannot encode the request");
   json_t *rep = NULL;
-  pthread_mutex_lock(&x->mu);
   lh_err e = request(env, x, req, what, &rep);
-  pthread_mutex_unlock(&x->mu);
-  json_decref(req);
   if (e) return e;
   json_t *r = json_object_get(rep, "reward"), *c = json_object_get(rep, "correct");
   json_t *w = json_object_get(rep, "well_formed");

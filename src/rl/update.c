@@ -24,12 +24,12 @@ lh_err lh_rl_batch_assemble(const lh_rollout_batch *rb, const lh_adv_config *adv
   memset(out, 0, sizeof *out);
   int G = rb->group_size, n = rb->n_groups * G;
   float *seq_adv = lh_xmalloc((size_t)(n > 0 ? n : 1) * sizeof *seq_adv);
-  int skipped = lh_adv_compute(adv, rb->reward, rb->n_groups, G, seq_adv);
-  if (skipped < 0) {
+  if (lh_adv_compute(adv, rb->reward, rb->n_groups, G, seq_adv) < 0) {
     free(seq_adv);
     return LH_ERR_INVAL;
   }
   /* A group is used when the environment scored it and its rewards differ. */
+  uint8_t *used = lh_xcalloc((size_t)(rb->n_groups > 0 ? rb->n_groups : 1), 1);
   int N = 0, n_seqs = 0;
   for (int t = 0; t < rb->n_groups; t++) {
     int equal = 1;
@@ -41,6 +41,7 @@ lh_err lh_rl_batch_assemble(const lh_rollout_batch *rb, const lh_adv_config *adv
       out->n_groups_skipped++;
     } else {
       out->n_groups_used++;
+      used[t] = 1;
       n_seqs += G;
       N += rb->seq_start[(t + 1) * G] - rb->seq_start[t * G];
     }
@@ -57,10 +58,7 @@ lh_err lh_rl_batch_assemble(const lh_rollout_batch *rb, const lh_adv_config *adv
   int at = 0, s = 0;
   out->seq_start[0] = 0;
   for (int t = 0; t < rb->n_groups; t++) {
-    int equal = 1;
-    for (int j = 1; j < G; j++)
-      if (rb->reward[t * G + j] != rb->reward[t * G]) equal = 0;
-    if (!rb->group_ok[t] || equal) continue;
+    if (!used[t]) continue;
     for (int j = 0; j < G; j++) {
       int r = t * G + j, a = rb->seq_start[r], len = rb->seq_start[r + 1] - a;
       memcpy(out->tokens + at, rb->tokens + a, (size_t)len * sizeof *out->tokens);
@@ -76,6 +74,7 @@ lh_err lh_rl_batch_assemble(const lh_rollout_batch *rb, const lh_adv_config *adv
     }
   }
   free(seq_adv);
+  free(used);
   return LH_ERR_OK;
 }
 
