@@ -38,26 +38,34 @@ for env in ["sort", "arith", "countdown"]:
     base = load(f"{env}-base")
     if not base:
         continue
-    print(f"### {env}: {base['env']}, {base['tasks']} held-out tasks, greedy\n")
-    print("| model | training | wall s | pass@1 [95% CI] | paired vs base [95% CI] |")
-    print("|---|---|---|---|---|")
+    base_t1 = load(f"{env}-base-t1")
+    print(f"### {env}: {base['env']}, {base['tasks']} held-out tasks\n")
+    print("| model | training | wall s | greedy pass@1 [95% CI] | paired vs base | "
+          "T=1 pass@1 [95% CI] | paired vs base |")
+    print("|---|---|---|---|---|---|---|")
     print(f"| base | init-model + sft {steps(env + '-base')} steps | "
-          f"{seconds(env + '-base') or 0:.0f} | {ci(base['model']['pass_at_1'])} | |")
+          f"{seconds(env + '-base') or 0:.0f} | {ci(base['model']['pass_at_1'])} | | "
+          f"{ci(base_t1['model']['pass_at_1']) if base_t1 else '-'} | |")
     rows = [("rl", "rl"), ("sft-easy", "sft, easier instances"), ("sft-same", "sft, same instances")]
     for tag, what in rows:
-        e = load(f"{env}-{tag}")
+        e, t1 = load(f"{env}-{tag}"), load(f"{env}-{tag}-t1")
         if not e:
             continue
         arg = open(os.path.join(D, f"{env}-{tag}.cmd")).read().split()
         envarg = arg[arg.index("--env") + 1]
+        for flag in ["--loss", "--kl-beta"]:
+            if tag == "rl" and flag in arg:
+                envarg += f" {flag} {arg[arg.index(flag) + 1]}"
         print(f"| {tag} | {what} ({envarg}), {steps(env + '-' + tag)} steps | "
               f"{seconds(env + '-' + tag) or 0:.0f} | {ci(e['model']['pass_at_1'])} | "
-              f"{diff(e['paired']['pass_at_1'])} |")
+              f"{diff(e['paired']['pass_at_1'])} | "
+              f"{ci(t1['model']['pass_at_1']) if t1 else '-'} | "
+              f"{diff(t1['paired']['pass_at_1']) if t1 else '-'} |")
     print()
 
 runs = {}
 for f in sorted(os.listdir(D)):
-    if f.startswith("eval-stale-") and f.endswith(".json"):
+    if f.startswith("eval-stale-") and f.endswith(".json") and not f.endswith("-t1.json"):
         _, _, loss, k, seed = f[:-5].split("-")
         runs[(loss, int(k[1:]), int(seed[1:]))] = json.load(open(os.path.join(D, f)))
 if runs:
