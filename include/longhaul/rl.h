@@ -233,6 +233,7 @@ typedef struct lh_rl_run_config {
   int minibatches;       /* optimiser steps per batch */
   int slots;             /* concurrent sequences in the generator */
   int save_every;        /* checkpoint every N updates (and at the end); 0: only at the end */
+  int keep;              /* keep the newest N checkpoints, delete older ones; 0: keep all */
   int log_every;         /* progress line on stderr every N updates */
   uint64_t seed;
   lh_loss_config loss;
@@ -241,9 +242,9 @@ typedef struct lh_rl_run_config {
   bool resume; /* continue RUN from its latest checkpoint (same settings required) */
 } lh_rl_run_config;
 
-/* Group 8, 16 prompts, 32 new tokens, no staleness, 1 minibatch, 64 slots, save every 50, log
- * every 10, seed 0, lh_loss_defaults but TIS (docs/RESULTS.md, "Staleness"), GRPO with std
- * normalisation, AdamW lr 1e-4 (constant) without weight decay. */
+/* Group 8, 16 prompts, 32 new tokens, no staleness, 1 minibatch, 64 slots, save every 50 and
+ * keep all checkpoints, log every 10, seed 0, lh_loss_defaults but TIS (docs/RESULTS.md,
+ * "Staleness"), GRPO with std normalisation, AdamW lr 1e-4 (constant) without weight decay. */
 lh_rl_run_config lh_rl_run_defaults(void);
 /* Runs (or resumes) the loop; errors name the file or setting. */
 lh_err lh_rl_run(const lh_rl_run_config *cfg);

@@ -33,6 +33,7 @@ static const lh__flag flags[] = {
     {"seed", "S", false, "sampling seed (default 0)"},
     {"slots", "N", false, "sequences generated concurrently (default 64)"},
     {"save-every", "N", false, "checkpoint every N steps and at the end (default 50; 0: end)"},
+    {"keep", "N", false, "keep the newest N checkpoints, delete older ones (default 0: keep all)"},
     {"log-every", "N", false, "progress line every N steps (default 10)"},
     {"resume", NULL, false, "continue RUN from its latest checkpoint (same settings)"},
     {"threads", "K", false, "threads (default: all cores)"},
@@ -51,7 +52,8 @@ int lh__cmd_rl(int argc, char **argv) {
   static const char *const adv_names[] = {"grpo", "drgrpo", "rloo", NULL};
   static const char *const agg_names[] = {"token", "seq", "const", NULL};
   lh_rl_run_config c = lh_rl_run_defaults();
-  long steps, group, prompts, max_new, stale, mb, warmup, slots, save_every, log_every, threads;
+  long steps, group, prompts, max_new, stale, mb, warmup, slots, save_every, keep, log_every,
+      threads;
   double eps_low, eps_high, cap, lr, kl_beta;
   int loss_i, adv_i, agg_i;
   if ((rc = lh__args_int(&a, "steps", 1, 1 << 24, c.steps, &steps)) != LH__ARGS_CONTINUE ||
@@ -64,6 +66,7 @@ int lh__cmd_rl(int argc, char **argv) {
       (rc = lh__args_int(&a, "slots", 1, 4096, c.slots, &slots)) != LH__ARGS_CONTINUE ||
       (rc = lh__args_int(&a, "save-every", 0, 1 << 24, c.save_every, &save_every)) !=
           LH__ARGS_CONTINUE ||
+      (rc = lh__args_int(&a, "keep", 0, 1 << 24, c.keep, &keep)) != LH__ARGS_CONTINUE ||
       (rc = lh__args_int(&a, "log-every", 1, 1 << 24, c.log_every, &log_every)) !=
           LH__ARGS_CONTINUE ||
       (rc = lh__args_int(&a, "threads", 0, 1024, 0, &threads)) != LH__ARGS_CONTINUE ||
@@ -92,6 +95,7 @@ int lh__cmd_rl(int argc, char **argv) {
   c.minibatches = (int)mb;
   c.slots = (int)slots;
   c.save_every = (int)save_every;
+  c.keep = (int)keep;
   c.log_every = (int)log_every;
   c.resume = lh__args_has(&a, "resume");
   c.loss.kind = (lh_loss_kind)loss_i;

@@ -3,6 +3,7 @@
  * update, a generator, and a ring of `staleness` rollout batches waiting to be trained on.
  * Checkpoints are Hugging Face directories plus trainer_state.safetensors (AdamW moments, step
  * counters and the waiting rollout batches), so a resumed run continues exactly. */
+#include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
@@ -288,6 +289,64 @@ typedef struct blob {
   size_t len;
 } blob;
 
+/* Removes checkpoint directory `dir` and the files a checkpoint holds; a directory that also
+ * holds other files is left (the caller decides whether that matters). */
+static int remove_checkpoint_dir(const char *dir) {
+  static const char *const files[] = {"config.json", "model.safetensors", "tokenizer.json",
+                                      "generation_config.json", STATE_FILE};
+  char path[4300];
+  for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+    snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+    unlink(path);
+  }
+  return rmdir(dir);
+}
+
+static int cmp_desc_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x < y) - (x > y);
+}
+
+/* --keep N: deletes the checkpoints of steps <= `step` but the newest `keep` of them (0: keeps
+ * all). Directories of later steps (left by a run that stopped before `latest` named them) are
+ * replaced when the run reaches them, so they are not touched here. A directory that cannot be
+ * removed is reported and left: losing an old checkpoint never stops training. */
+static void prune_checkpoints(const char *run, int keep, int64_t step) {
+  if (keep <= 0) return;
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s/checkpoints", run);
+  DIR *d = opendir(dir);
+  if (!d) return;
+  int64_t *steps = NULL;
+  size_t n = 0, cap = 0;
+  struct dirent *ent;
+  while ((ent = readdir(d))) {
+    unsigned long long v;
+    char name[64];
+    if (sscanf(ent->d_name, "step-%llu", &v) != 1 || v > (unsigned long long)step) continue;
+    snprintf(name, sizeof name, "step-%06llu", v);
+    if (strcmp(name, ent->d_name) != 0) continue; /* step-N.tmp and other names */
+    if (n == cap) {
+      int64_t *more = realloc(steps, (cap = cap ? 2 * cap : 16) * sizeof *steps);
+      if (!more) { /* out of memory: prune nothing this time */
+        n = 0;
+        break;
+      }
+      steps = more;
+    }
+    steps[n++] = (int64_t)v;
+  }
+  closedir(d);
+  qsort(steps, n, sizeof *steps, cmp_desc_i64);
+  for (size_t i = (size_t)keep; i < n; i++) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/step-%06lld", dir, (long long)steps[i]);
+    if (remove_checkpoint_dir(path) != 0)
+      lh_log(LH_LOG_WARN, "rl: --keep: cannot remove %s: %s", path, strerror(errno));
+  }
+  free(steps);
+}
+
 static lh_err write_checkpoint(const lh_rl_run_config *c, const lh_model *m, const lh_adamw *opt,
                                const int64_t counters[3], queue *q, const blob *tok,
                                const blob *gencfg) {
@@ -306,19 +365,15 @@ static lh_err write_checkpoint(const lh_rl_run_config *c, const lh_model *m, con
   if ((e = state_write(path, opt, counters, q))) return e;
   /* An older directory of the same step (from a run that stopped before `latest` named it)
    * is replaced. */
-  static const char *const files[] = {"config.json", "model.safetensors", "tokenizer.json",
-                                      "generation_config.json", STATE_FILE};
-  for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-    snprintf(path, sizeof path, "%s/%s", dir, files[i]);
-    unlink(path);
-  }
-  rmdir(dir);
+  remove_checkpoint_dir(dir);
   if (rename(tmp, dir) != 0)
     return lh_errorf(LH_ERR_IO, "%s: cannot rename to %s: %s", tmp, dir, strerror(errno));
   snprintf(path, sizeof path, "%s/latest", c->out_dir);
   char line[64];
   int len = snprintf(line, sizeof line, "step-%06lld\n", (long long)counters[0]);
-  return lh_file_write_atomic(path, line, (size_t)len);
+  if ((e = lh_file_write_atomic(path, line, (size_t)len))) return e;
+  prune_checkpoints(c->out_dir, c->keep, counters[0]);
+  return LH_ERR_OK;
 }
 
 /* Reads RUN/latest: the checkpoint directory to resume from. */
@@ -419,9 +474,9 @@ static lh_err read_optional(const char *dir, const char *file, size_t max, blob 
 
 lh_err lh_rl_run(const lh_rl_run_config *c) {
   if (c->steps < 1 || c->group < 2 || c->prompts < 1 || c->max_new < 1 || c->staleness < 0 ||
-      c->minibatches < 1 || c->slots < 1 || c->save_every < 0 || c->log_every < 1)
+      c->minibatches < 1 || c->slots < 1 || c->save_every < 0 || c->keep < 0 || c->log_every < 1)
     return lh_errorf(LH_ERR_INVAL, "rl: steps, prompts, max_new, minibatches, slots >= 1, "
-                                   "group >= 2, staleness, save_every >= 0 required");
+                                   "group >= 2, staleness, save_every, keep >= 0 required");
   if (c->staleness > 64)
     return lh_errorf(LH_ERR_LIMIT, "rl: staleness %d, at most 64", c->staleness);
   lh_env_config ecfg;

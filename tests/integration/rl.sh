@@ -2,7 +2,8 @@
 # Integration test of `longhaul rl`: the RL smoke test (from a briefly sft-trained character
 # model, reward on 1-digit arithmetic rises within a bounded number of steps), the run directory
 # (metrics.jsonl fields, Hugging Face checkpoints, latest), exact --resume with staleness and
-# minibatches, and refusals (different settings on resume, bad flags, a missing checkpoint).
+# minibatches, --keep (checkpoint rotation), and refusals (different settings on resume, bad
+# flags, a missing checkpoint).
 # Usage: bash rl.sh LONGHAUL_BIN SOURCE_DIR. Prints every failed check; exits 1 if any failed.
 set -uo pipefail
 
@@ -90,6 +91,17 @@ kl = [json.loads(l)["kl_loss"] for l in open(sys.argv[1])]
 assert kl[0] == 0.0 and kl[2] > 0.0, kl
 PYEOF
 
+# 3b. --keep 2: only the two newest checkpoints remain, and a run resumes from them.
+"$BIN" rl --model "$TMP/sft" --env arith:digits=1 --out "$TMP/keep" --steps 4 --save-every 1 \
+  --keep 2 --max-new 8 --threads 2 2>"$TMP/keep.err" || fail "keep run: $(tail -n 2 "$TMP/keep.err")"
+[ "$(ls "$TMP/keep/checkpoints")" = "$(printf 'step-000003\nstep-000004')" ] ||
+  fail "--keep 2 left: $(ls "$TMP/keep/checkpoints" | tr '\n' ' ')"
+"$BIN" rl --model "$TMP/sft" --env arith:digits=1 --out "$TMP/keep" --steps 6 --save-every 1 \
+  --keep 2 --max-new 8 --threads 2 --resume 2>"$TMP/keep2.err" ||
+  fail "keep resume: $(tail -n 2 "$TMP/keep2.err")"
+[ "$(ls "$TMP/keep/checkpoints")" = "$(printf 'step-000005\nstep-000006')" ] ||
+  fail "--keep 2 after resume left: $(ls "$TMP/keep/checkpoints" | tr '\n' ' ')"
+
 # 4. Refusals.
 "$BIN" rl "${ARGS[@]}" --out "$TMP/b" --steps 8 --resume --lr 1e-2 >/dev/null 2>"$TMP/r1.err"
 rc=$?
@@ -103,7 +115,7 @@ rc=$?
 rc=$?
 [ $rc -eq 1 ] && grep -q "cannot resume" "$TMP/r2.err" ||
   fail "resume without a run: exit $rc, $(cat "$TMP/r2.err")"
-for bad in "--group 1" "--loss nope" "--staleness 65" "--steps 0"; do
+for bad in "--group 1" "--loss nope" "--staleness 65" "--steps 0" "--keep -1"; do
   # shellcheck disable=SC2086
   "$BIN" rl --model "$TMP/sft" --env arith --out "$TMP/x" $bad >/dev/null 2>"$TMP/bad.err"
   rc=$?
