@@ -72,10 +72,12 @@ if runs:
     seeds = sorted({s for _, _, s in runs})
     base = load("sort-base")
     print("## Staleness: final held-out pass@1 (sort:count=4,digits=1, greedy)\n")
+    base_t1 = load("sort-base-t1")
     if base:
-        print(f"Base: {ci(base['model']['pass_at_1'])}.\n")
-    print("| loss | K | " + " | ".join(f"seed {s}" for s in seeds) + " | mean |")
-    print("|---|---|" + "---|" * (len(seeds) + 1))
+        print(f"Base: {ci(base['model']['pass_at_1'])}"
+              + (f"; T=1 {ci(base_t1['model']['pass_at_1'])}" if base_t1 else "") + ".\n")
+    print("| loss | K | " + " | ".join(f"seed {s}" for s in seeds) + " | mean | T=1 mean |")
+    print("|---|---|" + "---|" * (len(seeds) + 2))
     for loss in ["ppo", "tis", "decoupled", "decoupled_mb4"]:
         for k in [0, 2, 8, 16]:
             vals = [runs.get((loss, k, s)) for s in seeds]
@@ -83,4 +85,7 @@ if runs:
                 continue
             cells = [ci(v["model"]["pass_at_1"]) if v else "-" for v in vals]
             got = [v["model"]["pass_at_1"]["mean"] for v in vals if v]
-            print(f"| {loss} | {k} | " + " | ".join(cells) + f" | {sum(got) / len(got):.3f} |")
+            t1 = [load(f"stale-{loss}-k{k}-s{s}-t1") for s in seeds]
+            t1 = [v["model"]["pass_at_1"]["mean"] for v in t1 if v]
+            print(f"| {loss} | {k} | " + " | ".join(cells) + f" | {sum(got) / len(got):.3f} | "
+                  + (f"{sum(t1) / len(t1):.3f}" if t1 else "-") + " |")
