@@ -337,7 +337,7 @@ static void prune_checkpoints(const char *run, int keep, int64_t step) {
     steps[n++] = (int64_t)v;
   }
   closedir(d);
-  qsort(steps, n, sizeof *steps, cmp_desc_i64);
+  if (n > 1) qsort(steps, n, sizeof *steps, cmp_desc_i64);
   for (size_t i = (size_t)keep; i < n; i++) {
     char path[4200];
     snprintf(path, sizeof path, "%s/step-%06lld", dir, (long long)steps[i]);
