@@ -289,8 +289,8 @@ typedef struct blob {
   size_t len;
 } blob;
 
-/* Removes checkpoint directory `dir` and the files a checkpoint holds; a directory that also
- * holds other files is left (the caller decides whether that matters). */
+/* Removes the files a checkpoint holds from `dir`, then `dir` itself; a directory that also
+ * holds other files stays (rmdir fails; the caller decides whether that matters). */
 static int remove_checkpoint_dir(const char *dir) {
   static const char *const files[] = {"config.json", "model.safetensors", "tokenizer.json",
                                       "generation_config.json", STATE_FILE};

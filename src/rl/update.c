@@ -126,8 +126,8 @@ lh_err lh_rl_update(lh_train *t, lh_adamw *opt, lh_model *m, const lh_loss_confi
   /* TIS / masked IS: the rollout's recomputed behaviour log-probs when it has them. */
   const float *given =
       b->old && (loss->kind == LH_LOSS_TIS || loss->kind == LH_LOSS_MIS) ? b->old : NULL;
-  if (need_old && !given &&
-      minibatches > 1) { /* proximal log-probs of the weights before updating */
+  /* Otherwise, with several minibatches: proximal log-probs of the weights before updating. */
+  if (need_old && !given && minibatches > 1) {
     old = lh_xmalloc((size_t)N * sizeof *old);
     lh_train_forward(t, &full, old);
     stats->tokens += N;
