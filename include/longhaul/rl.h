@@ -160,13 +160,17 @@ typedef struct lh_rollout_batch {
 } lh_rollout_batch;
 
 /* Generates and scores. Prompts are encoded without special tokens (as `generate` does),
- * completions are decoded without special tokens before scoring. A task that the environment
+ * completions are decoded without special tokens before scoring. Group t is task task_index[t]
+ * of split: taken from tasks[t] when the caller fetched the tasks already (an evaluation that
+ * runs several models on the same tasks; a task with a NULL prompt is one the environment failed
+ * to produce), fetched here with lh_env_task_get when tasks is NULL. A task that the environment
  * fails to produce or score (exec: crash, timeout, malformed reply) marks its group not ok, is
  * logged, and the batch goes on; other errors (encoding, a prompt too long for the generator)
  * fail the call. The batch's arrays are allocated here; free them with lh_rollout_batch_free. */
 lh_err lh_rollout_generate(lh_generator *g, const lh_gen_config *gc, const lh_tokenizer *tok,
-                           lh_env *env, lh_split split, const uint64_t *task_index, int n_groups,
-                           int group_size, uint64_t seq_base, lh_rollout_batch *out);
+                           lh_env *env, lh_split split, const uint64_t *task_index,
+                           const lh_env_task *tasks, int n_groups, int group_size,
+                           uint64_t seq_base, lh_rollout_batch *out);
 void lh_rollout_batch_free(lh_rollout_batch *b);
 /* Fills b->old (allocated here) with the log-probs the training forward of `t` gives the batch's
  * tokens: called right after generation, with the weights that generated it, this is pi_old of

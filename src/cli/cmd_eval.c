@@ -26,7 +26,8 @@ static const lh__flag flags[] = {
     {"split", "NAME", false, "train or test (default test)"},
     {"n", "N", false, "tasks 0..N-1 of the split (default 500; jsonl: at most the split's size)"},
     {"samples", "K", false, "samples per task (default 1); pass@k for k = 1, 2, 4, ... and K"},
-    {"temperature", "T", false, "sampling temperature (default 0 = greedy with K = 1, else 1)"},
+    {"temperature", "T", false,
+     "sampling temperature (default 0 = greedy with K = 1, else 1; 0 needs K = 1)"},
     {"top-p", "P", false, "nucleus sampling threshold in (0, 1] (default 1 = off)"},
     {"max-new", "N", false, "tokens generated at most per sample (default 64)"},
     {"seed", "S", false, "sampling seed (default 0)"},
@@ -47,8 +48,7 @@ typedef struct {
   int chunk;         /* tasks per lh_rollout_generate call */
   int batch;         /* generator slots */
   lh_gen_config gc;  /* sampling settings (eos ids: the model's) */
-  char **prompt;     /* (n) task prompts; NULL where the environment failed */
-  char (*level)[24]; /* (n) difficulty labels */
+  lh_env_task *task; /* (n) fetched once, for every model; prompt NULL where the env failed */
   int ks[MAX_KS], n_ks;
   const char **levels; /* distinct non-empty labels, sorted */
   int n_levels;
@@ -146,10 +146,11 @@ static int run_model(const setup *s, const char *dir, run *r) {
   /* the longest prompt sizes the KV cache; one that leaves no room to generate is an error */
   int max_prompt = 1;
   for (int i = 0; i < s->n; i++) {
-    if (!s->prompt[i]) continue;
+    const char *p = s->task[i].prompt;
+    if (!p) continue;
     int32_t *ids = NULL;
     size_t len = 0;
-    if (lh_tokenizer_encode(tok, s->prompt[i], strlen(s->prompt[i]), false, &ids, &len)) {
+    if (lh_tokenizer_encode(tok, p, strlen(p), false, &ids, &len)) {
       rc = lh__cli_fail(CMD);
       goto out;
     }
@@ -179,7 +180,7 @@ static int run_model(const setup *s, const char *dir, run *r) {
       idx[t] = (uint64_t)(first + t);
     lh_rollout_batch b;
     /* task first+t, sample j: stream (first+t)*K + j */
-    if (lh_rollout_generate(g, &s->gc, tok, s->env, s->split, idx, cn, s->K,
+    if (lh_rollout_generate(g, &s->gc, tok, s->env, s->split, idx, s->task + first, cn, s->K,
                             (uint64_t)first * (uint64_t)s->K, &b)) {
       rc = lh__cli_fail(CMD);
       goto out;
@@ -227,7 +228,7 @@ static double task_value(const setup *s, const run *r, int i, int k) {
 static int select_tasks(const setup *s, const run *const *rs, int nr, const char *label, int *out) {
   int m = 0;
   for (int i = 0; i < s->n; i++) {
-    bool in = !label || !strcmp(s->level[i], label);
+    bool in = !label || !strcmp(s->task[i].level, label);
     for (int j = 0; j < nr && in; j++)
       in = rs[j]->ok[i];
     if (in) out[m++] = i;
@@ -314,7 +315,7 @@ static json_t *report_model(const setup *s, const run *r, const char *role, scra
   json_t *per = json_array();
   for (int i = 0; i < s->n; i++)
     json_array_append_new(per, json_pack("{s:i, s:s, s:b, s:i, s:f}", "index", i, "level",
-                                         s->level[i], "ok", r->ok[i], "correct", r->correct[i],
+                                         s->task[i].level, "ok", r->ok[i], "correct", r->correct[i],
                                          "reward", r->reward[i]));
   json_object_set_new(o, "per_task", per);
   return o;
@@ -338,19 +339,17 @@ static int cmp_str(const void *x, const void *y) {
   return strcmp(*(const char *const *)x, *(const char *const *)y);
 }
 
-/* Fetches every task once: prompts (to size the KV cache) and difficulty labels. */
-static void scan_tasks(setup *s) {
-  s->prompt = lh_xcalloc((size_t)s->n, sizeof *s->prompt);
-  s->level = lh_xcalloc((size_t)s->n, sizeof *s->level);
+/* Fetches every task once (every model is evaluated on these, so an environment is asked for
+ * each task once) and collects the difficulty labels. */
+static void fetch_tasks(setup *s) {
+  s->task = lh_xcalloc((size_t)s->n, sizeof *s->task);
   s->levels = lh_xcalloc((size_t)s->n, sizeof *s->levels);
   for (int i = 0; i < s->n; i++) {
-    lh_env_task t;
-    if (lh_env_task_get(s->env, s->split, (uint64_t)i, &t)) continue; /* rollout logs it */
-    s->prompt[i] = t.prompt;
-    t.prompt = NULL;
-    memcpy(s->level[i], t.level, sizeof t.level);
-    lh_env_task_clear(&t);
-    if (s->level[i][0]) s->levels[s->n_levels++] = s->level[i];
+    if (lh_env_task_get(s->env, s->split, (uint64_t)i, &s->task[i])) {
+      lh_log(LH_LOG_WARN, "eval: task %d skipped: %s", i, lh_last_error());
+      continue;
+    }
+    if (s->task[i].level[0]) s->levels[s->n_levels++] = s->task[i].level;
   }
   qsort(s->levels, (size_t)s->n_levels, sizeof *s->levels, cmp_str);
   int u = 0;
@@ -391,6 +390,11 @@ int lh__cmd_eval(int argc, char **argv) {
       (rc = lh__args_int(&a, "threads", 0, 1024, 0, &threads)) != LH__ARGS_CONTINUE ||
       (rc = lh__args_choice(&a, "split", splits, LH_SPLIT_TEST, &split)) != LH__ARGS_CONTINUE)
     return rc;
+  if (K > 1 && temperature == 0)
+    return lh__cli_error(CMD, LH__EXIT_USAGE,
+                         "--samples %ld with --temperature 0: greedy decoding gives the same "
+                         "sample every time; use --samples 1, or a temperature above 0",
+                         K);
   lh_set_threads((int)threads);
   const char *dir = lh__args_str(&a, "model", NULL), *dir2 = lh__args_str(&a, "compare", NULL);
   const char *json_path = lh__args_str(&a, "json", NULL);
@@ -441,7 +445,7 @@ int lh__cmd_eval(int argc, char **argv) {
   for (int k = 2; k < K && s.n_ks < MAX_KS - 1; k *= 2)
     s.ks[s.n_ks++] = k;
   if (K > 1) s.ks[s.n_ks++] = (int)K;
-  scan_tasks(&s);
+  fetch_tasks(&s);
 
   if ((rc = run_model(&s, dir, &ra)) != LH__EXIT_OK) goto out;
   if (dir2 && (rc = run_model(&s, dir2, &rb)) != LH__EXIT_OK) goto out;
@@ -485,11 +489,10 @@ out:
   free(w.vb);
   run_free(&ra);
   run_free(&rb);
-  if (s.prompt)
+  if (s.task)
     for (int i = 0; i < s.n; i++)
-      free(s.prompt[i]);
-  free(s.prompt);
-  free(s.level);
+      lh_env_task_clear(&s.task[i]);
+  free(s.task);
   free(s.levels);
   lh_env_free(s.env);
   return rc;

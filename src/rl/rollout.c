@@ -23,14 +23,16 @@ void lh_rollout_batch_free(lh_rollout_batch *b) {
 }
 
 lh_err lh_rollout_generate(lh_generator *g, const lh_gen_config *gc, const lh_tokenizer *tok,
-                           lh_env *env, lh_split split, const uint64_t *task_index, int n_groups,
-                           int group_size, uint64_t seq_base, lh_rollout_batch *out) {
+                           lh_env *env, lh_split split, const uint64_t *task_index,
+                           const lh_env_task *tasks, int n_groups, int group_size,
+                           uint64_t seq_base, lh_rollout_batch *out) {
   memset(out, 0, sizeof *out);
   if (n_groups < 1 || group_size < 1 || gc->max_new < 1)
     return lh_errorf(LH_ERR_INVAL, "rollout: %d groups of %d, max_new %d: all must be >= 1",
                      n_groups, group_size, gc->max_new);
   int n = n_groups * group_size, max_new = gc->max_new;
-  lh_env_task *tasks = lh_xcalloc((size_t)n_groups, sizeof *tasks);
+  /* the tasks fetched here when the caller passed none */
+  lh_env_task *own = tasks ? NULL : lh_xcalloc((size_t)n_groups, sizeof *own);
   int32_t **prompts = lh_xcalloc((size_t)n_groups, sizeof *prompts);
   size_t *plen = lh_xcalloc((size_t)n_groups, sizeof *plen);
   lh_gen_request *reqs = lh_xcalloc((size_t)n, sizeof *reqs);
@@ -54,12 +56,13 @@ lh_err lh_rollout_generate(lh_generator *g, const lh_gen_config *gc, const lh_to
   int n_req = 0;
   for (int t = 0; t < n_groups; t++) {
     out->task_index[t] = task_index[t];
-    if (lh_env_task_get(env, split, task_index[t], &tasks[t])) {
+    if (own && lh_env_task_get(env, split, task_index[t], &own[t])) {
       lh_log(LH_LOG_WARN, "rollout: task %llu skipped: %s", (unsigned long long)task_index[t],
              lh_last_error());
       continue;
     }
-    const char *p = tasks[t].prompt;
+    const char *p = own ? own[t].prompt : tasks[t].prompt;
+    if (!p) continue; /* the caller's fetch failed (and was logged there) */
     if ((e = lh_tokenizer_encode(tok, p, strlen(p), false, &prompts[t], &plen[t]))) goto done;
     out->group_ok[t] = 1;
     for (int j = 0; j < group_size; j++) {
@@ -120,7 +123,7 @@ lh_err lh_rollout_generate(lh_generator *g, const lh_gen_config *gc, const lh_to
       if ((e = lh_tokenizer_decode(tok, outs[s].tokens, (size_t)outs[s].n, true, &text, &len)))
         goto done;
       lh_env_result r;
-      lh_err se = lh_env_score(env, &tasks[t], text, len, &r);
+      lh_err se = lh_env_score(env, own ? &own[t] : &tasks[t], text, len, &r);
       free(text);
       if (se) {
         lh_log(LH_LOG_WARN, "rollout: task %llu skipped, scoring failed: %s",
@@ -152,10 +155,10 @@ lh_err lh_rollout_generate(lh_generator *g, const lh_gen_config *gc, const lh_to
 
 done:
   for (int t = 0; t < n_groups; t++) {
-    lh_env_task_clear(&tasks[t]);
+    if (own) lh_env_task_clear(&own[t]);
     free(prompts[t]);
   }
-  free(tasks);
+  free(own);
   free(prompts);
   free(plen);
   free(reqs);

@@ -561,8 +561,8 @@ lh_err lh_rl_run(const lh_rl_run_config *c) {
       for (int p = 0; p < c->prompts; p++)
         tasks[p] = (uint64_t)(g * c->prompts + p);
       lh_rollout_batch b;
-      if ((e = lh_rollout_generate(gen, &gc, tok, env, LH_SPLIT_TRAIN, tasks, c->prompts, c->group,
-                                   (uint64_t)g * n_seq, &b)))
+      if ((e = lh_rollout_generate(gen, &gc, tok, env, LH_SPLIT_TRAIN, tasks, NULL, c->prompts,
+                                   c->group, (uint64_t)g * n_seq, &b)))
         break;
       b.version = counters[0];
       if (recompute && ((e = ensure_train(m, b.seq_start[n_seq], max_seq, &train, &train_cap)) ||

@@ -504,6 +504,8 @@ run eval-split "$BIN" eval --model "$TMP/gen" --env arith --split dev
 expect_rc eval-split 2 && expect_one_line_error eval-split '--split: expected one of train\|test, got "dev"'
 run eval-samples "$BIN" eval --model "$TMP/gen" --env arith --samples 0
 expect_rc eval-samples 2 && expect_one_line_error eval-samples '--samples: expected an integer'
+run eval-greedy-k "$BIN" eval --model "$TMP/gen" --env arith --samples 4 --temperature 0
+expect_rc eval-greedy-k 2 && expect_one_line_error eval-greedy-k '--samples 4 with --temperature 0: greedy decoding gives the same sample every time'
 run eval-notok "$BIN" eval --model "$TMP/qwen2" --env arith --n 2
 expect_rc eval-notok 1 && expect_one_line_error eval-notok 'tokenizer.json'
 run eval-nocompare "$BIN" eval --model "$TMP/gen" --env arith --n 2 --compare "$TMP/nowhere"
@@ -563,6 +565,22 @@ assert d["tasks"] == 24 and d["pass_at_1"]["mean"] == 0 and d["pass_at_1"]["lo"]
 assert r["model"]["per_task"] == r["compare"]["per_task"]
 ' "$TMP/eval-self.json"
 }
+# an exec environment is asked for each task once, however many models run on it; the task it
+# fails on (index 2 answers garbage) is skipped for both models and counted
+rm -f "$TMP/exec.log"
+run eval-exec env EXEC_ENV_LOG="$TMP/exec.log" "$BIN" eval --model "$EVAL_MODEL" --n 6 --samples 2 --max-new 6 \
+  --env "exec:path=/usr/bin/python3 $SRC/tests/fixtures/env/exec_env.py garbage" --compare "$EVAL_MODEL" --json "$TMP/eval-exec.json"
+expect_rc eval-exec 0 && py eval-exec-requests '
+import json, sys
+reqs = [l.split() for l in open(sys.argv[1])]
+gen = sorted(int(r[2]) for r in reqs if r[0] == "generate")
+assert gen == [0, 1, 2, 3, 4, 5], f"generate requests: {gen}"
+assert sum(r[0] == "score" for r in reqs) == 2 * 5 * 2, reqs
+r = json.load(open(sys.argv[2]))
+for who in ("model", "compare"):
+    assert r[who]["tasks_scored"] == 5 and r[who]["tasks_skipped"] == 1, r[who]
+    assert not r[who]["per_task"][2]["ok"], r[who]["per_task"][2]
+' "$TMP/exec.log" "$TMP/eval-exec.json"
 
 echo "cli.sh: $CHECKS checks passed, $FAILED failed"
 [ "$FAILED" -eq 0 ]
