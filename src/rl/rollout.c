@@ -31,8 +31,9 @@ lh_err lh_rollout_generate(lh_generator *g, const lh_gen_config *gc, const lh_to
     return lh_errorf(LH_ERR_INVAL, "rollout: %d groups of %d, max_new %d: all must be >= 1",
                      n_groups, group_size, gc->max_new);
   int n = n_groups * group_size, max_new = gc->max_new;
-  /* the tasks fetched here when the caller passed none */
+  /* the tasks fetched here when the caller passed none; group t's task is task[t] */
   lh_env_task *own = tasks ? NULL : lh_xcalloc((size_t)n_groups, sizeof *own);
+  const lh_env_task *task = own ? own : tasks;
   int32_t **prompts = lh_xcalloc((size_t)n_groups, sizeof *prompts);
   size_t *plen = lh_xcalloc((size_t)n_groups, sizeof *plen);
   lh_gen_request *reqs = lh_xcalloc((size_t)n, sizeof *reqs);
@@ -61,7 +62,7 @@ lh_err lh_rollout_generate(lh_generator *g, const lh_gen_config *gc, const lh_to
              lh_last_error());
       continue;
     }
-    const char *p = own ? own[t].prompt : tasks[t].prompt;
+    const char *p = task[t].prompt;
     if (!p) continue; /* the caller's fetch failed (and was logged there) */
     if ((e = lh_tokenizer_encode(tok, p, strlen(p), false, &prompts[t], &plen[t]))) goto done;
     out->group_ok[t] = 1;
@@ -123,7 +124,7 @@ lh_err lh_rollout_generate(lh_generator *g, const lh_gen_config *gc, const lh_to
       if ((e = lh_tokenizer_decode(tok, outs[s].tokens, (size_t)outs[s].n, true, &text, &len)))
         goto done;
       lh_env_result r;
-      lh_err se = lh_env_score(env, own ? &own[t] : &tasks[t], text, len, &r);
+      lh_err se = lh_env_score(env, &task[t], text, len, &r);
       free(text);
       if (se) {
         lh_log(LH_LOG_WARN, "rollout: task %llu skipped, scoring failed: %s",
