@@ -65,6 +65,8 @@ typedef struct lh_generator lh_generator;
 lh_err lh_generator_create(const lh_infer *m, int n_slots, int max_seq, int prefill_chunk,
                            lh_generator **out);
 void lh_generator_free(lh_generator *g);
+/* The max_seq it was created with: prompt and completion tokens of one sequence, at most. */
+int lh_generator_max_seq(const lh_generator *g);
 
 /* Statistics of the last lh_generate call. */
 typedef struct lh_gen_stats {

@@ -159,14 +159,15 @@ typedef struct lh_rollout_batch {
   uint8_t *correct, *well_formed, *finish; /* (n); finish is an lh_finish */
 } lh_rollout_batch;
 
-/* Generates and scores. Prompts are encoded without special tokens (as `generate` does),
- * completions are decoded without special tokens before scoring. Group t is task task_index[t]
+/* Generates and scores. Prompts are encoded recognising special tokens (as `generate` and
+ * Hugging Face tokenizers do), completions are decoded without special tokens before scoring. Group t is task task_index[t]
  * of split: taken from tasks[t] when the caller fetched the tasks already (an evaluation that
  * runs several models on the same tasks; a task with a NULL prompt is one the environment failed
  * to produce), fetched here with lh_env_task_get when tasks is NULL. A task that the environment
  * fails to produce or score (exec: crash, timeout, malformed reply) marks its group not ok, is
- * logged, and the batch goes on; other errors (encoding, a prompt too long for the generator)
- * fail the call. The batch's arrays are allocated here; free them with lh_rollout_batch_free. */
+ * logged, and the batch goes on; so does a task whose prompt leaves fewer than gc->max_new
+ * tokens of the generator's max_seq (no completion is cut short by the context). Other errors
+ * (encoding, a bad token) fail the call. The batch's arrays are allocated here; free them with lh_rollout_batch_free. */
 lh_err lh_rollout_generate(lh_generator *g, const lh_gen_config *gc, const lh_tokenizer *tok,
                            lh_env *env, lh_split split, const uint64_t *task_index,
                            const lh_env_task *tasks, int n_groups, int group_size,
@@ -233,6 +234,7 @@ typedef struct lh_rl_run_config {
   int steps;             /* policy updates in total (a resumed run continues up to it) */
   int group, prompts;    /* completions per prompt, prompts per step */
   int max_new;           /* completion tokens at most */
+  int max_prompt;        /* prompt tokens at most; tasks with longer prompts are skipped */
   int staleness;         /* K */
   int minibatches;       /* optimiser steps per batch */
   int slots;             /* concurrent sequences in the generator */
@@ -246,7 +248,7 @@ typedef struct lh_rl_run_config {
   bool resume; /* continue RUN from its latest checkpoint (same settings required) */
 } lh_rl_run_config;
 
-/* Group 8, 16 prompts, 32 new tokens, no staleness, 1 minibatch, 64 slots, save every 50 and
+/* Group 8, 16 prompts, 32 new tokens, prompts of up to 256 tokens, no staleness, 1 minibatch, 64 slots, save every 50 and
  * keep all checkpoints, log every 10, seed 0, lh_loss_defaults but TIS (docs/RESULTS.md,
  * "Staleness"), GRPO with std normalisation, AdamW lr 1e-4 (constant) without weight decay. */
 lh_rl_run_config lh_rl_run_defaults(void);

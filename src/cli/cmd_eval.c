@@ -143,29 +143,29 @@ static int run_model(const setup *s, const char *dir, run *r) {
     goto out;
   }
   const lh_config *c = lh_infer_config(m);
-  /* the longest prompt sizes the KV cache; one that leaves no room to generate is an error */
+  /* the longest prompt sizes the KV cache; one that leaves no room for --max-new tokens in the
+   * model's context is an error */
   int max_prompt = 1;
   for (int i = 0; i < s->n; i++) {
     const char *p = s->task[i].prompt;
     if (!p) continue;
     int32_t *ids = NULL;
     size_t len = 0;
-    if (lh_tokenizer_encode(tok, p, strlen(p), false, &ids, &len)) {
+    if (lh_tokenizer_encode(tok, p, strlen(p), true, &ids, &len)) {
       rc = lh__cli_fail(CMD);
       goto out;
     }
     free(ids);
-    if ((int)len >= c->max_positions) {
+    if ((long)len + s->gc.max_new > c->max_positions) {
       rc = lh__cli_error(CMD, LH__EXIT_FAIL,
-                         "%s: task %d: the prompt has %zu tokens; the model's context is %d "
-                         "tokens, so no room is left to generate",
-                         dir, i, len, c->max_positions);
+                         "%s: task %d: the prompt has %zu tokens and --max-new is %d; the "
+                         "model's context is %d tokens",
+                         dir, i, len, s->gc.max_new, c->max_positions);
       goto out;
     }
     if ((int)len > max_prompt) max_prompt = (int)len;
   }
-  int max_seq =
-      max_prompt + s->gc.max_new < c->max_positions ? max_prompt + s->gc.max_new : c->max_positions;
+  int max_seq = max_prompt + s->gc.max_new;
   long want = (long)s->n * s->K;
   int slots = want < s->batch ? (int)want : s->batch;
   if ((slots > 8 && lh_infer_keep_fp32(m)) || lh_generator_create(m, slots, max_seq, 0, &g)) {

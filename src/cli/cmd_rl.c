@@ -19,6 +19,8 @@ static const lh__flag flags[] = {
     {"group", "G", false, "completions per prompt (default 8)"},
     {"prompts", "P", false, "prompts per step (default 16)"},
     {"max-new", "N", false, "completion tokens at most (default 32)"},
+    {"max-prompt", "N", false, "prompt tokens at most; tasks with longer prompts are skipped "
+                               "(default 256)"},
     {"staleness", "K", false, "train on rollouts of the policy K versions back (default 0)"},
     {"loss", "KIND", false, "ppo | tis | mis | decoupled (default tis)"},
     {"eps-low", "E", false, "PPO clip below 1 (default 0.2)"},
@@ -52,7 +54,7 @@ int lh__cmd_rl(int argc, char **argv) {
   static const char *const adv_names[] = {"grpo", "drgrpo", "rloo", NULL};
   static const char *const agg_names[] = {"token", "seq", "const", NULL};
   lh_rl_run_config c = lh_rl_run_defaults();
-  long steps, group, prompts, max_new, stale, mb, warmup, slots, save_every, keep, log_every,
+  long steps, group, prompts, max_new, max_prompt, stale, mb, warmup, slots, save_every, keep, log_every,
       threads;
   double eps_low, eps_high, cap, lr, kl_beta;
   int loss_i, adv_i, agg_i;
@@ -60,6 +62,8 @@ int lh__cmd_rl(int argc, char **argv) {
       (rc = lh__args_int(&a, "group", 2, 1024, c.group, &group)) != LH__ARGS_CONTINUE ||
       (rc = lh__args_int(&a, "prompts", 1, 4096, c.prompts, &prompts)) != LH__ARGS_CONTINUE ||
       (rc = lh__args_int(&a, "max-new", 1, 1 << 16, c.max_new, &max_new)) != LH__ARGS_CONTINUE ||
+      (rc = lh__args_int(&a, "max-prompt", 1, 1 << 20, c.max_prompt, &max_prompt)) !=
+          LH__ARGS_CONTINUE ||
       (rc = lh__args_int(&a, "staleness", 0, 64, 0, &stale)) != LH__ARGS_CONTINUE ||
       (rc = lh__args_int(&a, "minibatches", 1, 1024, 1, &mb)) != LH__ARGS_CONTINUE ||
       (rc = lh__args_int(&a, "warmup", 0, 1 << 24, 0, &warmup)) != LH__ARGS_CONTINUE ||
@@ -91,6 +95,7 @@ int lh__cmd_rl(int argc, char **argv) {
   c.group = (int)group;
   c.prompts = (int)prompts;
   c.max_new = (int)max_new;
+  c.max_prompt = (int)max_prompt;
   c.staleness = (int)stale;
   c.minibatches = (int)mb;
   c.slots = (int)slots;

@@ -35,8 +35,8 @@ static int append_example(const lh_tokenizer *tok, const lh_config *c, const lh_
                           int32_t *tokens, float *weight, int at, int max_seq) {
   int32_t *p = NULL, *s = NULL;
   size_t np = 0, ns = 0;
-  if (lh_tokenizer_encode(tok, t->prompt, strlen(t->prompt), false, &p, &np) ||
-      lh_tokenizer_encode(tok, t->solution, strlen(t->solution), false, &s, &ns)) {
+  if (lh_tokenizer_encode(tok, t->prompt, strlen(t->prompt), true, &p, &np) ||
+      lh_tokenizer_encode(tok, t->solution, strlen(t->solution), true, &s, &ns)) {
     free(p);
     return -2;
   }

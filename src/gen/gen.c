@@ -85,6 +85,8 @@ void lh_generator_free(lh_generator *g) {
   free(g);
 }
 
+int lh_generator_max_seq(const lh_generator *g) { return g->max_seq; }
+
 /* Appends the token's bytes to the slot's tail (the last STOP_TAIL bytes of the completion)
  * and reports whether a stop string now ends inside the bytes this token added. */
 static bool hits_stop_string(const lh_gen_config *cfg, slot_state *s, int32_t token) {

@@ -31,6 +31,7 @@ lh_err lh_rollout_generate(lh_generator *g, const lh_gen_config *gc, const lh_to
     return lh_errorf(LH_ERR_INVAL, "rollout: %d groups of %d, max_new %d: all must be >= 1",
                      n_groups, group_size, gc->max_new);
   int n = n_groups * group_size, max_new = gc->max_new;
+  int room = lh_generator_max_seq(g) - max_new; /* prompt tokens at most */
   /* the tasks fetched here when the caller passed none; group t's task is task[t] */
   lh_env_task *own = tasks ? NULL : lh_xcalloc((size_t)n_groups, sizeof *own);
   const lh_env_task *task = own ? own : tasks;
@@ -64,7 +65,14 @@ lh_err lh_rollout_generate(lh_generator *g, const lh_gen_config *gc, const lh_to
     }
     const char *p = task[t].prompt;
     if (!p) continue; /* the caller's fetch failed (and was logged there) */
-    if ((e = lh_tokenizer_encode(tok, p, strlen(p), false, &prompts[t], &plen[t]))) goto done;
+    if ((e = lh_tokenizer_encode(tok, p, strlen(p), true, &prompts[t], &plen[t]))) goto done;
+    if (plen[t] > (size_t)room) {
+      lh_log(LH_LOG_WARN,
+             "rollout: task %llu skipped: its prompt has %zu tokens, more than the %d that "
+             "leave room for %d new tokens",
+             (unsigned long long)task_index[t], plen[t], room, max_new);
+      continue;
+    }
     out->group_ok[t] = 1;
     for (int j = 0; j < group_size; j++) {
       lh_gen_request *r = &reqs[n_req];

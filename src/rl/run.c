@@ -18,7 +18,6 @@
 
 #define STATE_FILE   "trainer_state.safetensors"
 #define STATE_FORMAT 1
-#define MAX_PROMPT   256 /* prompt tokens a run's generator leaves room for */
 
 lh_rl_run_config lh_rl_run_defaults(void) {
   lh_rl_run_config c = {0};
@@ -26,6 +25,7 @@ lh_rl_run_config lh_rl_run_defaults(void) {
   c.group = 8;
   c.prompts = 16;
   c.max_new = 32;
+  c.max_prompt = 256;
   c.staleness = 0;
   c.minibatches = 1;
   c.slots = 64;
@@ -52,12 +52,12 @@ static json_t *settings_json(const lh_rl_run_config *c) {
   const lh_loss_config *l = &c->loss;
   const lh_adamw_config *o = &c->opt;
   return json_pack(
-      "{s:i, s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:I,"
+      "{s:i, s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:I,"
       " s:{s:s, s:f, s:f, s:f, s:f, s:f, s:b, s:f, s:s, s:f},"
       " s:{s:s, s:b, s:f},"
       " s:{s:f, s:f, s:f, s:f, s:f, s:f, s:i}}",
       "format", STATE_FORMAT, "model", c->model_dir, "env", c->env_spec, "group", c->group,
-      "prompts", c->prompts, "max_new", c->max_new, "staleness", c->staleness, "minibatches",
+      "prompts", c->prompts, "max_new", c->max_new, "max_prompt", c->max_prompt, "staleness", c->staleness, "minibatches",
       c->minibatches, "slots", c->slots, "seed", (json_int_t)c->seed, "loss", "kind",
       loss_names[l->kind], "eps_low", (double)l->eps_low, "eps_high", (double)l->eps_high, "C",
       (double)l->C, "lo", (double)l->lo, "hi", (double)l->hi, "prox_mask", l->prox_mask, "m2po_tau",
@@ -90,6 +90,9 @@ static lh_err settings_check(const lh_rl_run_config *c) {
     json_decref(now);
     return lh_errorf(LH_ERR_FORMAT, "%s: cannot resume: %s (line %d)", path, je.text, je.line);
   }
+  /* runs started before --max-prompt existed had a fixed 256 */
+  if (json_is_object(was) && !json_object_get(was, "max_prompt"))
+    json_object_set_new(was, "max_prompt", json_integer(256));
   const char *key;
   json_t *v;
   json_object_foreach(now, key, v) {
@@ -366,8 +369,7 @@ static lh_err write_checkpoint(const lh_rl_run_config *c, const lh_model *m, con
   /* An older directory of the same step (from a run that stopped before `latest` named it)
    * is replaced. */
   remove_checkpoint_dir(dir);
-  if (rename(tmp, dir) != 0)
-    return lh_errorf(LH_ERR_IO, "%s: cannot rename to %s: %s", tmp, dir, strerror(errno));
+  if ((e = lh_file_commit(tmp, dir))) return e; /* renamed and on disk before `latest` names it */
   snprintf(path, sizeof path, "%s/latest", c->out_dir);
   char line[64];
   int len = snprintf(line, sizeof line, "step-%06lld\n", (long long)counters[0]);
@@ -473,9 +475,10 @@ static lh_err read_optional(const char *dir, const char *file, size_t max, blob 
 }
 
 lh_err lh_rl_run(const lh_rl_run_config *c) {
-  if (c->steps < 1 || c->group < 2 || c->prompts < 1 || c->max_new < 1 || c->staleness < 0 ||
+  if (c->steps < 1 || c->group < 2 || c->prompts < 1 || c->max_new < 1 || c->max_prompt < 1 ||
+      c->staleness < 0 ||
       c->minibatches < 1 || c->slots < 1 || c->save_every < 0 || c->keep < 0 || c->log_every < 1)
-    return lh_errorf(LH_ERR_INVAL, "rl: steps, prompts, max_new, minibatches, slots >= 1, "
+    return lh_errorf(LH_ERR_INVAL, "rl: steps, prompts, max_new, max_prompt, minibatches, slots >= 1, "
                                    "group >= 2, staleness, save_every, keep >= 0 required");
   if (c->staleness > 64)
     return lh_errorf(LH_ERR_LIMIT, "rl: staleness %d, at most 64", c->staleness);
@@ -528,13 +531,20 @@ lh_err lh_rl_run(const lh_rl_run_config *c) {
   } else {
     unlink(path);
   }
-  if (!(metrics = fopen(path, "a"))) {
+  if (!(metrics = fopen(path, "ae"))) {
     e = lh_errorf(LH_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     goto out;
   }
   const lh_config *mc = &m->cfg;
-  int max_seq =
-      mc->max_positions < MAX_PROMPT + c->max_new ? mc->max_positions : MAX_PROMPT + c->max_new;
+  /* room for max_prompt prompt tokens and max_new completion tokens, within the context */
+  if ((long)c->max_prompt + c->max_new > mc->max_positions) {
+    e = lh_errorf(LH_ERR_LIMIT,
+                  "rl: --max-prompt %d and --max-new %d exceed the model's context of %d tokens "
+                  "(%s/config.json max_position_embeddings)",
+                  c->max_prompt, c->max_new, mc->max_positions, src);
+    goto out;
+  }
+  int max_seq = c->max_prompt + c->max_new;
   int n_seq = c->prompts * c->group, slots = c->slots < n_seq ? c->slots : n_seq;
   if ((e = lh_infer_from_model(m, &policy)) || (slots > 8 && (e = lh_infer_keep_fp32(policy))) ||
       (e = lh_generator_create(policy, slots, max_seq, 0, &gen)))
@@ -556,6 +566,7 @@ lh_err lh_rl_run(const lh_rl_run_config *c) {
     /* Generate until K batches wait beyond the one to train on now. */
     double t0 = lh_time_now();
     gen_summary gs = {0};
+    long gen_tokens = 0; /* completion tokens of every batch generated for this step */
     while (q.len <= c->staleness) {
       int64_t g = counters[1];
       for (int p = 0; p < c->prompts; p++)
@@ -572,6 +583,7 @@ lh_err lh_rl_run(const lh_rl_run_config *c) {
       }
       counters[1]++;
       gs = summarise(&b);
+      gen_tokens += gs.completion_tokens;
       queue_push(&q, &b);
     }
     if (e) break;
@@ -636,13 +648,16 @@ lh_err lh_rl_run(const lh_rl_run_config *c) {
     json_object_set_new(o, "failed_groups", json_integer(failed));
     set_num(o, "gen_s", t1 - t0);
     set_num(o, "train_s", t2 - t1);
-    set_num(o, "gen_tokens_per_s", t1 > t0 ? gs.completion_tokens / (t1 - t0) : 0.0);
+    set_num(o, "gen_tokens_per_s", t1 > t0 ? gen_tokens / (t1 - t0) : 0.0);
     set_num(o, "train_tokens_per_s", t2 > t1 ? ss.tokens / (t2 - t1) : 0.0);
     char *line = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6));
     json_decref(o);
-    fprintf(metrics, "%s\n", line);
+    int wrote = fprintf(metrics, "%s\n", line) >= 0 && fflush(metrics) == 0;
     free(line);
-    fflush(metrics);
+    if (!wrote) { /* a full disk: stop before steps go unrecorded */
+      e = lh_errorf(LH_ERR_IO, "%s/metrics.jsonl: cannot write: %s", c->out_dir, strerror(errno));
+      break;
+    }
     if (step % c->log_every == 0 || step == c->steps)
       fprintf(stderr,
               "rl: step %lld/%d reward %.3f accuracy %.3f len %.1f clip %.3f stale %lld "

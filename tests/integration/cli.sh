@@ -506,6 +506,8 @@ run eval-samples "$BIN" eval --model "$TMP/gen" --env arith --samples 0
 expect_rc eval-samples 2 && expect_one_line_error eval-samples '--samples: expected an integer'
 run eval-greedy-k "$BIN" eval --model "$TMP/gen" --env arith --samples 4 --temperature 0
 expect_rc eval-greedy-k 2 && expect_one_line_error eval-greedy-k '--samples 4 with --temperature 0: greedy decoding gives the same sample every time'
+run eval-ctx "$BIN" eval --model "$TMP/gen" --env arith --n 2 --max-new 2047
+expect_rc eval-ctx 1 && expect_one_line_error eval-ctx 'and --max-new is 2047; the model.s context is 2048 tokens'
 run eval-notok "$BIN" eval --model "$TMP/qwen2" --env arith --n 2
 expect_rc eval-notok 1 && expect_one_line_error eval-notok 'tokenizer.json'
 run eval-nocompare "$BIN" eval --model "$TMP/gen" --env arith --n 2 --compare "$TMP/nowhere"

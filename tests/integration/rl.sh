@@ -2,8 +2,9 @@
 # Integration test of `longhaul rl`: the RL smoke test (from a briefly sft-trained character
 # model, reward on 1-digit arithmetic rises within a bounded number of steps), the run directory
 # (metrics.jsonl fields, Hugging Face checkpoints, latest), exact --resume with staleness and
-# minibatches, --keep (checkpoint rotation), and refusals (different settings on resume, bad
-# flags, a missing checkpoint).
+# minibatches, --keep (checkpoint rotation), resuming a run.json written before --max-prompt,
+# and refusals (different settings on resume, a prompt and completion longer than the context,
+# bad flags, a missing checkpoint).
 # Usage: bash rl.sh LONGHAUL_BIN SOURCE_DIR. Prints every failed check; exits 1 if any failed.
 set -uo pipefail
 
@@ -102,7 +103,27 @@ PYEOF
 [ "$(ls "$TMP/keep/checkpoints")" = "$(printf 'step-000005\nstep-000006')" ] ||
   fail "--keep 2 after resume left: $(ls "$TMP/keep/checkpoints" | tr '\n' ' ')"
 
+# 3c. A run.json from before --max-prompt (no max_prompt key: the fixed 256 of that time)
+# resumes; another --max-prompt does not.
+$PY - "$TMP/b/run.json" <<'PYEOF' || fail "could not edit run.json"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d.pop("max_prompt") == 256, "run.json lacks max_prompt 256"
+json.dump(d, open(sys.argv[1], "w"))
+PYEOF
+"$BIN" rl "${ARGS[@]}" --out "$TMP/b" --steps 7 --resume 2>"$TMP/b3.err" ||
+  fail "resume of a run.json without max_prompt: $(tail -n 2 "$TMP/b3.err")"
+"$BIN" rl "${ARGS[@]}" --out "$TMP/b" --steps 8 --resume --max-prompt 100 >/dev/null 2>"$TMP/r4.err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "different settings: max_prompt was 256, now 100" "$TMP/r4.err" ||
+  fail "resume with another --max-prompt: exit $rc, $(cat "$TMP/r4.err")"
+
 # 4. Refusals.
+"$BIN" rl --model "$TMP/sft" --env arith --out "$TMP/ctx" --max-prompt 2045 --max-new 8 \
+  >/dev/null 2>"$TMP/ctx.err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "exceed the model's context of 2048 tokens" "$TMP/ctx.err" ||
+  fail "--max-prompt + --max-new beyond the context: exit $rc, $(cat "$TMP/ctx.err")"
 "$BIN" rl "${ARGS[@]}" --out "$TMP/b" --steps 8 --resume --lr 1e-2 >/dev/null 2>"$TMP/r1.err"
 rc=$?
 [ $rc -eq 1 ] && grep -q "different settings: opt" "$TMP/r1.err" ||

@@ -1,17 +1,92 @@
-/* RL on rollouts: batch assembly (advantages per group, skipped and failed groups left out,
- * loss weights on completions only) and the policy update (a positive advantage raises the
- * completion's log-prob, a negative one lowers it; minibatches split at group boundaries). */
+/* RL on rollouts: generation (prompts encoded with special tokens; a prompt that leaves no
+ * room for max_new tokens skips its group, not the batch), batch assembly (advantages per group,
+ * skipped and failed groups left out, loss weights on completions only) and the policy update
+ * (a positive advantage raises the completion's log-prob, a negative one lowers it; minibatches
+ * split at group boundaries). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 
 #include <cmocka.h>
 
+#include "longhaul/infer.h"
 #include "longhaul/rl.h"
+
+/* Three train tasks: a short prompt, one longer than the generator leaves room for, and one
+ * that spells the chars tokenizer's <|eos|> (id 2). Generator: 20 positions, 4 new tokens, so
+ * prompts of up to 16 tokens. */
+static void test_rollout_prompts(void **state) {
+  (void)state;
+  char train[] = "/tmp/longhaul-test-rl-XXXXXX", test[] = "/tmp/longhaul-test-rl-XXXXXX";
+  int fd = mkstemp(train), fd2 = mkstemp(test);
+  assert_true(fd >= 0 && fd2 >= 0);
+  const char *rows = "{\"prompt\": \"ab\", \"answer\": \"x\"}\n"
+                     "{\"prompt\": \"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\", \"answer\": \"x\"}\n"
+                     "{\"prompt\": \"a<|eos|>b\", \"answer\": \"x\"}\n";
+  assert_int_equal(write(fd, rows, strlen(rows)), (ssize_t)strlen(rows));
+  const char *test_rows = "{\"prompt\": \"ba\", \"answer\": \"y\"}\n";
+  assert_int_equal(write(fd2, test_rows, strlen(test_rows)), (ssize_t)strlen(test_rows));
+  close(fd);
+  close(fd2);
+  char spec[200];
+  snprintf(spec, sizeof spec, "jsonl:path=%s,test=%s", train, test);
+  lh_env_config ec;
+  lh_env *env = NULL;
+  assert_int_equal(lh_env_config_parse(spec, &ec), LH_ERR_OK);
+  assert_int_equal(lh_env_create(&ec, &env), LH_ERR_OK);
+
+  lh_tokenizer *tok = NULL;
+  char *json = lh_tokenizer_chars_json();
+  assert_int_equal(lh_tokenizer_parse(json, strlen(json), "chars", &tok), LH_ERR_OK);
+  free(json);
+  lh_config c;
+  assert_int_equal(lh_config_preset("tiny", LH_ARCH_QWEN2, &c), LH_ERR_OK);
+  c.vocab_size = lh_tokenizer_vocab_size(tok);
+  c.eos_token_id = -1;
+  lh_model *m = NULL;
+  lh_infer *inf = NULL;
+  lh_generator *g = NULL;
+  assert_int_equal(lh_model_create(&c, &m), LH_ERR_OK);
+  lh_model_init_random(m, 5);
+  assert_int_equal(lh_infer_from_model(m, &inf), LH_ERR_OK);
+  assert_int_equal(lh_generator_create(inf, 2, 20, 0, &g), LH_ERR_OK);
+  lh_gen_config gc = lh_gen_defaults();
+  gc.max_new = 4;
+  gc.tok = tok;
+
+  uint64_t tasks[3] = {0, 1, 2};
+  lh_rollout_batch b;
+  assert_int_equal(
+      lh_rollout_generate(g, &gc, tok, env, LH_SPLIT_TRAIN, tasks, NULL, 3, 2, 0, &b), LH_ERR_OK);
+  assert_int_equal(b.group_ok[0], 1);
+  assert_int_equal(b.group_ok[1], 0); /* 40 tokens: skipped, the batch goes on */
+  assert_int_equal(b.group_ok[2], 1);
+  assert_int_equal(b.seq_start[2], b.seq_start[4]); /* the skipped group holds no tokens */
+  static const int kept[4] = {0, 1, 4, 5};
+  for (int i = 0; i < 4; i++) { /* every completion got its 4 tokens */
+    int s = kept[i];
+    assert_int_equal(b.seq_start[s + 1] - b.seq_start[s], b.prompt_len[s] + 4);
+  }
+  const int32_t *p = b.tokens + b.seq_start[4];
+  assert_int_equal(b.prompt_len[4], 3); /* a <|eos|> b */
+  assert_int_equal(p[0], lh_tokenizer_find(tok, "a"));
+  assert_int_equal(p[1], 2);
+  assert_int_equal(p[2], lh_tokenizer_find(tok, "b"));
+  lh_rollout_batch_free(&b);
+  lh_generator_free(g);
+  lh_infer_free(inf);
+  lh_model_free(m);
+  lh_tokenizer_free(tok);
+  lh_env_free(env);
+  unlink(train);
+  unlink(test);
+}
 
 /* 3 groups of 2: group 0 rewards (1, 0), group 1 (0, 0), group 2 failed; prompts of 2 tokens,
  * completions of 3 and 1 tokens. */
@@ -165,6 +240,7 @@ static void test_update_empty(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_rollout_prompts),
       cmocka_unit_test(test_assemble),
       cmocka_unit_test(test_update_ppo),
       cmocka_unit_test(test_update_decoupled_minibatches),
