@@ -60,8 +60,8 @@ double lh_time_now(void);
  * writes to PATH.tmp, fsyncs, renames over PATH and fsyncs the directory. */
 lh_err lh_file_read(const char *path, size_t max_bytes, char **out, size_t *len);
 lh_err lh_file_write_atomic(const char *path, const void *data, size_t len);
-/* The last step of an atomic write whose temporary file is written and fsynced: renames tmp over
- * path and fsyncs the directory. */
+/* The last step of an atomic write whose temporary file (or directory) is written and fsynced:
+ * renames tmp over path and fsyncs the directory that holds path. */
 lh_err lh_file_commit(const char *tmp, const char *path);
 /* mkdir -p: creates every missing component of dir (mode 0755); fails if dir is not a
  * directory afterwards. */

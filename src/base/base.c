@@ -110,7 +110,7 @@ double lh_time_now(void) {
 lh_err lh_file_read(const char *path, size_t max_bytes, char **out, size_t *len) {
   *out = NULL;
   *len = 0;
-  FILE *f = fopen(path, "rb");
+  FILE *f = fopen(path, "rbe");
   if (!f) return lh_errorf(LH_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
   lh_err err = LH_ERR_OK;
   char *buf = NULL;

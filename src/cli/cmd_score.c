@@ -103,7 +103,7 @@ static int parse_line(const char *path, size_t lineno, const char *text, size_t 
 
 static int read_lines(const char *path, const lh_config *cfg, lines *L) {
   bool is_stdin = !strcmp(path, "-");
-  FILE *f = is_stdin ? stdin : fopen(path, "r");
+  FILE *f = is_stdin ? stdin : fopen(path, "re");
   if (!f) return lh__cli_error(CMD, LH__EXIT_FAIL, "%s: cannot open: %s", path, strerror(errno));
   char *buf = NULL;
   size_t cap = 0, lineno = 0;

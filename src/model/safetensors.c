@@ -579,7 +579,7 @@ lh_err lh_safetensors_write(const char *path, const lh_st_entry *entries, int n)
   }
   memcpy(tmp, path, plen);
   memcpy(tmp + plen, ".tmp", 5);
-  f = fopen(tmp, "wb");
+  f = fopen(tmp, "wbe");
   if (!f) {
     err = lh_errorf(LH_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
     goto out;
