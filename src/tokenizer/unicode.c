@@ -119,13 +119,20 @@ typedef struct cpbuf {
   size_t n, cap;
 } cpbuf;
 
+/* Ensures b can hold n code points (b->n is left as it is). */
+static bool cp_reserve(cpbuf *b, size_t n) {
+  if (n <= b->cap) return true;
+  size_t cap = b->cap ? b->cap : 64;
+  while (cap < n)
+    cap *= 2;
+  uint32_t *p = realloc(b->p, cap * sizeof *p);
+  if (!p) return false;
+  b->p = p, b->cap = cap;
+  return true;
+}
+
 static bool cp_push(cpbuf *b, uint32_t cp) {
-  if (b->n == b->cap) {
-    size_t cap = b->cap ? 2 * b->cap : 64;
-    uint32_t *p = realloc(b->p, cap * sizeof *p);
-    if (!p) return false;
-    b->p = p, b->cap = cap;
-  }
+  if (!cp_reserve(b, b->n + 1)) return false;
   b->p[b->n++] = cp;
   return true;
 }
@@ -159,25 +166,62 @@ static bool decompose(uint32_t cp, cpbuf *b) {
   return true;
 }
 
-/* NFC of the code points in b (decomposed in place, reordered, composed); b->n shrinks. */
-static void reorder_and_compose(cpbuf *b) {
+/* Runs of non-starters up to this long are put in canonical order by insertion sort; longer
+ * ones by counting sort on the combining class, so a run as long as the text (untrusted text
+ * can make one) costs linear time, not quadratic. */
+#define SHORT_RUN 32
+
+/* Canonical ordering: a stable sort by ccc of each maximal run of non-starters in c[0..n).
+ * tmp is scratch for long runs. Returns false when out of memory. */
+static bool canonical_order(uint32_t *c, size_t n, cpbuf *tmp) {
+  for (size_t i = 0; i < n;) {
+    uint8_t cc = lh__tok_uprop_of(c[i]).ccc;
+    if (cc == 0) {
+      i++;
+      continue;
+    }
+    size_t j = i + 1;
+    bool sorted = true;
+    for (uint8_t prev = cc; j < n && (cc = lh__tok_uprop_of(c[j]).ccc) != 0; j++) {
+      sorted = sorted && prev <= cc;
+      prev = cc;
+    }
+    if (sorted) {
+      i = j;
+      continue;
+    }
+    if (j - i <= SHORT_RUN) {
+      for (size_t k = i + 1; k < j; k++) {
+        uint32_t x = c[k];
+        uint8_t xc = lh__tok_uprop_of(x).ccc;
+        size_t m = k;
+        for (; m > i && lh__tok_uprop_of(c[m - 1]).ccc > xc; m--)
+          c[m] = c[m - 1];
+        c[m] = x;
+      }
+    } else {
+      size_t start[257] = {0}; /* start[k + 1]: how many have class k, then where class k goes */
+      for (size_t k = i; k < j; k++)
+        start[lh__tok_uprop_of(c[k]).ccc + 1]++;
+      for (int k = 1; k <= 256; k++)
+        start[k] += start[k - 1];
+      if (!cp_reserve(tmp, j - i)) return false;
+      for (size_t k = i; k < j; k++)
+        tmp->p[start[lh__tok_uprop_of(c[k]).ccc]++] = c[k];
+      memcpy(c + i, tmp->p, (j - i) * sizeof *c);
+    }
+    i = j;
+  }
+  return true;
+}
+
+/* NFC of the code points in b (decomposed in place, reordered, composed); b->n shrinks. tmp is
+ * scratch. Returns false when out of memory. */
+static bool reorder_and_compose(cpbuf *b, cpbuf *tmp) {
   uint32_t *c = b->p;
   size_t n = b->n;
-  /* canonical ordering: stable insertion sort of each run of non-starters by ccc */
-  for (size_t i = 1; i < n; i++) {
-    uint8_t cc = lh__tok_uprop_of(c[i]).ccc;
-    if (cc == 0) continue;
-    size_t j = i;
-    uint32_t x = c[i];
-    while (j > 0) {
-      uint8_t pc = lh__tok_uprop_of(c[j - 1]).ccc;
-      if (pc <= cc) break;
-      c[j] = c[j - 1];
-      j--;
-    }
-    c[j] = x;
-  }
-  if (n == 0) return;
+  if (!canonical_order(c, n, tmp)) return false;
+  if (n == 0) return true;
   size_t starter = 0, out = 1;
   int last_cc = lh__tok_uprop_of(c[0]).ccc;
   if (last_cc != 0) last_cc = 256; /* a leading non-starter blocks composition */
@@ -194,11 +238,12 @@ static void reorder_and_compose(cpbuf *b) {
     c[out++] = ch;
   }
   b->n = out;
+  return true;
 }
 
 bool lh__tok_nfc(const char *s, size_t n, char **out, size_t *cap, size_t *out_n) {
   const uint8_t *u = (const uint8_t *)s;
-  cpbuf b = {0};
+  cpbuf b = {0}, tmp = {0};
   size_t done = 0;        /* s[0..done) is already in *out */
   size_t prev = SIZE_MAX; /* start of the previous code point when it was inert */
   size_t i = 0;
@@ -231,8 +276,7 @@ bool lh__tok_nfc(const char *s, size_t n, char **out, size_t *cap, size_t *out_n
       ok = decompose(cp, &b);
       j += lj;
     }
-    if (!ok) break;
-    reorder_and_compose(&b);
+    if (!ok || !(ok = reorder_and_compose(&b, &tmp))) break;
     ok = put_bytes(out, cap, out_n, s + done, seg - done);
     for (size_t k = 0; ok && k < b.n; k++) {
       uint8_t enc[4];
@@ -246,5 +290,6 @@ bool lh__tok_nfc(const char *s, size_t n, char **out, size_t *cap, size_t *out_n
   ok = ok && put_bytes(out, cap, out_n, s + done, n - done);
   if (ok) (*out)[*out_n] = '\0';
   free(b.p);
+  free(tmp.p);
   return ok;
 }
