@@ -15,10 +15,15 @@ typedef struct lh_tokenizer lh_tokenizer;
 
 #define LH_TOKENIZER_MAX_FILE  (64u << 20) /* bytes of tokenizer.json */
 #define LH_TOKENIZER_MAX_VOCAB (1 << 22)
+/* Bytes of one added token's content (those of Qwen3 and Llama-3 are at most 30); a longer one
+ * is refused with LH_ERR_LIMIT. It bounds the memory of the added-token trie and the work of
+ * matching added tokens at each byte of the text. */
+#define LH_TOKENIZER_MAX_ADDED 1024
 
 /* Reads a tokenizer.json. Errors name the file and the field ("tokenizer.json: model.merges[12]:
- * expected "a b" or ["a", "b"], found integer"). Unsupported features (another model type, an
- * unknown pre-tokenizer pattern, a normalizer other than NFC or none) give LH_ERR_UNSUPPORTED. */
+ * expected "a b" or ["a", "b"], found integer"). Sizes beyond the limits above give LH_ERR_LIMIT.
+ * Unsupported features (another model type, an unknown pre-tokenizer pattern, a normalizer other
+ * than NFC or none) give LH_ERR_UNSUPPORTED. */
 lh_err lh_tokenizer_load(const char *path, lh_tokenizer **out);
 /* The same from text in memory; `what` names the source in messages. */
 lh_err lh_tokenizer_parse(const char *json, size_t len, const char *what, lh_tokenizer **out);

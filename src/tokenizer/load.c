@@ -15,6 +15,7 @@
 typedef struct loader {
   const char *what;
   lh_tokenizer *t;
+  size_t trie_cap; /* nodes allocated at t->trie */
 } loader;
 
 static lh_err fail(const loader *L, lh_err code, const char *fmt, ...)
@@ -175,6 +176,10 @@ static lh_err load_vocab(const loader *L, const json_t *vocab, const json_t *add
       return fail(L, LH_ERR_FORMAT,
                   "added_tokens[%zu].content: expected a non-empty string, found %s", i,
                   json_is_string(content) ? "\"\"" : lh_json_type_name(content));
+    if (json_string_length(content) > LH_TOKENIZER_MAX_ADDED)
+      return fail(L, LH_ERR_LIMIT,
+                  "added_tokens[%zu].content: %zu bytes, more than the limit of %d", i,
+                  json_string_length(content), LH_TOKENIZER_MAX_ADDED);
     if ((int32_t)json_integer_value(jid) > max_id) max_id = (int32_t)json_integer_value(jid);
   }
   if (max_id < 0) return fail(L, LH_ERR_FORMAT, "model.vocab: empty, and no added_tokens");
@@ -343,7 +348,9 @@ static lh_err load_model(const loader *L, const json_t *model, const json_t *add
 
 /* ---------------------------------------------------------------- added tokens */
 
-static lh_err trie_add(const loader *L, const char *s, size_t len, int32_t added_index) {
+/* Adds an added token's content (at most LH_TOKENIZER_MAX_ADDED bytes) to the trie, which grows
+ * by doubling. */
+static lh_err trie_add(loader *L, const char *s, size_t len, int32_t added_index) {
   lh_tokenizer *t = L->t;
   int32_t node = -1; /* -1: the root, whose children are trie_root[] */
   for (size_t i = 0; i < len; i++) {
@@ -353,9 +360,12 @@ static lh_err trie_add(const loader *L, const char *s, size_t len, int32_t added
       while (child >= 0 && t->trie[child].byte != c)
         child = t->trie[child].sibling;
     if (child < 0) {
-      lh__tok_trie_node *nt = realloc(t->trie, (t->n_trie + 1) * sizeof *nt);
-      if (!nt) return fail(L, LH_ERR_NOMEM, "out of memory for added_tokens");
-      t->trie = nt;
+      if (t->n_trie == L->trie_cap) {
+        size_t cap = L->trie_cap ? 2 * L->trie_cap : 256;
+        lh__tok_trie_node *nt = realloc(t->trie, cap * sizeof *nt);
+        if (!nt) return fail(L, LH_ERR_NOMEM, "out of memory for added_tokens");
+        t->trie = nt, L->trie_cap = cap;
+      }
       child = (int32_t)t->n_trie++;
       t->trie[child] = (lh__tok_trie_node){.child = -1, .sibling = -1, .added = -1, .byte = c};
       if (node < 0) {
@@ -376,7 +386,7 @@ static lh_err trie_add(const loader *L, const char *s, size_t len, int32_t added
   return LH_ERR_OK;
 }
 
-static lh_err load_added(const loader *L, const json_t *added, bool nfc) {
+static lh_err load_added(loader *L, const json_t *added, bool nfc) {
   lh_tokenizer *t = L->t;
   char qa[128], qb[128];
   lh_err e;

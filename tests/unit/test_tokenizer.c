@@ -921,6 +921,39 @@ static void test_malformed(void **state) {
   EXPECT(M("{\"a\": 0}", "[]") ", \"normalizer\": {\"type\": \"NFC\"}, \"added_tokens\": "
                                "[{\"id\": 5, \"content\": \"<x>\", \"normalized\": true}]}",
          UNSUPPORTED, "added_tokens[0]", "normalized");
+  /* an added token longer than LH_TOKENIZER_MAX_ADDED is refused; one at the limit is matched */
+  {
+    size_t max = LH_TOKENIZER_MAX_ADDED;
+    char *long_tok = malloc(max + 2), *json = malloc(max + 256);
+    memset(long_tok, 'a', max + 1);
+    long_tok[max + 1] = '\0';
+    snprintf(json, max + 256,
+             M("{\"a\": 0}", "[]") ", \"added_tokens\": [{\"id\": 1, "
+                                   "\"content\": \"%s\"}]}",
+             long_tok);
+    char bytes[64];
+    snprintf(bytes, sizeof bytes, "%zu bytes, more than the limit of %zu", max + 1, max);
+    expect_error(json, LH_ERR_LIMIT, (const char *const[]){"added_tokens[0].content", bytes, NULL});
+    long_tok[max] = '\0';
+    snprintf(json, max + 256,
+             M("{\"a\": 0}", "[]") ", \"added_tokens\": [{\"id\": 1, \"content\": \"%s\"}], "
+                                   "\"decoder\": {\"type\": \"Fuse\"}}",
+             long_tok);
+    lh_tokenizer *t = parse_ok(json);
+    assert_int_equal(lh_tokenizer_find(t, long_tok), 1);
+    /* "a" * (max + 1): the added token, then the model's "a" */
+    long_tok[max] = 'a';
+    int32_t *ids = NULL;
+    size_t n = 0;
+    assert_int_equal(lh_tokenizer_encode(t, long_tok, max + 1, false, &ids, &n), LH_ERR_OK);
+    assert_int_equal(n, 2);
+    assert_int_equal(ids[0], 1);
+    assert_int_equal(ids[1], 0);
+    free(ids);
+    lh_tokenizer_free(t);
+    free(json);
+    free(long_tok);
+  }
   /* pipeline components */
   EXPECT(M("{\"a\": 0}", "[]") ", \"normalizer\": {\"type\": \"NFKC\"}}", UNSUPPORTED,
          "normalizer.type", "NFKC");
