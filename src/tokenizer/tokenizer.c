@@ -221,10 +221,12 @@ static lh_err encode_chars(const lh_tokenizer *t, scratch *s, const char *text, 
   }
   if (!reserve_sym(s, b - a)) return LH_ERR_NOMEM;
   size_t n = 0;
+  bool after_unk = false; /* the last symbol stands for unknown characters */
   for (size_t k = a; k < b; o += s->cl[k++]) {
     size_t len = s->cl[k];
     int32_t id = lh__tok_vocab_find(t, text + o, len);
-    if (id < 0) {
+    bool unknown = id < 0;
+    if (unknown) {
       if (t->unk_id < 0) {
         if (s->cp[k] >= LH__TOK_RAW_BASE)
           return lh_errorf(LH_ERR_NOTFOUND,
@@ -234,9 +236,12 @@ static lh_err encode_chars(const lh_tokenizer *t, scratch *s, const char *text, 
                          t->what, (int)len, text + o, (unsigned)s->cp[k], section_off + o,
                          t->nfc ? "the normalized text" : "the text");
       }
-      if (t->fuse_unk && n > 0 && s->sym[n - 1] == t->unk_id) continue;
+      /* fuse_unk joins consecutive unknown characters only, not an unknown character and a
+       * known one whose token happens to be unk_token (as Hugging Face does) */
+      if (t->fuse_unk && after_unk) continue;
       id = t->unk_id;
     }
+    after_unk = unknown;
     s->sym[n++] = id;
   }
   return bpe(t, s, n) ? LH_ERR_OK : LH_ERR_NOMEM;

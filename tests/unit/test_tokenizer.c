@@ -631,6 +631,28 @@ static void test_chars_tokenizer(void **state) {
   assert_int_equal(ids[2], 2);
   assert_int_equal(ids[3], 1);
   free(ids);
+  /* only unknown characters are fused: a "?" in the text is the known token "?" (which is also
+   * unk_token), and an unknown character after it or before it is a token of its own, as
+   * Hugging Face gives ([0, 0, 3], [0, 0, 0]) */
+  static const struct {
+    const char *text;
+    size_t n_ids;
+    int32_t ids[3];
+  } fuse_cases[] = {
+      {"?\xc3\xa9\xc3\xa9"
+       "ab",
+       3,
+       {0, 0, 3}},
+      {"\xc3\xa9?\xc3\xa9", 3, {0, 0, 0}},
+  };
+  for (size_t c = 0; c < sizeof fuse_cases / sizeof fuse_cases[0]; c++) {
+    assert_int_equal(
+        lh_tokenizer_encode(t, fuse_cases[c].text, strlen(fuse_cases[c].text), true, &ids, &n),
+        LH_ERR_OK);
+    assert_int_equal(n, fuse_cases[c].n_ids);
+    assert_memory_equal(ids, fuse_cases[c].ids, n * sizeof *ids);
+    free(ids);
+  }
   lh_tokenizer_free(t);
   /* no decoder: tokens joined by spaces, as Hugging Face does */
   t = parse_ok("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}, \"merges\": []}}");
