@@ -366,18 +366,24 @@ static bool put(bytes *b, const void *src, size_t k) {
 }
 
 /* ByteLevel: each character back to its byte; a token with a character outside the map
- * contributes its own UTF-8 bytes, as Hugging Face's decoder does. */
+ * contributes its own UTF-8 bytes, as Hugging Face's decoder does. Room is reserved for the
+ * bytes written (one per character), not for the token's length, so a fixed buffer that holds
+ * them is enough. */
 static bool put_byte_level(const lh_tokenizer *t, bytes *b, const char *tok, size_t len) {
-  if (!reserve(b, len)) return false;
-  size_t m = 0;
-  for (size_t i = 0; i < len;) {
+  const uint8_t *u = (const uint8_t *)tok;
+  size_t m = 0; /* characters, each one byte out */
+  for (size_t i = 0; i < len; m++) {
     uint32_t cp;
-    i += lh__tok_utf8_next((const uint8_t *)tok + i, len - i, &cp);
+    i += lh__tok_utf8_next(u + i, len - i, &cp);
     if (cp >= sizeof t->byte_of_cp / sizeof t->byte_of_cp[0] || t->byte_of_cp[cp] < 0)
       return put(b, tok, len);
-    b->p[b->n + m++] = (char)t->byte_of_cp[cp];
   }
-  b->n += m;
+  if (!reserve(b, m)) return false;
+  for (size_t i = 0; i < len;) {
+    uint32_t cp;
+    i += lh__tok_utf8_next(u + i, len - i, &cp);
+    b->p[b->n++] = (char)t->byte_of_cp[cp];
+  }
   return true;
 }
 

@@ -340,8 +340,8 @@ static void test_vocab_lookups(void **state) {
 }
 
 /* lh_tokenizer_token_bytes gives, for every id of both real vocabularies, exactly the bytes of
- * lh_tokenizer_decode of that id alone (with and without skip_special), and refuses a buffer
- * that is too small or an id outside the vocabulary. */
+ * lh_tokenizer_decode of that id alone (with and without skip_special), in a buffer of exactly
+ * one byte more, and refuses a buffer that is too small or an id outside the vocabulary. */
 static void test_token_bytes(void **state) {
   (void)state;
   const lh_tokenizer *toks[] = {qwen3, llama3};
@@ -360,6 +360,12 @@ static void test_token_bytes(void **state) {
         if (got != (long)len || memcmp(buf, text, len) != 0) {
           print_error("tokenizer %d id %d skip %d: %ld bytes, decode gives %zu\n", k, id, skip, got,
                       len);
+          fail();
+        }
+        /* cap - 1 bytes fit exactly (a byte-level token is longer than its bytes) */
+        if (lh_tokenizer_token_bytes(toks[k], id, skip, buf, len + 1) != (long)len) {
+          print_error("tokenizer %d id %d skip %d: %zu bytes do not fit in a buffer of %zu\n", k,
+                      id, skip, len, len + 1);
           fail();
         }
         if (len > 0) assert_int_equal(lh_tokenizer_token_bytes(toks[k], id, skip, buf, len), -1);
