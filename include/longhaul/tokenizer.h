@@ -40,8 +40,10 @@ bool lh_tokenizer_is_special(const lh_tokenizer *t, int32_t id);
 
 /* Encodes UTF-8 text. With allow_special, special tokens that appear verbatim in the text become
  * their ids; without it they are encoded as ordinary text (added tokens that are not special,
- * such as Qwen3's <think>, are always recognised, as in Hugging Face). Invalid UTF-8 is encoded
- * byte by byte (byte-level BPE can represent any bytes). *ids is malloc'd; the caller frees it. */
+ * such as Qwen3's <think>, are always recognised, as in Hugging Face). Added tokens are matched
+ * leftmost-longest, as in Hugging Face those with normalized: false first, then those with
+ * normalized: true in the text between them. Invalid UTF-8 is encoded byte by byte (byte-level
+ * BPE can represent any bytes). *ids is malloc'd; the caller frees it. */
 lh_err lh_tokenizer_encode(const lh_tokenizer *t, const char *text, size_t len, bool allow_special,
                            int32_t **ids, size_t *n);
 /* Decodes ids to bytes (not necessarily valid UTF-8 if cut mid-character). Ids outside the

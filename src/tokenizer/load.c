@@ -430,7 +430,8 @@ static lh_err load_added(loader *L, const json_t *added, bool nfc) {
       t->tok_len[id] = (uint32_t)len;
     }
     t->id_flags[id] |= LH__TOK_ID_ADDED | (special ? LH__TOK_ID_SPECIAL : 0);
-    t->added[i] = (lh__tok_added){.id = id, .special = special};
+    t->added[i] = (lh__tok_added){.id = id, .special = special, .normalized = normalized};
+    t->n_added_normalized += normalized;
     if ((e = trie_add(L, content, len, (int32_t)i))) return e;
   }
   t->n_added = n;

@@ -108,6 +108,7 @@ typedef struct lh__tok_trie_node {
 typedef struct lh__tok_added {
   int32_t id;
   bool special;
+  bool normalized; /* matched in a second pass, in the text between the other added tokens */
 } lh__tok_added;
 
 struct lh_tokenizer {
@@ -123,7 +124,8 @@ struct lh_tokenizer {
   size_t n_merges;
   lh__tok_added *added; /* (n_added) */
   size_t n_added;
-  lh__tok_trie_node *trie; /* node 0 is the root */
+  size_t n_added_normalized; /* how many of them are normalized: true */
+  lh__tok_trie_node *trie;   /* node 0 is the root */
   size_t n_trie;
   int32_t trie_root[256]; /* child of the root for each first byte, -1 if none */
   bool nfc;

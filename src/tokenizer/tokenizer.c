@@ -1,7 +1,8 @@
-/* Encoding and decoding with a loaded tokenizer: added tokens (leftmost-longest), NFC,
- * pre-tokenization, then BPE per piece with a heap of candidate merges (lowest rank, then
- * leftmost first), as Hugging Face tokenizers does. All scratch memory belongs to the call, so
- * one tokenizer serves any number of threads. Also the character tokenizer's tokenizer.json. */
+/* Encoding and decoding with a loaded tokenizer: added tokens (leftmost-longest, those with
+ * normalized: false first), NFC, pre-tokenization, then BPE per piece with a heap of candidate
+ * merges (lowest rank, then leftmost first), as Hugging Face tokenizers does. All scratch memory
+ * belongs to the call, so one tokenizer serves any number of threads. Also the character
+ * tokenizer's tokenizer.json. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -293,14 +294,15 @@ static lh_err encode_section(const lh_tokenizer *t, scratch *s, const char *text
   return e;
 }
 
-/* The longest added token allowed at text[0..n), or -1; *len gets its length. */
+/* The longest added token allowed at text[0..n) whose normalized flag is `normalized`, or -1;
+ * *len gets its length. */
 static int32_t match_added(const lh_tokenizer *t, const uint8_t *text, size_t n, bool allow_special,
-                           size_t *len) {
+                           bool normalized, size_t *len) {
   int32_t node = t->trie_root[text[0]], best = -1;
   size_t i = 1;
   while (node >= 0) {
     int32_t a = t->trie[node].added;
-    if (a >= 0 && (allow_special || !t->added[a].special)) {
+    if (a >= 0 && t->added[a].normalized == normalized && (allow_special || !t->added[a].special)) {
       best = t->added[a].id;
       *len = i;
     }
@@ -312,27 +314,51 @@ static int32_t match_added(const lh_tokenizer *t, const uint8_t *text, size_t n,
   return best;
 }
 
+static lh_err split_added(const lh_tokenizer *t, scratch *s, const char *text, size_t len,
+                          size_t off, bool allow_special, bool normalized);
+
+/* Text between the added tokens of one pass: after the first pass it is split again by the
+ * second, after the second it is encoded. */
+static lh_err between(const lh_tokenizer *t, scratch *s, const char *text, size_t len, size_t off,
+                      bool allow_special, bool normalized) {
+  if (normalized) return encode_section(t, s, text, len, off);
+  return split_added(t, s, text, len, off, allow_special, true);
+}
+
+/* Splits text[0..len) (at byte off of the caller's text) at the added tokens whose normalized
+ * flag is `normalized`, leftmost-longest, and encodes what lies between them. As in Hugging
+ * Face, tokens with normalized: false split the text first, then those with normalized: true
+ * split the pieces left (the loader refuses the latter under a normalizer, so both passes see
+ * the text as written). */
+static lh_err split_added(const lh_tokenizer *t, scratch *s, const char *text, size_t len,
+                          size_t off, bool allow_special, bool normalized) {
+  size_t n_pass = normalized ? t->n_added_normalized : t->n_added - t->n_added_normalized;
+  if (n_pass == 0) return between(t, s, text, len, off, allow_special, normalized);
+  const uint8_t *u = (const uint8_t *)text;
+  lh_err e = LH_ERR_OK;
+  size_t start = 0, i = 0;
+  while (i < len && !e) {
+    size_t mlen = 0;
+    int32_t id = match_added(t, u + i, len - i, allow_special, normalized, &mlen);
+    if (id < 0) {
+      i++;
+      continue;
+    }
+    e = between(t, s, text + start, i - start, off + start, allow_special, normalized);
+    if (!e && !push_id(s, id)) e = LH_ERR_NOMEM;
+    i += mlen;
+    start = i;
+  }
+  if (e) return e;
+  return between(t, s, text + start, len - start, off + start, allow_special, normalized);
+}
+
 lh_err lh_tokenizer_encode(const lh_tokenizer *t, const char *text, size_t len, bool allow_special,
                            int32_t **ids, size_t *n) {
   *ids = NULL;
   *n = 0;
   scratch s = {0};
-  lh_err e = LH_ERR_OK;
-  size_t start = 0, i = 0;
-  const uint8_t *u = (const uint8_t *)text;
-  while (i < len && !e) {
-    size_t mlen = 0;
-    int32_t id = t->n_added ? match_added(t, u + i, len - i, allow_special, &mlen) : -1;
-    if (id < 0) {
-      i++;
-      continue;
-    }
-    e = encode_section(t, &s, text + start, i - start, start);
-    if (!e && !push_id(&s, id)) e = LH_ERR_NOMEM;
-    i += mlen;
-    start = i;
-  }
-  if (!e) e = encode_section(t, &s, text + start, len - start, start);
+  lh_err e = split_added(t, &s, text, len, 0, allow_special, false);
   if (e == LH_ERR_NOMEM) lh_errorf(e, "%s: out of memory encoding %zu bytes", t->what, len);
   if (!e) {
     *ids = s.out ? s.out : malloc(sizeof(int32_t));

@@ -668,6 +668,46 @@ static void test_chars_tokenizer(void **state) {
   lh_tokenizer_free(t);
 }
 
+/* Added tokens with normalized: false split the text first; those with normalized: true are
+ * matched only in the pieces left, so a longer normalized token that overlaps a non-normalized
+ * one loses to it. Expected ids with allow_special are Hugging Face tokenizers 0.23.2's. */
+static void test_added_two_passes(void **state) {
+  (void)state;
+  lh_tokenizer *t = parse_ok(
+      "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"c\": 2}, \"merges\": []},"
+      " \"added_tokens\": ["
+      "{\"id\": 3, \"content\": \"ab\", \"normalized\": false, \"special\": true},"
+      "{\"id\": 4, \"content\": \"abc\", \"normalized\": true, \"special\": false},"
+      "{\"id\": 5, \"content\": \"ca\", \"normalized\": true, \"special\": false}],"
+      " \"decoder\": {\"type\": \"Fuse\"}}");
+  static const struct {
+    const char *text;
+    bool special;
+    size_t n;
+    int32_t ids[4];
+  } cases[] = {
+      {"abc", true, 2, {3, 2}},           /* "ab" first, though "abc" is longer */
+      {"cab", true, 2, {2, 3}},           /* "ca" overlaps "ab", which wins */
+      {"caab", true, 2, {5, 3}},          /* "ca" in the piece before "ab" */
+      {"abcabca", true, 4, {3, 2, 3, 5}}, /* ... and after it */
+      {"abc", false, 1, {4}},             /* special "ab" is text: "abc" in the second pass */
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    int32_t *ids = NULL;
+    size_t n = 0;
+    assert_int_equal(
+        lh_tokenizer_encode(t, cases[c].text, strlen(cases[c].text), cases[c].special, &ids, &n),
+        LH_ERR_OK);
+    if (n != cases[c].n || memcmp(ids, cases[c].ids, n * sizeof *ids)) {
+      print_ids("want", t, cases[c].ids, cases[c].n);
+      print_ids("got ", t, ids, n);
+      fail_msg("%s (allow_special %d)", cases[c].text, cases[c].special);
+    }
+    free(ids);
+  }
+  lh_tokenizer_free(t);
+}
+
 /* BPE order: lowest rank first, leftmost first among equal ranks; merges in both formats. */
 static void test_merge_order(void **state) {
   (void)state;
@@ -1134,6 +1174,7 @@ int main(void) {
       cmocka_unit_test(test_random_bytes_round_trip),
       cmocka_unit_test(test_chars_tokenizer),
       cmocka_unit_test(test_merge_order),
+      cmocka_unit_test(test_added_two_passes),
       cmocka_unit_test(test_nfc_cases),
       cmocka_unit_test(test_nfc_long_mark_run),
       cmocka_unit_test(test_nfc_conformance),
