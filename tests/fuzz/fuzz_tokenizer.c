@@ -1,7 +1,8 @@
 /* libFuzzer target for tokenizer.json and encoding: the input is a tokenizer.json, a NUL byte,
  * then text. Errors must name the source; an accepted tokenizer encodes the text to ids inside
- * its vocabulary, decodes them, and a byte-level tokenizer gives back exactly the text (its
- * NFC form, stable under a second round trip, when it normalizes). */
+ * its vocabulary, decodes them (each of the first ids alone also through lh_tokenizer_token_bytes
+ * into a buffer of exactly its size plus one), and a byte-level tokenizer gives back exactly the
+ * text (its NFC form, stable under a second round trip, when it normalizes). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +35,19 @@ static char *round_trip(const lh_tokenizer *t, const char *text, size_t len, boo
     CHECK(ids[i] >= 0 && ids[i] < lh_tokenizer_vocab_size(t));
     CHECK(lh_tokenizer_token(t, ids[i]) != NULL);
     *used_unk |= ids[i] == t->unk_id;
+  }
+  /* the first tokens' bytes, alone, fit in exactly one byte more than they take */
+  for (size_t i = 0; i < n && i < 16; i++) {
+    char *one = NULL;
+    size_t one_len = 0;
+    CHECK(lh_tokenizer_decode(t, &ids[i], 1, false, &one, &one_len) == LH_ERR_OK);
+    char *buf = malloc(one_len + 1);
+    CHECK(buf);
+    CHECK(lh_tokenizer_token_bytes(t, ids[i], false, buf, one_len + 1) == (long)one_len);
+    CHECK(memcmp(buf, one, one_len) == 0);
+    CHECK(one_len == 0 || lh_tokenizer_token_bytes(t, ids[i], false, buf, one_len) == -1);
+    free(buf);
+    free(one);
   }
   char *back = NULL;
   CHECK(lh_tokenizer_decode(t, ids, n, false, &back, out_len) == LH_ERR_OK);
