@@ -125,7 +125,7 @@ struct lh_tokenizer {
   lh__tok_added *added; /* (n_added) */
   size_t n_added;
   size_t n_added_normalized; /* how many of them are normalized: true */
-  lh__tok_trie_node *trie;   /* node 0 is the root */
+  lh__tok_trie_node *trie;   /* (n_trie) nodes below the root; the root is trie_root */
   size_t n_trie;
   int32_t trie_root[256]; /* child of the root for each first byte, -1 if none */
   bool nfc;
