@@ -198,11 +198,22 @@ typedef struct lh_st_entry {
   int64_t shape[LH_ST_MAX_DIMS];
   const void *data; /* raw bytes in `dtype` */
 } lh_st_entry;
-/* Parses model.safetensors.index.json text: the distinct shard file names of its weight_map, in
- * first-seen order; each must be a plain file name (no '/', not "." or ".."). *files is one
- * malloc'd block holding the array and the strings: free it with free(). */
-lh_err lh_safetensors_index_parse(const char *json, size_t len, const char *what, char ***files,
-                                  int *n);
+/* model.safetensors.index.json: which shard holds each tensor. */
+typedef struct lh_st_index {
+  int n_files;
+  char **files; /* (n_files) distinct shard file names of weight_map, in first-seen order */
+  int n;
+  char **names; /* (n) tensor names of weight_map, sorted by strcmp */
+  int *file;    /* (n) names[i] lives in files[file[i]] */
+} lh_st_index;
+/* Parses model.safetensors.index.json text. Every shard must be a plain file name (no '/', not
+ * "." or ".."); at most 4096 distinct shards. *out is one malloc'd block holding the struct, its
+ * arrays and strings: free it with free(). */
+lh_err lh_safetensors_index_parse(const char *json, size_t len, const char *what,
+                                  lh_st_index **out);
+/* The index into ix->files of the shard weight_map names for tensor `name`, or -1 if it does
+ * not list it. */
+int lh_safetensors_index_find(const lh_st_index *ix, const char *name);
 /* Writes a safetensors file atomically (temporary file, fsync, rename). */
 lh_err lh_safetensors_write(const char *path, const lh_st_entry *entries, int n);
 

@@ -1,9 +1,11 @@
 /* Model directories in the Hugging Face layout: config.json (with generation_config.json's eos
- * list when present) plus model.safetensors (or shards listed in model.safetensors.index.json).
+ * list when present) plus model.safetensors, or shards with model.safetensors.index.json, whose
+ * weight_map names the one shard each tensor is read from.
  * Loading checks every expected tensor's presence, dtype and shape against the config before the
  * parameter slab is allocated; saving writes both files atomically. */
 #include <errno.h>
 #include <jansson.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,13 +49,15 @@ static int file_exists(const char *path) {
 typedef struct {
   int n;
   lh_safetensors **st;
-  char *label; /* names the source in "missing tensor" messages */
+  lh_st_index *index; /* NULL for a single file; else st[i] is index->files[i] */
+  char *label;        /* names the source in "missing tensor" messages */
 } weights;
 
 static void weights_close(weights *w) {
   for (int i = 0; i < w->n; i++)
     lh_safetensors_close(w->st[i]);
   free(w->st);
+  free(w->index);
   free(w->label);
   memset(w, 0, sizeof *w);
 }
@@ -67,10 +71,48 @@ static lh_err open_single(const char *path, weights *w) {
   return e;
 }
 
-lh_err lh_safetensors_index_parse(const char *json, size_t len, const char *what, char ***files,
-                                  int *n) {
-  *files = NULL;
-  *n = 0;
+/* One weight_map entry while the index is parsed: strings point into the JSON tree. */
+typedef struct {
+  const char *name, *file;
+  int fid; /* index of `file` among the distinct shard names, in first-seen order */
+} index_ent;
+
+static int cmp_ent_name(const void *a, const void *b) {
+  return strcmp(((const index_ent *)a)->name, ((const index_ent *)b)->name);
+}
+
+/* Copies the parsed index into one block: the struct, files, names, file ids, then strings.
+ * `ent` is sorted by name; `bytes` counts every string with its terminator. */
+static lh_err index_block(const char *what, const char *const *files, int nf, const index_ent *ent,
+                          int n, size_t bytes, lh_st_index **out) {
+  size_t head =
+      sizeof(lh_st_index) + ((size_t)nf + (size_t)n) * sizeof(char *) + (size_t)n * sizeof(int);
+  lh_st_index *ix = malloc(head + bytes);
+  if (!ix) return lh_errorf(LH_ERR_NOMEM, "%s: out of memory", what);
+  ix->n_files = nf;
+  ix->files = (char **)(ix + 1);
+  ix->n = n;
+  ix->names = ix->files + nf;
+  ix->file = (int *)(ix->names + n);
+  char *str = (char *)(ix->file + n);
+  for (int i = 0; i < nf; i++) {
+    size_t l = strlen(files[i]) + 1;
+    ix->files[i] = memcpy(str, files[i], l);
+    str += l;
+  }
+  for (int i = 0; i < n; i++) {
+    size_t l = strlen(ent[i].name) + 1;
+    ix->names[i] = memcpy(str, ent[i].name, l);
+    ix->file[i] = ent[i].fid;
+    str += l;
+  }
+  *out = ix;
+  return LH_ERR_OK;
+}
+
+lh_err lh_safetensors_index_parse(const char *json, size_t len, const char *what,
+                                  lh_st_index **out) {
+  *out = NULL;
   json_error_t jerr;
   json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
   if (!root)
@@ -81,15 +123,23 @@ lh_err lh_safetensors_index_parse(const char *json, size_t len, const char *what
   const char *key;
   const json_t *val;
   const char **names = NULL;
-  int nf = 0;
+  index_ent *ent = NULL;
+  int nf = 0, n = 0;
   size_t bytes = 0;
   if (!json_is_object(map)) {
     e = lh_errorf(LH_ERR_FORMAT, "%s: field weight_map: expected an object, found %s", what,
                   lh_json_type_name(map));
     goto out;
   }
+  /* the JSON text holds every entry, so their number is bounded by len */
+  size_t n_map = json_object_size(map);
+  if (n_map > INT_MAX) {
+    e = lh_errorf(LH_ERR_LIMIT, "%s: weight_map: more than %d entries", what, INT_MAX);
+    goto out;
+  }
   names = calloc(MAX_SHARDS, sizeof *names);
-  if (!names) {
+  ent = malloc((n_map ? n_map : 1) * sizeof *ent);
+  if (!names || !ent) {
     e = lh_errorf(LH_ERR_NOMEM, "%s: out of memory", what);
     goto out;
   }
@@ -108,57 +158,64 @@ lh_err lh_safetensors_index_parse(const char *json, size_t len, const char *what
                     what, key, f);
       goto out;
     }
-    int seen = 0;
-    for (int i = 0; i < nf && !seen; i++)
-      seen = strcmp(names[i], f) == 0;
-    if (seen) continue;
-    if (nf == MAX_SHARDS) {
-      e = lh_errorf(LH_ERR_LIMIT, "%s: more than %d shards", what, MAX_SHARDS);
-      goto out;
+    int fid = -1;
+    for (int i = 0; i < nf && fid < 0; i++)
+      if (strcmp(names[i], f) == 0) fid = i;
+    if (fid < 0) {
+      if (nf == MAX_SHARDS) {
+        e = lh_errorf(LH_ERR_LIMIT, "%s: more than %d shards", what, MAX_SHARDS);
+        goto out;
+      }
+      fid = nf;
+      names[nf++] = f;
+      bytes += strlen(f) + 1;
     }
-    names[nf++] = f;
-    bytes += strlen(f) + 1;
+    ent[n++] = (index_ent){key, f, fid};
+    bytes += strlen(key) + 1;
   }
   if (nf == 0) {
     e = lh_errorf(LH_ERR_FORMAT, "%s: weight_map names no shard", what);
     goto out;
   }
-  /* one block: the pointer array, then the strings */
-  char **block = malloc((size_t)nf * sizeof(char *) + bytes);
-  if (!block) {
-    e = lh_errorf(LH_ERR_NOMEM, "%s: out of memory", what);
-    goto out;
-  }
-  char *str = (char *)(block + nf);
-  for (int i = 0; i < nf; i++) {
-    size_t l = strlen(names[i]) + 1;
-    memcpy(str, names[i], l);
-    block[i] = str;
-    str += l;
-  }
-  *files = block;
-  *n = nf;
+  qsort(ent, (size_t)n, sizeof *ent, cmp_ent_name);
+  e = index_block(what, names, nf, ent, n, bytes, out);
 out:
+  free(ent);
   free(names);
   json_decref(root);
   return e;
 }
 
+int lh_safetensors_index_find(const lh_st_index *ix, const char *name) {
+  if (!ix || !name) return -1;
+  int lo = 0, hi = ix->n - 1;
+  while (lo <= hi) {
+    int mid = lo + (hi - lo) / 2;
+    int c = strcmp(name, ix->names[mid]);
+    if (c == 0) return ix->file[mid];
+    if (c < 0)
+      hi = mid - 1;
+    else
+      lo = mid + 1;
+  }
+  return -1;
+}
+
 /* Opens every distinct shard named in the index's weight_map. */
 static lh_err open_sharded(const char *dir, const char *index_path, weights *w) {
-  char *buf = NULL, **files = NULL;
+  char *buf = NULL;
   size_t len = 0;
-  int nf = 0;
   lh_err e = lh_file_read(index_path, MAX_INDEX_BYTES, &buf, &len);
   if (e) return e;
-  e = lh_safetensors_index_parse(buf, len, index_path, &files, &nf);
+  e = lh_safetensors_index_parse(buf, len, index_path, &w->index);
   free(buf);
   if (e) return e;
+  int nf = w->index->n_files;
   w->label = strdup(index_path);
-  w->st = calloc((size_t)nf + 1, sizeof *w->st);
+  w->st = calloc((size_t)nf, sizeof *w->st);
   if (!w->label || !w->st) e = lh_errorf(LH_ERR_NOMEM, "%s: out of memory", index_path);
   for (int i = 0; i < nf && !e; i++) {
-    char *p = join(dir, files[i]);
+    char *p = join(dir, w->index->files[i]);
     if (!p) {
       e = lh_errorf(LH_ERR_NOMEM, "%s: out of memory", index_path);
       break;
@@ -167,20 +224,28 @@ static lh_err open_sharded(const char *dir, const char *index_path, weights *w) 
     free(p);
     if (!e) w->n = i + 1;
   }
-  free(files);
   return e;
 }
 
-static const lh_st_tensor *find_any(const weights *w, const char *name,
-                                    const lh_safetensors **owner) {
-  for (int i = 0; i < w->n; i++) {
-    const lh_st_tensor *t = lh_safetensors_find(w->st[i], name);
-    if (t) {
-      *owner = w->st[i];
-      return t;
-    }
-  }
-  return NULL;
+/* Finds tensor `name` where the weights say it is: the single file, or the shard that the
+ * index's weight_map names for it (a copy in another shard is never read). An absent tensor
+ * is an error naming the file or index; `want`, config.json's shape, goes into the message. */
+static lh_err find_tensor(const weights *w, const char *name, const char *want,
+                          const lh_st_tensor **t, const lh_safetensors **owner) {
+  int s = 0;
+  if (w->index && (s = lh_safetensors_index_find(w->index, name)) < 0)
+    return lh_errorf(LH_ERR_NOTFOUND,
+                     "%s: tensor %s is not listed in weight_map (config.json expects shape %s)",
+                     w->label, name, want);
+  *owner = w->st[s];
+  if ((*t = lh_safetensors_find(w->st[s], name))) return LH_ERR_OK;
+  if (w->index)
+    return lh_errorf(LH_ERR_NOTFOUND,
+                     "%s: tensor %s: weight_map names shard %s, which does not hold it "
+                     "(config.json expects shape %s)",
+                     w->label, name, w->index->files[s], want);
+  return lh_errorf(LH_ERR_NOTFOUND, "%s: tensor %s is missing (config.json expects shape %s)",
+                   w->label, name, want);
 }
 
 static int cmp_str_ptr(const void *a, const void *b) {
@@ -188,7 +253,8 @@ static int cmp_str_ptr(const void *a, const void *b) {
 }
 
 /* Logs tensors in the files that the model does not use (other than a tied lm_head), which
- * usually means config.json and the weights disagree. */
+ * usually means config.json and the weights disagree; and, for an index, tensors in a shard
+ * that weight_map does not name for them, which are never read (Hugging Face ignores them too). */
 static void warn_unused(const char *dir, const weights *w, const lh_tensor_info *info, int n,
                         bool tied) {
   const char **names = malloc((size_t)n * sizeof *names);
@@ -196,11 +262,17 @@ static void warn_unused(const char *dir, const weights *w, const lh_tensor_info 
   for (int i = 0; i < n; i++)
     names[i] = info[i].name;
   qsort(names, (size_t)n, sizeof *names, cmp_str_ptr);
-  long unused = 0;
-  const char *first = NULL;
+  long unused = 0, elsewhere = 0;
+  const char *first = NULL, *first_elsewhere = NULL;
+  int first_shard = 0;
   for (int s = 0; s < w->n; s++)
     for (int i = 0; i < w->st[s]->n; i++) {
       const char *nm = w->st[s]->tensors[i].name;
+      if (w->index && lh_safetensors_index_find(w->index, nm) != s) {
+        if (!first_elsewhere) first_elsewhere = nm, first_shard = s;
+        elsewhere++;
+        continue;
+      }
       if (tied && strcmp(nm, "lm_head.weight") == 0) continue;
       if (bsearch(&nm, names, (size_t)n, sizeof *names, cmp_str_ptr)) continue;
       if (!first) first = nm;
@@ -209,8 +281,19 @@ static void warn_unused(const char *dir, const weights *w, const lh_tensor_info 
   if (unused)
     lh_log(LH_LOG_WARN, "%s: %ld tensors in the weights are not used by the model (first: %.200s)",
            dir, unused, first);
+  if (elsewhere)
+    lh_log(LH_LOG_WARN,
+           "%s: %ld tensors are ignored: their shard is not the one weight_map names for them "
+           "(first: %.200s in %s)",
+           w->label, elsewhere, first_elsewhere, w->index->files[first_shard]);
   free(names);
 }
+
+/* Where each tensor of the model is read from. */
+typedef struct {
+  const lh_st_tensor *t;
+  const lh_safetensors *st;
+} source;
 
 /* Loads DIR into a new slab of fp32 (an lh_model, *out) or, with bf16_slab, of bf16 values
  * (*bf16_slab, its config in *bf16_cfg): F32 tensors are rounded, BF16 ones copied. */
@@ -220,6 +303,7 @@ static lh_err load_dir(const char *dir, lh_model **out, uint16_t **bf16_slab, lh
   float *tmp = NULL;
   weights w = {0};
   lh_tensor_info *info = NULL;
+  source *src = NULL;
   lh_model *m = NULL;
   char *cfg_path = join(dir, "config.json");
   char *st_path = join(dir, "model.safetensors");
@@ -245,7 +329,8 @@ static lh_err load_dir(const char *dir, lh_model **out, uint16_t **bf16_slab, lh
 
   int n = lh_model_tensors(&cfg, NULL, 0);
   info = calloc((size_t)n, sizeof *info);
-  if (!info) {
+  src = calloc((size_t)n, sizeof *src);
+  if (!info || !src) {
     e = lh_errorf(LH_ERR_NOMEM, "%s: out of memory", dir);
     goto out;
   }
@@ -254,15 +339,11 @@ static lh_err load_dir(const char *dir, lh_model **out, uint16_t **bf16_slab, lh
   /* Everything is checked before the slab is allocated, so a config that promises more than
    * the files hold is refused without reserving memory for it. */
   for (int i = 0; i < n; i++) {
-    const lh_safetensors *owner = NULL;
-    const lh_st_tensor *t = find_any(&w, info[i].name, &owner);
     char want[96], have[256];
     shape_str(want, sizeof want, info[i].shape, info[i].ndim);
-    if (!t) {
-      e = lh_errorf(LH_ERR_NOTFOUND, "%s: tensor %s is missing (config.json expects shape %s)",
-                    w.label, info[i].name, want);
-      goto out;
-    }
+    if ((e = find_tensor(&w, info[i].name, want, &src[i].t, &src[i].st))) goto out;
+    const lh_safetensors *owner = src[i].st;
+    const lh_st_tensor *t = src[i].t;
     if (t->dtype != LH_DTYPE_F32 && t->dtype != LH_DTYPE_BF16 && t->dtype != LH_DTYPE_F16) {
       e = lh_errorf(LH_ERR_UNSUPPORTED, "%s: tensor %s: dtype is not F32, BF16 or F16", owner->path,
                     info[i].name);
@@ -283,8 +364,8 @@ static lh_err load_dir(const char *dir, lh_model **out, uint16_t **bf16_slab, lh
     size_t n_params = lh_config_n_params(&cfg);
     slab16 = lh_xmalloc_aligned(n_params * sizeof *slab16);
     for (int i = 0; i < n; i++) {
-      const lh_safetensors *owner = NULL;
-      const lh_st_tensor *t = find_any(&w, info[i].name, &owner);
+      const lh_safetensors *owner = src[i].st;
+      const lh_st_tensor *t = src[i].t;
       uint16_t *dst = slab16 + info[i].offset;
       if (t->dtype == LH_DTYPE_BF16) { /* the bits as published: no round trip */
         memcpy(dst, t->data, info[i].numel * sizeof *dst);
@@ -304,8 +385,8 @@ static lh_err load_dir(const char *dir, lh_model **out, uint16_t **bf16_slab, lh
   }
   if ((e = lh_model_create(&cfg, &m))) goto out;
   for (int i = 0; i < n; i++) {
-    const lh_safetensors *owner = NULL;
-    const lh_st_tensor *t = find_any(&w, info[i].name, &owner);
+    const lh_safetensors *owner = src[i].st;
+    const lh_st_tensor *t = src[i].t;
     if ((e = lh_safetensors_read_f32(owner, t, m->params + info[i].offset, info[i].numel)))
       goto out;
   }
@@ -316,6 +397,7 @@ out:
   free(slab16);
   free(tmp);
   lh_model_free(m);
+  free(src);
   free(info);
   weights_close(&w);
   free(cfg_path);

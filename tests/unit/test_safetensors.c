@@ -1,7 +1,9 @@
 /* safetensors and model directories: write -> parse round trips (F32, BF16, F16, ints), every
  * malformed-header case with its error code and a message naming the tensor, and
- * lh_model_save/lh_model_load (Qwen2, Qwen3, Llama; tied, untied, sharded, missing and
- * misshapen tensors; generation_config.json's eos list). */
+ * lh_model_save/lh_model_load (Qwen2, Qwen3, Llama; tied, untied, sharded with weight_map
+ * naming each tensor's shard, missing and misshapen tensors; generation_config.json's eos
+ * list). */
+#include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -688,6 +690,48 @@ static void test_model_load_generation_config(void **state) {
   lh_model_free(m);
 }
 
+static int saved_stderr = -1;
+
+/* Sends stderr (where lh_log writes) to `path` until stderr_restore(). */
+static void stderr_to_file(const char *path) {
+  fflush(stderr);
+  saved_stderr = dup(2);
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  assert_true(saved_stderr >= 0 && fd >= 0);
+  assert_int_equal(dup2(fd, 2), 2);
+  close(fd);
+}
+
+static void stderr_restore(void) {
+  fflush(stderr);
+  assert_int_equal(dup2(saved_stderr, 2), 2);
+  close(saved_stderr);
+}
+
+/* Writes DIR/model.safetensors.index.json mapping the first n/2 tensors to
+ * model-00001-of-00002.safetensors and the rest to model-00002-of-00002.safetensors, except
+ * that tensor `skip` is left out and tensor `moved` is mapped to shard `to` (-1: none). */
+static void write_index(const char *dir, const lh_tensor_info *info, int n, int skip, int moved,
+                        int to) {
+  size_t cap = 64 + (size_t)n * 160, used = 0;
+  char *idx = malloc(cap);
+  used += (size_t)snprintf(idx, cap, "{\"metadata\": {}, \"weight_map\": {");
+  const char *sep = "";
+  for (int i = 0; i < n; i++) {
+    if (i == skip) continue;
+    int shard = i == moved ? to : i < n / 2 ? 1 : 2;
+    used +=
+        (size_t)snprintf(idx + used, cap - used, "%s\"%s\": \"model-%05d-of-00002.safetensors\"",
+                         sep, info[i].name, shard);
+    sep = ", ";
+  }
+  snprintf(idx + used, cap - used, "}}");
+  char p[256];
+  snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+  assert_int_equal(lh_file_write_atomic(p, idx, strlen(idx)), LH_ERR_OK);
+  free(idx);
+}
+
 static void test_model_load_sharded(void **state) {
   lh_model *m = tiny_model(LH_ARCH_QWEN2, false, 5);
   char *dir = strdup(path_in("sharded"));
@@ -702,9 +746,6 @@ static void test_model_load_sharded(void **state) {
   uint16_t *bf = malloc(m->n_params * sizeof *bf);
   lh_bf16_from_f32_n(bf, m->params, m->n_params);
   lh_model_tensors(&m->cfg, info, n);
-  size_t cap = 64 + (size_t)n * 160, used = 0;
-  char *idx = malloc(cap);
-  used += (size_t)snprintf(idx, cap, "{\"metadata\": {}, \"weight_map\": {");
   for (int i = 0; i < n; i++) {
     int first = i < n / 2;
     e[i] = (lh_st_entry){info[i].name,
@@ -713,17 +754,12 @@ static void test_model_load_sharded(void **state) {
                          {info[i].shape[0], info[i].shape[1]},
                          first ? (const void *)(bf + info[i].offset)
                                : (const void *)(m->params + info[i].offset)};
-    used +=
-        (size_t)snprintf(idx + used, cap - used, "%s\"%s\": \"model-%05d-of-00002.safetensors\"",
-                         i ? ", " : "", info[i].name, first ? 1 : 2);
   }
-  snprintf(idx + used, cap - used, "}}");
   snprintf(p, sizeof p, "%s/model-00001-of-00002.safetensors", dir);
   assert_int_equal(lh_safetensors_write(p, e, n / 2), LH_ERR_OK);
   snprintf(p, sizeof p, "%s/model-00002-of-00002.safetensors", dir);
   assert_int_equal(lh_safetensors_write(p, e + n / 2, n - n / 2), LH_ERR_OK);
-  snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
-  assert_int_equal(lh_file_write_atomic(p, idx, strlen(idx)), LH_ERR_OK);
+  write_index(dir, info, n, -1, -1, 0);
 
   lh_model *back = NULL;
   assert_int_equal(lh_model_load(dir, &back), LH_ERR_OK);
@@ -735,13 +771,64 @@ static void test_model_load_sharded(void **state) {
     }
   lh_model_free(back);
 
+  /* weight_map decides which shard a tensor is read from: a second copy of the last tensor
+   * (mapped to shard 2) in shard 1, with other values, is ignored with a warning naming it */
+  int last = n - 1;
+  float *other = malloc(info[last].numel * sizeof *other);
+  for (size_t j = 0; j < info[last].numel; j++)
+    other[j] = 7.0f;
+  e[n / 2] = e[last];
+  e[n / 2].dtype = LH_DTYPE_F32;
+  e[n / 2].data = other;
+  snprintf(p, sizeof p, "%s/model-00001-of-00002.safetensors", dir);
+  assert_int_equal(lh_safetensors_write(p, e, n / 2 + 1), LH_ERR_OK);
+  char *log = NULL;
+  stderr_to_file(path_in("load.log"));
+  lh_err le = lh_model_load(dir, &back);
+  stderr_restore();
+  assert_int_equal(le, LH_ERR_OK);
+  for (size_t j = 0; j < info[last].numel; j++)
+    assert_true(back->params[info[last].offset + j] == m->params[info[last].offset + j]);
+  lh_model_free(back);
+  size_t log_len = 0;
+  assert_int_equal(lh_file_read(path_in("load.log"), 1 << 20, &log, &log_len), LH_ERR_OK);
+  if (!strstr(log, "ignored") || !strstr(log, info[last].name) ||
+      !strstr(log, "model-00001-of-00002.safetensors") ||
+      !strstr(log, "model.safetensors.index.json"))
+    fail_msg("warning should name the index, the tensor and its unmapped shard: \"%s\"", log);
+  free(log);
+  /* ... and mapped to shard 1, the copy there is the one read */
+  write_index(dir, info, n, -1, last, 1);
+  assert_int_equal(lh_model_load(dir, &back), LH_ERR_OK);
+  for (size_t j = 0; j < info[last].numel; j++)
+    assert_true(back->params[info[last].offset + j] == 7.0f);
+  lh_model_free(back);
+
+  /* a tensor the model needs that weight_map does not list, or maps to a shard that does not
+   * hold it, is an error naming the index and the tensor, though another shard holds it */
+  write_index(dir, info, n, 1, -1, 0);
+  back = (lh_model *)0x1;
+  assert_int_equal(lh_model_load(dir, &back), LH_ERR_NOTFOUND);
+  assert_null(back);
+  if (!strstr(lh_last_error(), "model.safetensors.index.json") ||
+      !strstr(lh_last_error(), info[1].name) ||
+      !strstr(lh_last_error(), "not listed in weight_map"))
+    fail_msg("unlisted tensor: error \"%s\"", lh_last_error());
+  write_index(dir, info, n, -1, 0, 2);
+  assert_int_equal(lh_model_load(dir, &back), LH_ERR_NOTFOUND);
+  if (!strstr(lh_last_error(), "model.safetensors.index.json") ||
+      !strstr(lh_last_error(), info[0].name) ||
+      !strstr(lh_last_error(), "model-00002-of-00002.safetensors"))
+    fail_msg("tensor mapped to a shard without it: error \"%s\"", lh_last_error());
+  free(other);
+
   /* a shard name that leaves the directory is refused */
+  snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
   const char *evil = "{\"weight_map\": {\"model.embed_tokens.weight\": \"../x.safetensors\"}}";
   assert_int_equal(lh_file_write_atomic(p, evil, strlen(evil)), LH_ERR_OK);
   assert_int_equal(lh_model_load(dir, &back), LH_ERR_FORMAT);
   assert_non_null(strstr(lh_last_error(), "../x.safetensors"));
 
-  free(idx);
   free(bf);
   free(e);
   free(info);
