@@ -110,6 +110,58 @@ static lh_err index_block(const char *what, const char *const *files, int nf, co
   return LH_ERR_OK;
 }
 
+static int cmp_ent_file(const void *a, const void *b) {
+  const index_ent *x = *(const index_ent *const *)a, *y = *(const index_ent *const *)b;
+  int c = strcmp(x->file, y->file);
+  return c ? c : (x > y) - (x < y); /* ties in weight_map order */
+}
+
+/* Numbers the distinct shard names of ent[0..n) (in weight_map order) in first-seen order,
+ * setting each ent's fid and files[fid]. Sorting by name groups equal names, so this costs
+ * O(n log n) however many shards there are. On success *files is malloc'd; *bytes grows by
+ * each distinct name with its terminator. */
+static lh_err number_files(const char *what, index_ent *ent, int n, const char ***files, int *nf,
+                           size_t *bytes) {
+  *files = NULL;
+  *nf = 0;
+  index_ent **by = malloc((n ? (size_t)n : 1) * sizeof *by);
+  if (!by) return lh_errorf(LH_ERR_NOMEM, "%s: out of memory", what);
+  for (int i = 0; i < n; i++)
+    by[i] = &ent[i];
+  qsort(by, (size_t)n, sizeof *by, cmp_ent_file);
+  /* the head of each run of one name is where weight_map first names it */
+  int runs = 0;
+  for (int i = 0; i < n; i++) {
+    int head = i == 0 || strcmp(by[i]->file, by[i - 1]->file) != 0;
+    by[i]->fid = head ? -1 : -2;
+    runs += head;
+  }
+  lh_err e = LH_ERR_OK;
+  const char **f = NULL;
+  if (runs > MAX_SHARDS) {
+    e = lh_errorf(LH_ERR_LIMIT, "%s: more than %d shards", what, MAX_SHARDS);
+    goto out;
+  }
+  if (!(f = malloc((runs ? (size_t)runs : 1) * sizeof *f))) {
+    e = lh_errorf(LH_ERR_NOMEM, "%s: out of memory", what);
+    goto out;
+  }
+  int k = 0;
+  for (int i = 0; i < n; i++)
+    if (ent[i].fid == -1) {
+      ent[i].fid = k;
+      f[k++] = ent[i].file;
+      *bytes += strlen(ent[i].file) + 1;
+    }
+  for (int i = 1; i < n; i++)
+    if (by[i]->fid == -2) by[i]->fid = by[i - 1]->fid;
+  *files = f;
+  *nf = runs;
+out:
+  free(by);
+  return e;
+}
+
 lh_err lh_safetensors_index_parse(const char *json, size_t len, const char *what,
                                   lh_st_index **out) {
   *out = NULL;
@@ -122,7 +174,7 @@ lh_err lh_safetensors_index_parse(const char *json, size_t len, const char *what
   const json_t *map = json_object_get(root, "weight_map");
   const char *key;
   const json_t *val;
-  const char **names = NULL;
+  const char **files = NULL;
   index_ent *ent = NULL;
   int nf = 0, n = 0;
   size_t bytes = 0;
@@ -137,13 +189,11 @@ lh_err lh_safetensors_index_parse(const char *json, size_t len, const char *what
     e = lh_errorf(LH_ERR_LIMIT, "%s: weight_map: more than %d entries", what, INT_MAX);
     goto out;
   }
-  names = calloc(MAX_SHARDS, sizeof *names);
   ent = malloc((n_map ? n_map : 1) * sizeof *ent);
-  if (!names || !ent) {
+  if (!ent) {
     e = lh_errorf(LH_ERR_NOMEM, "%s: out of memory", what);
     goto out;
   }
-  /* distinct file names, in first-seen order */
   json_object_foreach((json_t *)map, key, val) {
     if (!json_is_string(val)) {
       e = lh_errorf(LH_ERR_FORMAT, "%s: weight_map: tensor %.200s: expected a file name, found %s",
@@ -158,30 +208,19 @@ lh_err lh_safetensors_index_parse(const char *json, size_t len, const char *what
                     what, key, f);
       goto out;
     }
-    int fid = -1;
-    for (int i = 0; i < nf && fid < 0; i++)
-      if (strcmp(names[i], f) == 0) fid = i;
-    if (fid < 0) {
-      if (nf == MAX_SHARDS) {
-        e = lh_errorf(LH_ERR_LIMIT, "%s: more than %d shards", what, MAX_SHARDS);
-        goto out;
-      }
-      fid = nf;
-      names[nf++] = f;
-      bytes += strlen(f) + 1;
-    }
-    ent[n++] = (index_ent){key, f, fid};
+    ent[n++] = (index_ent){key, f, -1};
     bytes += strlen(key) + 1;
   }
+  if ((e = number_files(what, ent, n, &files, &nf, &bytes))) goto out;
   if (nf == 0) {
     e = lh_errorf(LH_ERR_FORMAT, "%s: weight_map names no shard", what);
     goto out;
   }
   qsort(ent, (size_t)n, sizeof *ent, cmp_ent_name);
-  e = index_block(what, names, nf, ent, n, bytes, out);
+  e = index_block(what, files, nf, ent, n, bytes, out);
 out:
+  free(files);
   free(ent);
-  free(names);
   json_decref(root);
   return e;
 }

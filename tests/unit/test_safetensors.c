@@ -690,6 +690,100 @@ static void test_model_load_generation_config(void **state) {
   lh_model_free(m);
 }
 
+/* An index of n tensors "t<i>" spread round-robin over nf shards whose names share a prefix of
+ * plen bytes. */
+static char *index_text(int n, int nf, int plen, size_t *len) {
+  size_t cap = (size_t)n * ((size_t)plen + 48) + 32, used = 0;
+  char *b = malloc(cap), *pre = malloc((size_t)plen + 1);
+  memset(pre, 'x', (size_t)plen);
+  pre[plen] = 0;
+  used += (size_t)snprintf(b, cap, "{\"weight_map\": {");
+  for (int i = 0; i < n; i++)
+    used += (size_t)snprintf(b + used, cap - used, "%s\"t%d\": \"%s-%05d.safetensors\"",
+                             i ? ", " : "", i, pre, i % nf);
+  used += (size_t)snprintf(b + used, cap - used, "}}");
+  free(pre);
+  *len = used;
+  return b;
+}
+
+static void test_index_parse(void **state) {
+  const char *json = "{\"metadata\": {\"total_size\": 8}, \"weight_map\": {\"z\": \"b.st\", "
+                     "\"m\": \"a.st\", \"a\": \"b.st\", \"q\": \"c.st\", \"m.1\": \"a.st\"}}";
+  lh_st_index *ix = NULL;
+  assert_int_equal(lh_safetensors_index_parse(json, strlen(json), "t.json", &ix), LH_ERR_OK);
+  /* shards in first-seen order, names sorted, each with its shard */
+  assert_int_equal(ix->n_files, 3);
+  assert_string_equal(ix->files[0], "b.st");
+  assert_string_equal(ix->files[1], "a.st");
+  assert_string_equal(ix->files[2], "c.st");
+  assert_int_equal(ix->n, 5);
+  const char *names[] = {"a", "m", "m.1", "q", "z"};
+  const int file[] = {0, 1, 1, 2, 0};
+  for (int i = 0; i < 5; i++) {
+    assert_string_equal(ix->names[i], names[i]);
+    assert_int_equal(ix->file[i], file[i]);
+    assert_int_equal(lh_safetensors_index_find(ix, names[i]), file[i]);
+  }
+  assert_int_equal(lh_safetensors_index_find(ix, "m.0"), -1);
+  assert_int_equal(lh_safetensors_index_find(ix, ""), -1);
+  free(ix);
+
+  /* at most 4096 distinct shards, however often each is named */
+  size_t len;
+  char *text = index_text(3 * 4096, 4096, 8, &len);
+  assert_int_equal(lh_safetensors_index_parse(text, len, "t.json", &ix), LH_ERR_OK);
+  assert_int_equal(ix->n_files, 4096);
+  assert_int_equal(ix->n, 3 * 4096);
+  for (int i = 0; i < 4096; i++) {
+    char want[64];
+    snprintf(want, sizeof want, "xxxxxxxx-%05d.safetensors", i);
+    assert_string_equal(ix->files[i], want);
+  }
+  char t[16];
+  snprintf(t, sizeof t, "t%d", 2 * 4096 + 17);
+  assert_string_equal(ix->files[lh_safetensors_index_find(ix, t)], "xxxxxxxx-00017.safetensors");
+  free(ix);
+  free(text);
+  text = index_text(4097, 4097, 8, &len);
+  ix = (lh_st_index *)0x1;
+  assert_int_equal(lh_safetensors_index_parse(text, len, "t.json", &ix), LH_ERR_LIMIT);
+  assert_null(ix);
+  assert_non_null(strstr(lh_last_error(), "more than 4096 shards"));
+  free(text);
+}
+
+static double parse_seconds(const char *text, size_t len, int n_files) {
+  lh_st_index *ix = NULL;
+  double t0 = lh_time_now();
+  assert_int_equal(lh_safetensors_index_parse(text, len, "t.json", &ix), LH_ERR_OK);
+  double t = lh_time_now() - t0;
+  assert_int_equal(ix->n_files, n_files);
+  free(ix);
+  return t;
+}
+
+/* Parsing an index costs about the same whether its entries name one shard or 4096 (a scan of
+ * the shards seen so far for each entry made 4096 long names take about 5 times as long). The
+ * two are timed alternately, best of 5, so a busy machine slows both alike. */
+static void test_index_parse_time(void **state) {
+  size_t len1, len2;
+  char *one = index_text(4096, 1, 1024, &len1), *many = index_text(4096, 4096, 1024, &len2);
+  assert_int_equal(len1, len2);
+  double t1 = 1e30, t2 = 1e30;
+  for (int r = 0; r < 5; r++) {
+    double a = parse_seconds(one, len1, 1), b = parse_seconds(many, len2, 4096);
+    t1 = a < t1 ? a : t1;
+    t2 = b < t2 ? b : t2;
+  }
+  print_message("index of 4096 entries: %.3f s with one shard, %.3f s with 4096\n", t1, t2);
+  if (t2 > 2.5 * t1 + 0.01)
+    fail_msg("4096 shards took %.3f s, one shard %.3f s: parsing should not scale with shards", t2,
+             t1);
+  free(one);
+  free(many);
+}
+
 static int saved_stderr = -1;
 
 /* Sends stderr (where lh_log writes) to `path` until stderr_restore(). */
@@ -858,6 +952,8 @@ int main(void) {
       cmocka_unit_test(test_model_load_errors),
       cmocka_unit_test(test_model_load_generation_config),
       cmocka_unit_test(test_model_load_sharded),
+      cmocka_unit_test(test_index_parse),
+      cmocka_unit_test(test_index_parse_time),
   };
   return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
 }
