@@ -753,37 +753,6 @@ static void test_index_parse(void **state) {
   free(text);
 }
 
-static double parse_seconds(const char *text, size_t len, int n_files) {
-  lh_st_index *ix = NULL;
-  double t0 = lh_time_now();
-  assert_int_equal(lh_safetensors_index_parse(text, len, "t.json", &ix), LH_ERR_OK);
-  double t = lh_time_now() - t0;
-  assert_int_equal(ix->n_files, n_files);
-  free(ix);
-  return t;
-}
-
-/* Parsing an index costs about the same whether its entries name one shard or 4096 (a scan of
- * the shards seen so far for each entry made 4096 long names take about 5 times as long). The
- * two are timed alternately, best of 5, so a busy machine slows both alike. */
-static void test_index_parse_time(void **state) {
-  size_t len1, len2;
-  char *one = index_text(4096, 1, 1024, &len1), *many = index_text(4096, 4096, 1024, &len2);
-  assert_int_equal(len1, len2);
-  double t1 = 1e30, t2 = 1e30;
-  for (int r = 0; r < 5; r++) {
-    double a = parse_seconds(one, len1, 1), b = parse_seconds(many, len2, 4096);
-    t1 = a < t1 ? a : t1;
-    t2 = b < t2 ? b : t2;
-  }
-  print_message("index of 4096 entries: %.3f s with one shard, %.3f s with 4096\n", t1, t2);
-  if (t2 > 2.5 * t1 + 0.01)
-    fail_msg("4096 shards took %.3f s, one shard %.3f s: parsing should not scale with shards", t2,
-             t1);
-  free(one);
-  free(many);
-}
-
 static int saved_stderr = -1;
 
 /* Sends stderr (where lh_log writes) to `path` until stderr_restore(). */
@@ -953,7 +922,6 @@ int main(void) {
       cmocka_unit_test(test_model_load_generation_config),
       cmocka_unit_test(test_model_load_sharded),
       cmocka_unit_test(test_index_parse),
-      cmocka_unit_test(test_index_parse_time),
   };
   return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
 }
