@@ -34,7 +34,10 @@ typedef struct lh_config {
   float rope_theta;
   float rms_eps;
   bool tie_embeddings;
-  bool qkv_bias; /* Qwen2 always; Llama and Qwen3 when attention_bias is true */
+  bool qkv_bias; /* q/k/v biases: Qwen2 always; Llama and Qwen3 when attention_bias is true */
+  bool o_bias;   /* o_proj bias: Llama and Qwen3 when attention_bias is true (then equal to
+                  * qkv_bias, as Hugging Face's LlamaAttention and Qwen3Attention build it);
+                  * never Qwen2 */
   bool qk_norm;  /* per-head RMSNorm of q and k before RoPE (Qwen3) */
   lh_rope_scaling rope_scaling;
   float rope_factor;          /* llama3: factor, low_freq_factor, high_freq_factor, */
@@ -85,7 +88,8 @@ lh_err lh_config_parse_generation(const char *json, size_t len, const char *what
  * range of layers is a contiguous range of the slab), then the final norm and the head.
  * Per-layer fields point into layer 0: layer l of wq is at wq + l * layer_stride. Within a
  * layer wq, wk, wv are adjacent (one (H*hd + 2*KV*hd, C) matrix), so are bq, bk, bv, and
- * so are wgate and wup (one (2F, C) matrix): the trainer multiplies each group at once. */
+ * so are wgate and wup (one (2F, C) matrix): the trainer multiplies each group at once. bo,
+ * when present, follows wo. */
 typedef struct lh_params {
   float *embed;   /* (V, C) */
   float *ln1;     /* (C) input_layernorm */
@@ -98,6 +102,7 @@ typedef struct lh_params {
   float *q_norm;  /* (hd), NULL without qk_norm */
   float *k_norm;  /* (hd), NULL without qk_norm */
   float *wo;      /* (C, H*hd) */
+  float *bo;      /* (C), NULL without o_proj bias */
   float *ln2;     /* (C) post_attention_layernorm */
   float *wgate;   /* (F, C) */
   float *wup;     /* (F, C) */

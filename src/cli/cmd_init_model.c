@@ -95,6 +95,7 @@ static int apply_key(const char *path, const char *key, const json_t *v, lh_conf
     if (qwen2 && !json_is_true(v))
       return bad_key(path, key, "true (qwen2 always has q/k/v biases)", v);
     cfg->qkv_bias = qwen2 || json_is_true(v);
+    cfg->o_bias = !qwen2 && json_is_true(v); /* Llama and Qwen3: o_proj too */
     return LH__ARGS_CONTINUE;
   }
   if (!strcmp(key, "bos_token_id") || !strcmp(key, "eos_token_id")) {

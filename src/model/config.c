@@ -49,6 +49,7 @@ lh_err lh_config_preset(const char *name, lh_arch arch, lh_config *out) {
   c.rms_eps = 1e-6f;
   c.tie_embeddings = true;
   c.qkv_bias = arch == LH_ARCH_QWEN2;
+  c.o_bias = false;
   c.qk_norm = arch == LH_ARCH_QWEN3;
   c.bos_token_id = -1;
   c.eos_token_id = -1;
@@ -115,6 +116,14 @@ lh_err lh_config_validate(const lh_config *c) {
                      c->eos_token_id, c->eos_ids[0]);
   if (c->arch == LH_ARCH_QWEN2 && !c->qkv_bias)
     return lh_errorf(LH_ERR_FORMAT, "config: Qwen2 models always have q/k/v biases");
+  if (c->arch == LH_ARCH_QWEN2 && c->o_bias)
+    return lh_errorf(LH_ERR_FORMAT, "config: Qwen2 models have no o_proj bias");
+  if (c->arch != LH_ARCH_QWEN2 && c->o_bias != c->qkv_bias)
+    return lh_errorf(LH_ERR_FORMAT,
+                     "config: %s models have q/k/v and o_proj biases together (attention_bias); "
+                     "found q/k/v bias %s, o_proj bias %s",
+                     c->arch == LH_ARCH_LLAMA ? "Llama" : "Qwen3", c->qkv_bias ? "on" : "off",
+                     c->o_bias ? "on" : "off");
   if (c->qk_norm != (c->arch == LH_ARCH_QWEN3))
     return lh_errorf(LH_ERR_FORMAT, c->qk_norm ? "config: only Qwen3 models have q/k norms"
                                                : "config: Qwen3 models always have q/k norms");
@@ -143,6 +152,7 @@ size_t lh_config_n_params(const lh_config *c) {
   size_t F = (size_t)c->intermediate_size;
   size_t layer = 2 * C + H * hd * C + 2 * KV * hd * C + C * H * hd + 3 * F * C;
   if (c->qkv_bias) layer += H * hd + 2 * KV * hd;
+  if (c->o_bias) layer += C;
   if (c->qk_norm) layer += 2 * hd;
   size_t n = V * C + L * layer + C;
   if (!c->tie_embeddings) n += V * C;
@@ -471,7 +481,10 @@ lh_err lh_config_parse(const char *json, size_t len, const char *what, lh_config
   if ((e = get_bool(root, what, "tie_word_embeddings", &c.tie_embeddings))) goto out;
   c.qkv_bias = false;
   if ((e = get_bool(root, what, "attention_bias", &c.qkv_bias))) goto out;
+  /* transformers: Qwen2Attention has q/k/v biases and no o_proj bias whatever attention_bias
+   * says; LlamaAttention and Qwen3Attention give all four projections bias=attention_bias */
   if (c.arch == LH_ARCH_QWEN2) c.qkv_bias = true;
+  c.o_bias = c.arch != LH_ARCH_QWEN2 && c.qkv_bias;
   c.qk_norm = c.arch == LH_ARCH_QWEN3;
   if ((e = get_token(root, what, "bos_token_id", &c.bos_token_id))) goto out;
   if ((e = get_eos(root, what, &c))) goto out;

@@ -13,9 +13,9 @@
 /* Offsets (in elements) of layer 0's tensors in the slab; layer l adds l * layer_stride. */
 typedef struct {
   size_t embed, norm, lm_head;
-  size_t ln1, wqkv, bqkv, q_norm, k_norm, wo, ln2, wgu, wdown;
+  size_t ln1, wqkv, bqkv, q_norm, k_norm, wo, bo, ln2, wgu, wdown;
   size_t layer_stride;
-  bool has_bias, has_qk_norm;
+  bool has_bias, has_o_bias, has_qk_norm;
 } weight_offsets;
 
 struct lh_infer {
@@ -71,6 +71,7 @@ static void compute_offsets(const lh_config *c, weight_offsets *o) {
   o->has_qk_norm = find_offset(t, n, "model.layers.0.self_attn.q_norm.weight", &o->q_norm) &&
                    find_offset(t, n, "model.layers.0.self_attn.k_norm.weight", &o->k_norm);
   LH_CHECK(find_offset(t, n, "model.layers.0.self_attn.o_proj.weight", &o->wo), "no wo");
+  o->has_o_bias = find_offset(t, n, "model.layers.0.self_attn.o_proj.bias", &o->bo);
   LH_CHECK(find_offset(t, n, "model.layers.0.post_attention_layernorm.weight", &o->ln2), "ln2");
   LH_CHECK(find_offset(t, n, "model.layers.0.mlp.gate_proj.weight", &o->wgu), "no gate");
   LH_CHECK(find_offset(t, n, "model.layers.0.mlp.down_proj.weight", &o->wdown), "no down");
@@ -352,6 +353,15 @@ lh_err lh_infer_forward(const lh_infer *m, lh_kv *kv, const lh_infer_row *rows, 
         cblas_sgemv(CblasRowMajor, CblasTrans, P, hd, 1.0f / sum, vs, KD, s, 1, 0.0f, a, 1);
       }
     matmul_bf16(kv, kv->x, kv->att, WEIGHTS(o->wo + lo), n, QD, C, 1.0f);
+    if (o->has_o_bias) {
+      const uint16_t *b = W + o->bo + lo;
+#pragma omp parallel for schedule(static) if (n > 1)
+      for (int r = 0; r < n; r++) {
+        float *x = kv->x + (size_t)r * C;
+        for (int j = 0; j < C; j++)
+          x[j] += bf16f(b[j]);
+      }
+    }
     rmsnorm_bf16(kv->xn, kv->x, W + o->ln2 + lo, n, C, c->rms_eps);
     matmul_bf16(kv, kv->gu, kv->xn, WEIGHTS(o->wgu + lo), n, C, 2 * F, 0.0f);
     lh_swiglu_forward(kv->h, kv->gu, n, F);

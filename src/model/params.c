@@ -37,6 +37,7 @@ static int param_specs(const lh_config *c, param_spec *s) {
     SPEC("model.layers.%d.self_attn.k_norm.weight", 1, hd, 0, k_norm);
   }
   SPEC("model.layers.%d.self_attn.o_proj.weight", 1, C, q, wo);
+  if (c->o_bias) SPEC("model.layers.%d.self_attn.o_proj.bias", 1, C, 0, bo);
   SPEC("model.layers.%d.post_attention_layernorm.weight", 1, C, 0, ln2);
   SPEC("model.layers.%d.mlp.gate_proj.weight", 1, F, C, wgate);
   SPEC("model.layers.%d.mlp.up_proj.weight", 1, F, C, wup);

@@ -284,6 +284,7 @@ float lh_train_forward(lh_train *t, const lh_batch *b, float *logprob) {
 
     memcpy(xmid, x, NC * sizeof(float));
     lh_matmul_xwt(xmid, att, w->wo + lo, N, QD, C, 1.0f);
+    if (c->o_bias) add_bias(xmid, w->bo + lo, N, C);
     lh_rmsnorm_forward(ln2, t->rstd2 + (size_t)l * N, xmid, w->ln2 + lo, N, C, c->rms_eps);
     lh_matmul_xwt(gu, ln2, w->wgate + lo, N, C, 2 * F, 0.0f); /* wgate, wup are adjacent */
     lh_swiglu_forward(hm, gu, N, F);
@@ -370,9 +371,10 @@ void lh_train_backward(lh_train *t, const lh_batch *b, const float *dlogprob) {
     lh_rmsnorm_backward(t->dx, g->ln2 + lo, t->dn, xmid, w->ln2 + lo, t->rstd2 + (size_t)l * N,
                         N, C);
 
-    /* attention: xmid = x + o(att) */
+    /* attention: xmid = x + o(att) + bo */
     lh_matmul_dx(t->datt, t->dx, w->wo + lo, N, QD, C, 0.0f);
     lh_matmul_dw(g->wo + lo, t->dx, att, N, QD, C);
+    if (c->o_bias) bias_grad(g->bo + lo, t->dx, N, C);
     int pairs = b->n_seqs * KV;
 #pragma omp parallel for schedule(dynamic, 1)
     for (int pi = 0; pi < pairs; pi++) {
@@ -421,6 +423,7 @@ double lh_train_flops(const lh_config *c, const lh_batch *b) {
   /* matmul parameters: all but norms (q/k norms too), biases and (untied) the embedding lookup */
   double mm = (double)n - (double)c->hidden_size * (2.0 * c->n_layers + 1.0);
   if (c->qkv_bias) mm -= (double)c->n_layers * (c->n_heads + 2.0 * c->n_kv_heads) * c->head_dim;
+  if (c->o_bias) mm -= (double)c->n_layers * c->hidden_size;
   if (c->qk_norm) mm -= (double)c->n_layers * 2.0 * c->head_dim;
   if (!c->tie_embeddings) mm -= (double)c->vocab_size * c->hidden_size;
   int N = b->seq_start[b->n_seqs];

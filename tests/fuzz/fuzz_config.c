@@ -35,6 +35,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   CHECK(back.max_positions == c.max_positions);
   CHECK(back.rope_theta == c.rope_theta && back.rms_eps == c.rms_eps);
   CHECK(back.tie_embeddings == c.tie_embeddings && back.qkv_bias == c.qkv_bias);
+  CHECK(back.o_bias == c.o_bias);
   CHECK(back.bos_token_id == c.bos_token_id && back.eos_token_id == c.eos_token_id);
   return 0;
 }

@@ -25,10 +25,11 @@ fi
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/longhaul-greedy.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 
-# name arch seed kv tied extra-json
+# name arch seed kv tied extra-json. llama_tied_bias has attention_bias: q/k/v and o_proj biases.
 VARIANTS=(
   "qwen2_tied_gqa   qwen2 11 2 true  "
   "llama_untied_gqa llama 12 2 false ,\"attention_bias\":false,\"rope_theta\":500000.0,\"rms_norm_eps\":1e-5"
+  "llama_tied_bias  llama 13 1 true  ,\"attention_bias\":true"
 )
 
 for v in "${VARIANTS[@]}"; do

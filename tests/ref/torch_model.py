@@ -170,10 +170,13 @@ class Config:
         self.rms_eps = float(d.get("rms_norm_eps", 1e-6))
         self.tie_embeddings = bool(d.get("tie_word_embeddings", False))
         self.max_positions = int(d.get("max_position_embeddings", 2048))
+        # transformers: Qwen2Attention has q/k/v biases and no o_proj bias, whatever
+        # attention_bias says; LlamaAttention and Qwen3Attention build q/k/v AND o_proj with
+        # bias=attention_bias
         if self.arch == "qwen2":
-            self.qkv_bias = True
+            self.qkv_bias, self.o_bias = True, False
         else:
-            self.qkv_bias = bool(d.get("attention_bias", False))
+            self.qkv_bias = self.o_bias = bool(d.get("attention_bias", False))
         # Qwen3: RMSNorm over each q and k head (weights of size head_dim) before RoPE
         self.qk_norm = self.arch == "qwen3"
         if self.n_heads % self.n_kv_heads:
@@ -209,6 +212,8 @@ def tensor_shapes(cfg):
             s[p + "self_attn.q_norm.weight"] = (hd,)
             s[p + "self_attn.k_norm.weight"] = (hd,)
         s[p + "self_attn.o_proj.weight"] = (C, H * hd)
+        if cfg.o_bias:
+            s[p + "self_attn.o_proj.bias"] = (C,)
         s[p + "post_attention_layernorm.weight"] = (C,)
         s[p + "mlp.gate_proj.weight"] = (F_, C)
         s[p + "mlp.up_proj.weight"] = (F_, C)
@@ -247,7 +252,7 @@ class Attention(nn.Module):
         self.q_proj = nn.Linear(C, H * hd, bias=cfg.qkv_bias)
         self.k_proj = nn.Linear(C, KV * hd, bias=cfg.qkv_bias)
         self.v_proj = nn.Linear(C, KV * hd, bias=cfg.qkv_bias)
-        self.o_proj = nn.Linear(H * hd, C, bias=False)
+        self.o_proj = nn.Linear(H * hd, C, bias=cfg.o_bias)
         self.qk_norm = cfg.qk_norm
         if cfg.qk_norm:
             self.q_norm = RMSNorm(hd, cfg.rms_eps)
@@ -669,6 +674,8 @@ def _naive_logits(model, tokens, seq_start):
                     att[t, hh * hd:(hh + 1) * hd] = sum(
                         pr[u] * proj["v"][u, kh * hd:(kh + 1) * hd] for u in range(t + 1))
             x = x + att @ P[p + "self_attn.o_proj.weight"].T
+            if cfg.o_bias:
+                x = x + P[p + "self_attn.o_proj.bias"]
             h = rms(x, P[p + "post_attention_layernorm.weight"])
             g = h @ P[p + "mlp.gate_proj.weight"].T
             u_ = h @ P[p + "mlp.up_proj.weight"].T

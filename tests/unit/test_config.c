@@ -221,9 +221,20 @@ static void test_qwen25_05b(void **state) {
   assert_true(c.rms_eps == 1e-6f);
   assert_true(c.tie_embeddings);
   assert_true(c.qkv_bias);
+  assert_false(c.o_bias);
   assert_int_equal(c.bos_token_id, 151643);
   assert_int_equal(c.eos_token_id, 151643);
   assert_int_equal(lh_config_n_params(&c), 494032768);
+  /* Qwen2Attention: q/k/v biases and never an o_proj bias, whatever attention_bias says */
+  for (int on = 0; on < 2; on++) {
+    assert_int_equal(parse(edit(qwen25_05b, "\"attention_dropout\": 0.0,",
+                                on ? "\"attention_bias\": true," : "\"attention_bias\": false,"),
+                           &c),
+                     LH_ERR_OK);
+    assert_true(c.qkv_bias);
+    assert_false(c.o_bias);
+    assert_int_equal(lh_config_n_params(&c), 494032768);
+  }
 }
 
 static void test_qwen3_06b(void **state) {
@@ -268,7 +279,8 @@ static void test_qwen3_06b(void **state) {
   assert_string_equal(t[n - 1].name, "model.norm.weight");
   free(t);
 
-  /* model_type alone names it; attention_bias adds q/k/v biases; sliding windows refused */
+  /* model_type alone names it; attention_bias adds q/k/v and o_proj biases (Qwen3Attention
+   * builds all four with bias=attention_bias); sliding windows refused */
   assert_int_equal(
       parse(edit(qwen3_06b, "\"Qwen3ForCausalLM\"", "\"Other\", \"Qwen3ForCausalLM\""), &c),
       LH_ERR_OK);
@@ -276,8 +288,8 @@ static void test_qwen3_06b(void **state) {
   assert_int_equal(
       parse(edit(qwen3_06b, "\"attention_bias\": false", "\"attention_bias\": true"), &c),
       LH_ERR_OK);
-  assert_true(c.qkv_bias && c.qk_norm);
-  assert_int_equal(lh_config_n_params(&c), 596049920 + 28 * (2048 + 2 * 1024));
+  assert_true(c.qkv_bias && c.o_bias && c.qk_norm);
+  assert_int_equal(lh_config_n_params(&c), 596049920 + 28 * (2048 + 2 * 1024 + 1024));
   expect_error(edit(qwen3_06b, "\"use_sliding_window\": false", "\"use_sliding_window\": true"),
                LH_ERR_UNSUPPORTED, "use_sliding_window");
   /* without max_position_embeddings: Qwen3Config's default */
@@ -328,12 +340,29 @@ static void test_llama32_1b(void **state) {
   expect_error(llama("[1, 128256]", "null"), LH_ERR_FORMAT, "eos_token_id[1] is 128256");
   expect_error(llama("[1, -1]", "null"), LH_ERR_LIMIT, "field eos_token_id[1]: -1 is out of range");
 
-  /* attention_bias turns on q/k/v biases for Llama */
+  assert_false(c.o_bias);
+  /* attention_bias turns on q/k/v and o_proj biases for Llama (LlamaAttention) */
   assert_int_equal(
       parse(edit(llama("2", "null"), "\"attention_bias\": false", "\"attention_bias\": true"), &c),
       LH_ERR_OK);
   assert_true(c.qkv_bias);
-  assert_int_equal(lh_config_n_params(&c), 1235814400 + 16 * (2048 + 2 * 512));
+  assert_true(c.o_bias);
+  assert_int_equal(lh_config_n_params(&c), 1235814400 + 16 * (2048 + 2 * 512 + 2048));
+  /* the tensor table: q/k/v biases after the three weights, o_proj.bias (hidden) after
+   * o_proj.weight, inside each layer's block */
+  int n = lh_model_tensors(&c, NULL, 0);
+  assert_int_equal(n, 1 + 16 * 13 + 1);
+  lh_tensor_info *t = calloc((size_t)n, sizeof *t);
+  lh_model_tensors(&c, t, n);
+  assert_string_equal(t[5].name, "model.layers.0.self_attn.q_proj.bias");
+  assert_string_equal(t[8].name, "model.layers.0.self_attn.o_proj.weight");
+  assert_string_equal(t[9].name, "model.layers.0.self_attn.o_proj.bias");
+  assert_int_equal(t[9].ndim, 1);
+  assert_int_equal(t[9].shape[0], 2048);
+  assert_int_equal(t[9].offset, t[8].offset + t[8].numel);
+  assert_string_equal(t[10].name, "model.layers.0.post_attention_layernorm.weight");
+  assert_string_equal(t[9 + 13].name, "model.layers.1.self_attn.o_proj.bias");
+  free(t);
 }
 
 /* Llama 3.1/3.2 rope_scaling is read and turned into Hugging Face's inv_freq; other types are
@@ -588,6 +617,19 @@ static void test_invalid_values(void **state) {
   bad = c;
   bad.arch = LH_ARCH_QWEN2; /* Qwen2 without biases cannot be written as config.json */
   assert_int_equal(lh_config_validate(&bad), LH_ERR_FORMAT);
+  /* neither can Qwen2 with an o_proj bias, nor Llama/Qwen3 with only some attention biases */
+  assert_int_equal(lh_config_preset("tiny", LH_ARCH_QWEN2, &bad), LH_ERR_OK);
+  bad.o_bias = true;
+  assert_int_equal(lh_config_validate(&bad), LH_ERR_FORMAT);
+  assert_non_null(strstr(lh_last_error(), "o_proj"));
+  bad = c;
+  bad.qkv_bias = true;
+  assert_int_equal(lh_config_validate(&bad), LH_ERR_FORMAT);
+  assert_non_null(strstr(lh_last_error(), "attention_bias"));
+  bad.o_bias = true;
+  assert_int_equal(lh_config_validate(&bad), LH_ERR_OK);
+  bad.qkv_bias = false;
+  assert_int_equal(lh_config_validate(&bad), LH_ERR_FORMAT);
 }
 
 static void check_same(const lh_config *a, const lh_config *b) {
@@ -604,6 +646,7 @@ static void check_same(const lh_config *a, const lh_config *b) {
   assert_true(a->rms_eps == b->rms_eps);
   assert_int_equal(a->tie_embeddings, b->tie_embeddings);
   assert_int_equal(a->qkv_bias, b->qkv_bias);
+  assert_int_equal(a->o_bias, b->o_bias);
   assert_int_equal(a->qk_norm, b->qk_norm);
   assert_int_equal(a->rope_scaling, b->rope_scaling);
   if (a->rope_scaling == LH_ROPE_LLAMA3) {
@@ -631,7 +674,7 @@ static void test_save_load_round_trip(void **state) {
   assert_int_equal(parse(llama("128001", "null"), &cases[3]), LH_ERR_OK);
   cases[4] = cases[0];
   cases[4].tie_embeddings = false;
-  cases[4].qkv_bias = true;
+  cases[4].qkv_bias = cases[4].o_bias = true;
   cases[4].head_dim = 48; /* differs from hidden/heads: must be written */
   cases[4].rope_theta = 12345.678f;
   cases[4].rms_eps = 3.3e-7f;
@@ -643,7 +686,7 @@ static void test_save_load_round_trip(void **state) {
   assert_int_equal(parse(llama("[128009, 128001, 128008]", llama32_scaling), &cases[7]), LH_ERR_OK);
   cases[7].rope_factor = 7.3f; /* not a short decimal in binary */
   assert_int_equal(lh_config_preset("small", LH_ARCH_QWEN3, &cases[8]), LH_ERR_OK);
-  cases[8].qkv_bias = true;
+  cases[8].qkv_bias = cases[8].o_bias = true;
   for (int i = 0; i < 9; i++) {
     assert_int_equal(lh_config_save(path, &cases[i]), LH_ERR_OK);
     lh_config back;

@@ -25,7 +25,7 @@
  * forward alone (full recompute per token) is off by at most 2.7e-5 on these fixtures; ~10x. */
 #define LOGPROB_TOL 3e-4
 
-static const char *const variants[] = {"qwen2_tied_gqa", "llama_untied_gqa"};
+static const char *const variants[] = {"qwen2_tied_gqa", "llama_untied_gqa", "llama_tied_bias"};
 
 typedef struct {
   char dir[1024];

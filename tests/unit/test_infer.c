@@ -25,7 +25,8 @@ typedef struct {
 } setup;
 
 /* A random model whose fp32 weights are exactly bf16 values, so both paths see one model. */
-static void make_setup(setup *s, lh_arch arch, int tied, int kv_heads) {
+/* attn_bias: Llama/Qwen3 attention_bias (q/k/v and o_proj biases). */
+static void make_setup(setup *s, lh_arch arch, int tied, int kv_heads, int attn_bias) {
   lh_config c;
   assert_int_equal(lh_config_preset("tiny", arch, &c), LH_ERR_OK);
   c.vocab_size = 80;
@@ -37,6 +38,7 @@ static void make_setup(setup *s, lh_arch arch, int tied, int kv_heads) {
   c.intermediate_size = 96;
   c.max_positions = 64;
   c.tie_embeddings = tied;
+  if (attn_bias) c.qkv_bias = c.o_bias = true;
   assert_int_equal(lh_model_create(&c, &s->m), LH_ERR_OK);
   lh_model_init_random(s->m, 11);
   for (size_t i = 0; i < s->m->n_params; i++) {
@@ -87,9 +89,9 @@ static void expect_row(const setup *s, int q, int pos, const float *got, const c
              worst, scale);
 }
 
-static void check_paths(lh_arch arch, int tied, int kv_heads) {
+static void check_paths(lh_arch arch, int tied, int kv_heads, int attn_bias) {
   setup s;
-  make_setup(&s, arch, tied, kv_heads);
+  make_setup(&s, arch, tied, kv_heads, attn_bias);
   int V = s.m->cfg.vocab_size;
   float *logits = malloc((size_t)3 * T * V * sizeof(float));
   lh_kv *kv;
@@ -159,23 +161,30 @@ static void check_paths(lh_arch arch, int tied, int kv_heads) {
 }
 
 static void test_qwen2_gqa_tied(void **state) {
-  check_paths(LH_ARCH_QWEN2, 1, 2);
+  check_paths(LH_ARCH_QWEN2, 1, 2, 0);
 }
 static void test_llama_mha_untied(void **state) {
-  check_paths(LH_ARCH_LLAMA, 0, 4);
+  check_paths(LH_ARCH_LLAMA, 0, 4, 0);
 }
 static void test_llama_mqa_tied(void **state) {
-  check_paths(LH_ARCH_LLAMA, 1, 1);
+  check_paths(LH_ARCH_LLAMA, 1, 1, 0);
 }
 static void test_qwen3_qk_norm(void **state) {
-  check_paths(LH_ARCH_QWEN3, 1, 2);
+  check_paths(LH_ARCH_QWEN3, 1, 2, 0);
+}
+/* attention_bias: q/k/v biases and the o_proj bias, added after the o product */
+static void test_llama_attention_bias(void **state) {
+  check_paths(LH_ARCH_LLAMA, 0, 2, 1);
+}
+static void test_qwen3_attention_bias(void **state) {
+  check_paths(LH_ARCH_QWEN3, 1, 2, 1);
 }
 
 /* Loading a directory straight to bf16 (F32 file: rounded; BF16 file: copied) gives the same
  * policy as rounding the in-memory model. */
 static void test_load_bf16(void **state) {
   setup s;
-  make_setup(&s, LH_ARCH_QWEN2, 0, 2);
+  make_setup(&s, LH_ARCH_QWEN2, 0, 2, 0);
   int V = s.m->cfg.vocab_size;
   char dir[] = "/tmp/longhaul-test-infer-XXXXXX";
   assert_non_null(mkdtemp(dir));
@@ -208,8 +217,12 @@ static void test_load_bf16(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_qwen2_gqa_tied), cmocka_unit_test(test_llama_mha_untied),
-      cmocka_unit_test(test_llama_mqa_tied), cmocka_unit_test(test_qwen3_qk_norm),
+      cmocka_unit_test(test_qwen2_gqa_tied),
+      cmocka_unit_test(test_llama_mha_untied),
+      cmocka_unit_test(test_llama_mqa_tied),
+      cmocka_unit_test(test_qwen3_qk_norm),
+      cmocka_unit_test(test_llama_attention_bias),
+      cmocka_unit_test(test_qwen3_attention_bias),
       cmocka_unit_test(test_load_bf16),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
