@@ -47,6 +47,13 @@ void *lh_xmalloc(size_t n);
 void *lh_xcalloc(size_t count, size_t size);
 void *lh_xmalloc_aligned(size_t n);
 char *lh_xstrdup(const char *s);
+/* Allocation sized by a config file or a user, which must fail with a message instead of
+ * aborting: n bytes, 64-byte aligned, released with free(); on failure returns NULL with
+ * LH_ERR_NOMEM's message set to "WHAT: cannot allocate N bytes (G GiB)". n == SIZE_MAX (what
+ * lh_size_mul saturates to) always fails. */
+void *lh_try_malloc_aligned(size_t n, const char *what);
+/* a * b, or SIZE_MAX when the product does not fit: chains of products that saturate. */
+size_t lh_size_mul(size_t a, size_t b);
 
 /* Logging to stderr; level from LONGHAUL_LOG (error, warn, info, debug), default info. */
 typedef enum { LH_LOG_ERROR, LH_LOG_WARN, LH_LOG_INFO, LH_LOG_DEBUG } lh_log_level;

@@ -17,7 +17,8 @@ typedef struct lh_infer lh_infer;
 /* Loads DIR (config.json, safetensors, generation_config.json) and keeps the weights as one bf16
  * slab (F32 files are rounded to nearest even). RAM: 2 bytes per parameter. */
 lh_err lh_infer_load(const char *dir, lh_infer **out);
-/* The bf16 policy of a training model (its fp32 master weights rounded to nearest even). */
+/* The bf16 policy of a training model (its fp32 master weights rounded to nearest even);
+ * LH_ERR_NOMEM when the slab cannot be allocated. */
 lh_err lh_infer_from_model(const lh_model *m, lh_infer **out);
 /* Re-rounds a training model's weights into an existing policy of the same configuration (and
  * its fp32 copy, if kept): the next version of the policy without reallocating. Not while a
@@ -37,7 +38,8 @@ typedef struct lh_kv lh_kv;
 
 /* Caches for n_slots sequences of up to max_seq tokens, and scratch for forwards of up to
  * max_rows rows. max_seq must not exceed the model's max_positions. RAM: 8 * L * KV*hd bytes
- * per cached token, times n_slots * max_seq. */
+ * per cached token, times n_slots * max_seq; when that (or any scratch) cannot be allocated,
+ * LH_ERR_NOMEM names the buffer and its size. */
 lh_err lh_kv_create(const lh_infer *m, int n_slots, int max_seq, int max_rows, lh_kv **out);
 void lh_kv_free(lh_kv *kv);
 int lh_kv_max_seq(const lh_kv *kv);

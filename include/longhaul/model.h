@@ -57,10 +57,14 @@ typedef struct lh_config {
 #define LH_MAX_LAYERS 512
 #define LH_MAX_HEADS 1024
 #define LH_MAX_POSITIONS (1 << 20)
+/* Parameters a config may imply: 10^12, above every dense Llama/Qwen model (the largest,
+ * Llama 3.1 405B, has 4.1e11). Each field within its limit still allows ~5e14. */
+#define LH_MAX_PARAMS ((size_t)1000000000000)
 
 /* Presets: "tiny" and "small" (see README). */
 lh_err lh_config_preset(const char *name, lh_arch arch, lh_config *out);
-/* Checks every field against the limits and the relations between them. */
+/* Checks every field against the limits and the relations between them, and the parameter
+ * count against LH_MAX_PARAMS (LH_ERR_LIMIT). */
 lh_err lh_config_validate(const lh_config *c);
 /* Reads a Hugging Face config.json (Qwen2ForCausalLM, Qwen3ForCausalLM or LlamaForCausalLM).
  * Missing optional fields take the Hugging Face defaults. Errors name the file and the field. */
@@ -135,7 +139,8 @@ typedef struct lh_model {
   lh_params w;   /* views into params */
 } lh_model;
 
-/* Allocates a zeroed model for a validated config. */
+/* Allocates a zeroed model for a config (validated here). A slab that cannot be allocated is
+ * LH_ERR_NOMEM with its size in the message, never an abort. */
 lh_err lh_model_create(const lh_config *c, lh_model **out);
 void lh_model_free(lh_model *m);
 /* Deterministic random init: normal(0, 0.02) matrices and embeddings (Philox stream by seed),
@@ -238,7 +243,8 @@ typedef struct lh_batch {
 typedef struct lh_train lh_train;
 
 /* Sizes activations for up to max_tokens tokens per batch and max_seq tokens per sequence.
- * The model must outlive the training state. */
+ * The model must outlive the training state. Slabs that cannot be allocated are LH_ERR_NOMEM
+ * with their size in the message. */
 lh_err lh_train_create(lh_model *m, int max_tokens, int max_seq, lh_train **out);
 void lh_train_free(lh_train *t);
 /* Checks a batch against the model and the sizes given at creation. */

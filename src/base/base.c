@@ -68,10 +68,33 @@ void *lh_xcalloc(size_t count, size_t size) {
 }
 
 void *lh_xmalloc_aligned(size_t n) {
+  LH_CHECK(n <= SIZE_MAX - 63, "allocation of %zu bytes: size overflows", n);
   size_t rounded = (n + 63) & ~(size_t)63;
   void *p = aligned_alloc(64, rounded ? rounded : 64);
   LH_CHECK(p, "out of memory allocating %zu bytes", n);
   return p;
+}
+
+void *lh_try_malloc_aligned(size_t n, const char *what) {
+  void *p = NULL;
+  if (n <= SIZE_MAX - 63) {
+    size_t rounded = (n + 63) & ~(size_t)63;
+    p = aligned_alloc(64, rounded ? rounded : 64);
+  }
+  if (!p) {
+    if (n == SIZE_MAX)
+      lh_errorf(LH_ERR_NOMEM, "%s: cannot allocate: the size does not fit in %zu bytes", what,
+                (size_t)SIZE_MAX);
+    else
+      lh_errorf(LH_ERR_NOMEM, "%s: cannot allocate %zu bytes (%.1f GiB)", what, n,
+                (double)n / (double)(1u << 30));
+  }
+  return p;
+}
+
+size_t lh_size_mul(size_t a, size_t b) {
+  size_t r;
+  return __builtin_mul_overflow(a, b, &r) ? SIZE_MAX : r;
 }
 
 char *lh_xstrdup(const char *s) {

@@ -1,6 +1,8 @@
 /* longhaul generation loop: continuous batching over KV-cache slots with chunked prefill, the
  * verifiable sampler on every token, and stop tokens / stop strings. Buffers are sized when the
  * generator is created; a generate call allocates only per-call bookkeeping for its requests. */
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,6 +48,10 @@ lh_err lh_generator_create(const lh_infer *m, int n_slots, int max_seq, int pref
                            lh_generator **out) {
   *out = NULL;
   if (prefill_chunk <= 0) prefill_chunk = 256;
+  if (n_slots > INT_MAX - prefill_chunk)
+    return lh_errorf(LH_ERR_LIMIT,
+                     "generator: %d slots and a prefill chunk of %d rows, more than %d rows",
+                     n_slots, prefill_chunk, INT_MAX);
   lh_generator *g = lh_xcalloc(1, sizeof *g);
   g->m = m;
   g->n_slots = n_slots;
@@ -58,15 +64,25 @@ lh_err lh_generator_create(const lh_infer *m, int n_slots, int max_seq, int pref
     return err;
   }
   int V = lh_infer_config(m)->vocab_size;
+  size_t R = (size_t)g->max_rows;
   g->n_threads = lh_threads();
-  g->rows = lh_xmalloc((size_t)g->max_rows * sizeof *g->rows);
-  g->row_slot = lh_xmalloc((size_t)g->max_rows * sizeof *g->row_slot);
-  g->logits = lh_xmalloc_aligned((size_t)g->max_rows * V * sizeof(float));
   g->scratch = lh_xcalloc((size_t)g->n_threads, sizeof *g->scratch);
+  /* sized by the caller's slots and chunk: a failure is an error, not an abort */
+  char what[96];
+  snprintf(what, sizeof what, "generator: logits of %d rows x %d", g->max_rows, V);
+  if (!(g->rows = lh_try_malloc_aligned(lh_size_mul(R, sizeof *g->rows), "generator: rows")) ||
+      !(g->row_slot =
+            lh_try_malloc_aligned(lh_size_mul(R, sizeof *g->row_slot), "generator: rows")) ||
+      !(g->res = lh_try_malloc_aligned(lh_size_mul(R, sizeof *g->res), "generator: results")) ||
+      !(g->slots = lh_try_malloc_aligned(lh_size_mul((size_t)n_slots, sizeof *g->slots),
+                                         "generator: slots")) ||
+      !(g->logits = lh_try_malloc_aligned(lh_size_mul(R, (size_t)V * sizeof(float)), what))) {
+    lh_generator_free(g);
+    return LH_ERR_NOMEM;
+  }
+  memset(g->slots, 0, (size_t)n_slots * sizeof *g->slots);
   for (int i = 0; i < g->n_threads; i++)
     g->scratch[i] = lh_sample_scratch_create(V);
-  g->slots = lh_xcalloc((size_t)n_slots, sizeof *g->slots);
-  g->res = lh_xmalloc((size_t)g->max_rows * sizeof *g->res);
   *out = g;
   return LH_ERR_OK;
 }

@@ -143,6 +143,13 @@ lh_err lh_config_validate(const lh_config *c) {
   } else if (c->rope_scaling != LH_ROPE_DEFAULT) {
     return lh_errorf(LH_ERR_INVAL, "config: unknown rope_scaling %d", (int)c->rope_scaling);
   }
+  /* every field is within its limit, so the count fits in 64 bits (at most ~5e14) */
+  size_t n = lh_config_n_params(c);
+  if (n > LH_MAX_PARAMS)
+    return lh_errorf(LH_ERR_LIMIT,
+                     "config: the sizes imply %zu parameters (%.3g), more than the limit of %zu "
+                     "(LH_MAX_PARAMS)",
+                     n, (double)n, (size_t)LH_MAX_PARAMS);
   return LH_ERR_OK;
 }
 

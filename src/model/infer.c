@@ -4,6 +4,7 @@
  * batches) convert chunks of weight rows to fp32 and hand each chunk to cblas_sgemm. */
 #include <cblas.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -80,17 +81,15 @@ static void compute_offsets(const lh_config *c, weight_offsets *o) {
   free(t);
 }
 
-static lh_infer *infer_alloc(const lh_config *c) {
-  lh_infer *m = lh_xcalloc(1, sizeof *m);
-  m->cfg = *c;
-  m->n_params = lh_config_n_params(c);
-  m->w = lh_xmalloc_aligned(m->n_params * sizeof(uint16_t));
-  compute_offsets(c, &m->o);
-  return m;
-}
-
 lh_err lh_infer_from_model(const lh_model *src, lh_infer **out) {
-  lh_infer *m = infer_alloc(&src->cfg);
+  *out = NULL;
+  uint16_t *w = lh_try_malloc_aligned(src->n_params * sizeof(uint16_t), "infer: bf16 weights");
+  if (!w) return LH_ERR_NOMEM;
+  lh_infer *m = lh_xcalloc(1, sizeof *m);
+  m->cfg = src->cfg;
+  m->n_params = src->n_params;
+  m->w = w;
+  compute_offsets(&m->cfg, &m->o);
   lh_bf16_from_f32_n(m->w, src->params, m->n_params);
   *out = m;
   return LH_ERR_OK;
@@ -165,23 +164,39 @@ lh_err lh_kv_create(const lh_infer *m, int n_slots, int max_seq, int max_rows, l
   kv->n_threads = lh_threads();
   size_t L = (size_t)c->n_layers, C = (size_t)c->hidden_size, hd = (size_t)c->head_dim;
   size_t QD = (size_t)c->n_heads * hd, KD = (size_t)c->n_kv_heads * hd, QKV = QD + 2 * KD;
-  size_t F = (size_t)c->intermediate_size, R = (size_t)max_rows;
+  size_t F = (size_t)c->intermediate_size, R = (size_t)max_rows, S = (size_t)max_seq;
   size_t widest = C > F ? C : F;
   widest = widest > QD ? widest : QD;
-  size_t cache = L * (size_t)n_slots * (size_t)max_seq * KD;
-  kv->k = lh_xmalloc_aligned(cache * sizeof(float));
-  kv->v = lh_xmalloc_aligned(cache * sizeof(float));
-  kv->x = lh_xmalloc_aligned(R * C * sizeof(float));
-  kv->xn = lh_xmalloc_aligned(R * C * sizeof(float));
-  kv->qkv = lh_xmalloc_aligned(R * QKV * sizeof(float));
-  kv->att = lh_xmalloc_aligned(R * QD * sizeof(float));
-  kv->gu = lh_xmalloc_aligned(R * 2 * F * sizeof(float));
-  kv->h = lh_xmalloc_aligned(R * F * sizeof(float));
-  kv->xl = lh_xmalloc_aligned(R * C * sizeof(float));
-  kv->scores = lh_xmalloc_aligned((size_t)kv->n_threads * max_seq * sizeof(float));
-  kv->chunk = lh_xmalloc_aligned((size_t)CHUNK_N * widest * sizeof(float));
-  kv->rope_cos = lh_xmalloc_aligned((size_t)max_seq * (hd / 2) * sizeof(float));
-  kv->rope_sin = lh_xmalloc_aligned((size_t)max_seq * (hd / 2) * sizeof(float));
+  /* sizes come from the caller: products saturate (lh_size_mul), so an absurd one fails to
+   * allocate with its size in the message instead of wrapping */
+  size_t cache = lh_size_mul(lh_size_mul(L * S, (size_t)n_slots), KD * sizeof(float));
+  char what[160];
+  snprintf(what, sizeof what, "kv cache: keys of %d layers x %d slots x %d positions x %zu floats",
+           c->n_layers, n_slots, max_seq, KD);
+  struct {
+    float **p;
+    size_t bytes;
+    const char *what;
+  } parts[] = {
+      {&kv->k, cache, what},
+      {&kv->v, cache, "kv cache: values (as many bytes as the keys)"},
+      {&kv->x, lh_size_mul(R, C * sizeof(float)), "kv cache: residual rows"},
+      {&kv->xn, lh_size_mul(R, C * sizeof(float)), "kv cache: normed rows"},
+      {&kv->qkv, lh_size_mul(R, QKV * sizeof(float)), "kv cache: q/k/v rows"},
+      {&kv->att, lh_size_mul(R, QD * sizeof(float)), "kv cache: attention rows"},
+      {&kv->gu, lh_size_mul(R, 2 * F * sizeof(float)), "kv cache: gate/up rows"},
+      {&kv->h, lh_size_mul(R, F * sizeof(float)), "kv cache: MLP rows"},
+      {&kv->xl, lh_size_mul(R, C * sizeof(float)), "kv cache: head rows"},
+      {&kv->scores, lh_size_mul((size_t)kv->n_threads, S * sizeof(float)), "kv cache: scores"},
+      {&kv->chunk, (size_t)CHUNK_N * widest * sizeof(float), "kv cache: weight chunk"},
+      {&kv->rope_cos, S * (hd / 2) * sizeof(float), "kv cache: RoPE table"},
+      {&kv->rope_sin, S * (hd / 2) * sizeof(float), "kv cache: RoPE table"},
+  };
+  for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+    if (!(*parts[i].p = lh_try_malloc_aligned(parts[i].bytes, parts[i].what))) {
+      lh_kv_free(kv);
+      return LH_ERR_NOMEM;
+    }
   lh_config_rope_tables(c, kv->rope_cos, kv->rope_sin, max_seq);
   *out = kv;
   return LH_ERR_OK;

@@ -3,6 +3,7 @@
  * allocates nothing. Backward accumulates into the gradient slab, which mirrors the parameter
  * slab's layout (lh_params views into both). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -62,41 +63,62 @@ lh_err lh_train_create(lh_model *m, int max_tokens, int max_seq, lh_train **out)
   t->max_tokens = max_tokens;
   t->max_seq = max_seq;
   t->n_threads = lh_threads();
-  t->grads = lh_xmalloc_aligned(m->n_params * sizeof(float));
-  memset(t->grads, 0, m->n_params * sizeof(float));
-  lh_params_point(c, t->grads, &t->g);
 
+  /* Sizes come from the config and the caller: products saturate at SIZE_MAX (lh_size_mul),
+   * which no allocation satisfies, so an absurd size is an LH_ERR_NOMEM, not a wrap. */
+#define MUL lh_size_mul
   size_t N = (size_t)max_tokens, L = (size_t)c->n_layers, C = (size_t)c->hidden_size;
   size_t QD = (size_t)c->n_heads * c->head_dim, KD = (size_t)c->n_kv_heads * c->head_dim;
   size_t QKV = QD + 2 * KD, F = (size_t)c->intermediate_size, V = (size_t)c->vocab_size;
-  size_t P = (size_t)c->n_heads * N * (size_t)max_seq, S = (size_t)max_seq;
-  size_t half = (size_t)c->head_dim / 2;
+  size_t S = (size_t)max_seq, P = MUL(MUL((size_t)c->n_heads, N), S);
+  size_t half = (size_t)c->head_dim / 2, LN = L * N;
   size_t NH = c->qk_norm ? (size_t)(c->n_heads + c->n_kv_heads) : 0; /* normed heads per row */
   struct {
     float **p;
     size_t n;
   } parts[] = {
-      {&t->x, (L + 1) * N * C}, {&t->xmid, L * N * C},   {&t->ln1, L * N * C},
-      {&t->ln2, L * N * C},     {&t->rstd1, L * N},      {&t->rstd2, L * N},
-      {&t->qkv, L * N * QKV},   {&t->att, L * N * QD},   {&t->probs, L * P},
-      {&t->qk_x, L * N * NH * c->head_dim},              {&t->rstdq, L * N * NH},
-      {&t->gu, L * N * 2 * F},  {&t->hmlp, L * N * F},   {&t->lnf, N * C},
-      {&t->rstdf, N},           {&t->logits, N * V},     {&t->lse, N},           {&t->dlp, N},
-      {&t->dx, N * C},          {&t->dn, N * C},         {&t->dqkv, N * QKV},
-      {&t->datt, N * QD},       {&t->dgu, N * 2 * F},    {&t->dh, N * F},
-      {&t->dS, (size_t)t->n_threads * S * S},            {&t->rope_cos, S * half},
-      {&t->rope_sin, S * half},
+      {&t->x, MUL(LN + N, C)},  {&t->xmid, MUL(LN, C)},   {&t->ln1, MUL(LN, C)},
+      {&t->ln2, MUL(LN, C)},    {&t->rstd1, LN},          {&t->rstd2, LN},
+      {&t->qkv, MUL(LN, QKV)},  {&t->att, MUL(LN, QD)},   {&t->probs, MUL(L, P)},
+      {&t->qk_x, MUL(LN, NH * c->head_dim)},              {&t->rstdq, MUL(LN, NH)},
+      {&t->gu, MUL(LN, 2 * F)}, {&t->hmlp, MUL(LN, F)},   {&t->lnf, MUL(N, C)},
+      {&t->rstdf, N},           {&t->logits, MUL(N, V)},  {&t->lse, N},           {&t->dlp, N},
+      {&t->dx, MUL(N, C)},      {&t->dn, MUL(N, C)},      {&t->dqkv, MUL(N, QKV)},
+      {&t->datt, MUL(N, QD)},   {&t->dgu, MUL(N, 2 * F)}, {&t->dh, MUL(N, F)},
+      {&t->dS, MUL((size_t)t->n_threads, MUL(S, S))},     {&t->rope_cos, MUL(S, half)},
+      {&t->rope_sin, MUL(S, half)},
   };
   size_t total = 0, nparts = sizeof parts / sizeof parts[0];
-  for (size_t i = 0; i < nparts; i++) total += (parts[i].n + 15) & ~(size_t)15;
-  t->acts = lh_xmalloc_aligned(total * sizeof(float));
+  for (size_t i = 0; i < nparts; i++) {
+    size_t n = parts[i].n > SIZE_MAX - 15 ? SIZE_MAX : (parts[i].n + 15) & ~(size_t)15;
+    total = total > SIZE_MAX - n ? SIZE_MAX : total + n;
+  }
+  char what[160];
+  snprintf(what, sizeof what,
+           "training state: activations for %d tokens per batch and %d per sequence", max_tokens,
+           max_seq);
+  t->acts = lh_try_malloc_aligned(MUL(total, sizeof(float)), what);
+#undef MUL
+  t->grads = t->acts ? lh_try_malloc_aligned(m->n_params * sizeof(float),
+                                              "training state: gradient slab")
+                     : NULL;
+  if (!t->grads) {
+    lh_train_free(t);
+    return LH_ERR_NOMEM;
+  }
+  memset(t->grads, 0, m->n_params * sizeof(float));
+  lh_params_point(c, t->grads, &t->g);
   size_t off = 0;
   for (size_t i = 0; i < nparts; i++) {
     *parts[i].p = t->acts + off;
     off += (parts[i].n + 15) & ~(size_t)15;
   }
-  t->pos = lh_xmalloc(N * sizeof *t->pos);
-  t->probs_off = lh_xmalloc((N + 1) * sizeof *t->probs_off);
+  t->pos = lh_try_malloc_aligned(N * sizeof *t->pos, "training state: positions");
+  t->probs_off = lh_try_malloc_aligned((N + 1) * sizeof *t->probs_off, "training state: offsets");
+  if (!t->pos || !t->probs_off) {
+    lh_train_free(t);
+    return LH_ERR_NOMEM;
+  }
   if (!NH) t->qk_x = t->rstdq = NULL;
   lh_config_rope_tables(c, t->rope_cos, t->rope_sin, max_seq);
   *out = t;

@@ -197,6 +197,17 @@ expect_rc init-seed8 0 &&
   { cmp -s "$TMP/qwen2/model.safetensors" "$TMP/qwen2-seed8/model.safetensors" &&
     fail "init-model: seeds 7 and 8 gave identical model.safetensors"; }
 
+# every size within its own limit, 3.4e14 parameters in all: an error naming the bound (it
+# aborted allocating 1.3 PB)
+cat >"$TMP/huge.json" <<'JSON'
+{"vocab_size":4194304,"hidden_size":65536,"intermediate_size":524288,"num_hidden_layers":512,
+ "num_attention_heads":1024,"head_dim":4096,"max_position_embeddings":1048576}
+JSON
+run init-huge "$BIN" init-model --arch llama --preset "$TMP/huge.json" --seed 1 --out "$TMP/huge"
+expect_rc init-huge 1 &&
+  expect_one_line_error init-huge '335076235739136 parameters .*more than the limit of 1000000000000'
+[ -e "$TMP/huge" ] && fail "init-model with a refused config created $TMP/huge"
+
 run init-bf16 "$BIN" init-model --arch llama --preset tiny --seed 7 --out "$TMP/llama-bf16" --dtype=bf16
 expect_rc init-bf16 0 && py init-bf16-dtype '
 import json, sys

@@ -614,6 +614,33 @@ static void test_invalid_values(void **state) {
   bad.intermediate_size = 0;
   assert_int_equal(lh_config_validate(&bad), LH_ERR_FORMAT);
   assert_non_null(strstr(lh_last_error(), "intermediate_size"));
+  /* each size within its limit, 3.4e14 parameters in all: over LH_MAX_PARAMS, refused before
+   * anything tries to allocate them */
+  bad = c;
+  bad.vocab_size = LH_MAX_VOCAB;
+  bad.hidden_size = LH_MAX_HIDDEN;
+  bad.intermediate_size = 8 * LH_MAX_HIDDEN;
+  bad.n_layers = LH_MAX_LAYERS;
+  bad.n_heads = LH_MAX_HEADS;
+  bad.n_kv_heads = 1;
+  bad.head_dim = 4096;
+  assert_int_equal(lh_config_validate(&bad), LH_ERR_LIMIT);
+  assert_non_null(strstr(lh_last_error(), "more than the limit of 1000000000000"));
+  lh_model *none = NULL;
+  assert_int_equal(lh_model_create(&bad, &none), LH_ERR_LIMIT);
+  assert_null(none);
+  /* Llama 3.1 405B's shape is within it */
+  bad = c;
+  bad.vocab_size = 128256;
+  bad.hidden_size = 16384;
+  bad.intermediate_size = 53248;
+  bad.n_layers = 126;
+  bad.n_heads = 128;
+  bad.n_kv_heads = 8;
+  bad.head_dim = 128;
+  bad.tie_embeddings = false;
+  assert_int_equal(lh_config_validate(&bad), LH_ERR_OK);
+  assert_true(lh_config_n_params(&bad) > 405000000000u);
   bad = c;
   bad.arch = LH_ARCH_QWEN2; /* Qwen2 without biases cannot be written as config.json */
   assert_int_equal(lh_config_validate(&bad), LH_ERR_FORMAT);

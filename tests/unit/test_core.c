@@ -5,6 +5,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -206,6 +207,22 @@ static void test_thread_count_independent(void **state) {
   lh_model_free(m);
 }
 
+/* Sizes that do not fit saturate, and an allocation that cannot be made is an error with the
+ * size, not an abort. */
+static void test_size_checked_allocation(void **state) {
+  assert_true(lh_size_mul(3, 5) == 15);
+  assert_true(lh_size_mul(SIZE_MAX / 2, 3) == SIZE_MAX);
+  assert_true(lh_size_mul(lh_size_mul((size_t)1 << 40, (size_t)1 << 40), 1) == SIZE_MAX);
+  assert_null(lh_try_malloc_aligned(SIZE_MAX, "a thing"));
+  assert_non_null(strstr(lh_last_error(), "a thing: cannot allocate"));
+  assert_null(lh_try_malloc_aligned(SIZE_MAX - 10, "another")); /* rounding up would wrap */
+  assert_non_null(strstr(lh_last_error(), "another: cannot allocate"));
+  float *p = lh_try_malloc_aligned(100, "small");
+  assert_non_null(p);
+  assert_true(((uintptr_t)p & 63) == 0);
+  free(p);
+}
+
 static void test_grad_accumulates(void **state) {
   lh_config c = small_cfg();
   lh_model *m;
@@ -243,7 +260,7 @@ int main(void) {
       cmocka_unit_test(test_bf16_rounding),        cmocka_unit_test(test_philox_known_answers),
       cmocka_unit_test(test_rope_inverse),         cmocka_unit_test(test_adamw_by_hand),
       cmocka_unit_test(test_batch_validation),     cmocka_unit_test(test_thread_count_independent),
-      cmocka_unit_test(test_grad_accumulates),
+      cmocka_unit_test(test_grad_accumulates),     cmocka_unit_test(test_size_checked_allocation),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

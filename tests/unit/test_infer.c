@@ -1,6 +1,7 @@
 /* The KV-cache forward against the full-sequence training forward: on the same bf16 weights,
  * prefill, one-token decode, mixed batches of several slots and the tiled (many-row) and
  * streamed (few-row) products must all give the training forward's logits to fp32 tolerance. */
+#include <limits.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -8,14 +9,38 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
+#include "longhaul/gen.h"
 #include "longhaul/infer.h"
 #include "longhaul/model.h"
 #include "longhaul/tensor.h"
 
 #define T 40
+
+/* Under a sanitizer, allocations above its maximum (1 or 3 TiB) return NULL as plain malloc
+ * does, instead of stopping the program: test_allocation_failures asks for more. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define SANITIZED 1
+#endif
+#endif
+#ifndef SANITIZED
+#define SANITIZED 0
+#endif
+const char *__asan_default_options(void);
+const char *__asan_default_options(void) {
+  return "allocator_may_return_null=1";
+}
+const char *__tsan_default_options(void);
+const char *__tsan_default_options(void) {
+  return "allocator_may_return_null=1";
+}
 
 typedef struct {
   lh_model *m;
@@ -215,6 +240,73 @@ static void test_load_bf16(void **state) {
   free_setup(&s);
 }
 
+static void expect_nomem(lh_err got, const char *what) {
+  assert_int_equal(got, LH_ERR_NOMEM);
+  const char *msg = lh_last_error();
+  if (!strstr(msg, what) || !strstr(msg, "cannot allocate"))
+    fail_msg("message \"%s\" does not say that %s could not be allocated", msg, what);
+}
+
+/* Virtual memory the process holds now, in bytes. */
+static size_t vm_bytes(void) {
+  FILE *f = fopen("/proc/self/statm", "r");
+  unsigned long pages = 0;
+  assert_non_null(f);
+  assert_int_equal(fscanf(f, "%lu", &pages), 1);
+  fclose(f);
+  return (size_t)pages * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+/* Sizes from a config or a caller that cannot be allocated are LH_ERR_NOMEM errors naming what
+ * and how much, never an abort. The sizes asked for exceed any address space; without a
+ * sanitizer the address space is also capped (RLIMIT_AS) so that no overcommit setting lets
+ * them through, and the model slab and the bf16 policy are checked against that cap. */
+static void test_allocation_failures(void **state) {
+  lh_config c;
+  assert_int_equal(lh_config_preset("small", LH_ARCH_QWEN2, &c), LH_ERR_OK);
+  lh_model *m;
+  assert_int_equal(lh_model_create(&c, &m), LH_ERR_OK); /* 28M parameters, 112 MB */
+  lh_model_init_random(m, 1); /* starts the OpenMP threads before the cap */
+  lh_infer *inf;
+  assert_int_equal(lh_infer_from_model(m, &inf), LH_ERR_OK);
+  struct rlimit old;
+  assert_int_equal(getrlimit(RLIMIT_AS, &old), 0);
+  if (!SANITIZED) {
+    struct rlimit cap = old;
+    cap.rlim_cur = (rlim_t)(vm_bytes() + (16u << 20));
+    if (old.rlim_cur != RLIM_INFINITY && old.rlim_cur < cap.rlim_cur) cap.rlim_cur = old.rlim_cur;
+    assert_int_equal(setrlimit(RLIMIT_AS, &cap), 0);
+  }
+
+  /* 8 layers x 2^30 slots x 2048 positions x 4*64 floats: 2^54 bytes of keys */
+  lh_kv *kv = NULL;
+  expect_nomem(lh_kv_create(inf, 1 << 30, 2048, 1, &kv),
+               "kv cache: keys of 8 layers x 1073741824 slots x 2048 positions x 256 floats");
+  assert_null(kv);
+  lh_generator *g = NULL;
+  expect_nomem(lh_generator_create(inf, 1 << 30, 2048, 0, &g), "kv cache: keys");
+  assert_null(g);
+  assert_int_equal(lh_generator_create(inf, INT_MAX, 2048, 0, &g), LH_ERR_LIMIT);
+  /* 8 layers x 8 heads x 2^31 tokens x 2048 positions of softmax rows alone: 2^52 bytes */
+  lh_train *t = NULL;
+  expect_nomem(lh_train_create(m, INT_MAX, 2048, &t), "training state: activations");
+  assert_null(t);
+  if (!SANITIZED) {
+    lh_model *m2 = NULL;
+    expect_nomem(lh_model_create(&c, &m2), "model: parameter slab");
+    assert_null(m2);
+    lh_infer *inf2 = NULL;
+    expect_nomem(lh_infer_from_model(m, &inf2), "infer: bf16 weights");
+    assert_null(inf2);
+    assert_int_equal(setrlimit(RLIMIT_AS, &old), 0);
+  }
+  /* what fits is still allocated */
+  assert_int_equal(lh_kv_create(inf, 2, 64, 8, &kv), LH_ERR_OK);
+  lh_kv_free(kv);
+  lh_infer_free(inf);
+  lh_model_free(m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_qwen2_gqa_tied),
@@ -224,6 +316,7 @@ int main(void) {
       cmocka_unit_test(test_llama_attention_bias),
       cmocka_unit_test(test_qwen3_attention_bias),
       cmocka_unit_test(test_load_bf16),
+      cmocka_unit_test(test_allocation_failures),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
