@@ -62,7 +62,8 @@ typedef struct lh_generator lh_generator;
 
 /* A generator with n_slots concurrent sequences of up to max_seq tokens (prompt included).
  * Prefill runs in chunks of up to prefill_chunk tokens per step (0: 256). Buffers that cannot
- * be allocated are LH_ERR_NOMEM with their size in the message (see lh_kv_create). */
+ * be allocated are LH_ERR_NOMEM with their size in the message (see lh_kv_create). Sampling
+ * and attention run on at most lh_threads() threads as it is now (see lh_kv_create). */
 lh_err lh_generator_create(const lh_infer *m, int n_slots, int max_seq, int prefill_chunk,
                            lh_generator **out);
 void lh_generator_free(lh_generator *g);

@@ -39,7 +39,9 @@ typedef struct lh_kv lh_kv;
 /* Caches for n_slots sequences of up to max_seq tokens, and scratch for forwards of up to
  * max_rows rows. max_seq must not exceed the model's max_positions. RAM: 8 * L * KV*hd bytes
  * per cached token, times n_slots * max_seq; when that (or any scratch) cannot be allocated,
- * LH_ERR_NOMEM names the buffer and its size. */
+ * LH_ERR_NOMEM names the buffer and its size. Per-thread scratch is sized for lh_threads() now:
+ * the attention of later forwards runs on at most that many threads, even if lh_set_threads
+ * raises the count (make the cache after setting it). */
 lh_err lh_kv_create(const lh_infer *m, int n_slots, int max_seq, int max_rows, lh_kv **out);
 void lh_kv_free(lh_kv *kv);
 int lh_kv_max_seq(const lh_kv *kv);

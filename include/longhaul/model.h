@@ -244,7 +244,8 @@ typedef struct lh_train lh_train;
 
 /* Sizes activations for up to max_tokens tokens per batch and max_seq tokens per sequence.
  * The model must outlive the training state. Slabs that cannot be allocated are LH_ERR_NOMEM
- * with their size in the message. */
+ * with their size in the message. The attention backward's per-thread scratch is sized for
+ * lh_threads() now; that loop never runs on more threads, even after lh_set_threads raises it. */
 lh_err lh_train_create(lh_model *m, int max_tokens, int max_seq, lh_train **out);
 void lh_train_free(lh_train *t);
 /* Checks a batch against the model and the sizes given at creation. */

@@ -26,7 +26,7 @@ struct lh_generator {
   lh_infer_row *rows;          /* (max_rows) */
   int *row_slot;               /* (max_rows) slot of each logits row */
   float *logits;               /* (max_rows, V) */
-  lh_sample_scratch **scratch; /* (n_threads) */
+  lh_sample_scratch **scratch; /* (n_threads) n_threads = lh_threads() at creation */
   lh_sample_result *res;       /* (max_rows) */
   slot_state *slots;           /* (n_slots) */
 };
@@ -229,9 +229,11 @@ lh_err lh_generate(lh_generator *g, const lh_gen_config *cfg, const lh_gen_reque
     st.prefill_tokens += prefill_rows;
     st.forwards++;
 
-    /* logits rows are in row order; with prefill rows mixed in, map each to its slot */
+    /* logits rows are in row order; with prefill rows mixed in, map each to its slot. The
+     * sampler scratch is per thread, made for the thread count at creation: the team is never
+     * larger, whatever lh_set_threads said since. */
     lh_sample_result *res = g->res;
-#pragma omp parallel for schedule(static) if (nl > 1)
+#pragma omp parallel for schedule(static) if (nl > 1) num_threads(g->n_threads)
     for (int i = 0; i < nl; i++) {
       slot_state *ss = &g->slots[g->row_slot[i]];
       const lh_gen_request *rq = &reqs[ss->req];

@@ -38,7 +38,7 @@ struct lh_kv {
   float *gu;                  /* (R, 2F) */
   float *h;                   /* (R, F) */
   float *xl;                  /* (R, C) rows that want logits, normed */
-  float *scores;              /* (n_threads, max_seq) */
+  float *scores;              /* (n_threads, max_seq): n_threads = lh_threads() at creation */
   float *chunk;               /* (CHUNK_N, max(C, F, H*hd)) weight rows converted to fp32 */
   float *rope_cos, *rope_sin; /* (max_seq, hd/2) */
 };
@@ -345,8 +345,9 @@ lh_err lh_infer_forward(const lh_infer *m, lh_kv *kv, const lh_infer_row *rows, 
       memcpy(kc + at, q + QD, (size_t)KD * sizeof(float));
       memcpy(vc + at, q + QD + KD, (size_t)KD * sizeof(float));
     }
-    /* attention of each (row, head) over its slot's positions [0, pos] */
-#pragma omp parallel for collapse(2) schedule(static)
+    /* attention of each (row, head) over its slot's positions [0, pos]; scores are per thread,
+     * sized for the thread count at lh_kv_create, so the team is never larger */
+#pragma omp parallel for collapse(2) schedule(static) num_threads(kv->n_threads)
     for (int r = 0; r < n; r++)
       for (int h = 0; h < H; h++) {
         const float *q = kv->qkv + (size_t)r * QKV + (size_t)h * hd;

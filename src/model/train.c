@@ -42,7 +42,7 @@ struct lh_train {
   float *datt;  /* (N, H*hd) */
   float *dgu;   /* (N, 2F) */
   float *dh;    /* (N, F) */
-  float *dS;    /* (n_threads, max_seq, max_seq) */
+  float *dS;    /* (n_threads, max_seq, max_seq), n_threads = lh_threads() at creation */
   float *rope_cos, *rope_sin; /* (max_seq, hd/2) */
   int *pos;          /* (max_tokens) position of each token in its sequence */
   size_t *probs_off; /* (max_tokens+1) offset of each sequence's probs within a layer */
@@ -398,7 +398,8 @@ void lh_train_backward(lh_train *t, const lh_batch *b, const float *dlogprob) {
     lh_matmul_dw(g->wo + lo, t->dx, att, N, QD, C);
     if (c->o_bias) bias_grad(g->bo + lo, t->dx, N, C);
     int pairs = b->n_seqs * KV;
-#pragma omp parallel for schedule(dynamic, 1)
+    /* dS is per thread, sized for the thread count at lh_train_create: never a larger team */
+#pragma omp parallel for schedule(dynamic, 1) num_threads(t->n_threads)
     for (int pi = 0; pi < pairs; pi++) {
       int s = pi / KV, gi = pi % KV, s0 = b->seq_start[s], T = b->seq_start[s + 1] - s0;
       float *scratch = t->dS + (size_t)lh_thread_id() * t->max_seq * t->max_seq;

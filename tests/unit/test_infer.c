@@ -240,6 +240,81 @@ static void test_load_bf16(void **state) {
   free_setup(&s);
 }
 
+/* Generates 4 sampled completions of 12 tokens with a generator made while `made` OpenMP
+ * threads were configured and run with `run`. */
+static void generate_with(const lh_infer *inf, int made, int run, int32_t out[4][12]) {
+  lh_set_threads(made);
+  lh_generator *g;
+  assert_int_equal(lh_generator_create(inf, 4, 32, 0, &g), LH_ERR_OK);
+  lh_set_threads(run);
+  int32_t prompt[3] = {1, 2, 3};
+  lh_gen_request reqs[4];
+  lh_gen_output outs[4];
+  float lp[4][12], lpm[4][12];
+  for (int i = 0; i < 4; i++) {
+    reqs[i] = (lh_gen_request){prompt, 3, (uint64_t)i};
+    outs[i] = (lh_gen_output){out[i], lp[i], lpm[i], 0, 0};
+  }
+  lh_gen_config cfg = lh_gen_defaults();
+  cfg.max_new = 12;
+  cfg.seed = 5;
+  assert_int_equal(lh_generate(g, &cfg, reqs, 4, outs, NULL), LH_ERR_OK);
+  for (int i = 0; i < 4; i++)
+    assert_int_equal(outs[i].n, 12);
+  lh_generator_free(g);
+}
+
+/* Per-thread scratch (attention scores, sampler scratch, attention-backward dS) is sized by
+ * the thread count when the cache, generator or training state is made; raising it with
+ * lh_set_threads afterwards must neither overrun it (AddressSanitizer sees the overflow this
+ * used to be) nor change a result. */
+static void test_threads_raised_after_create(void **state) {
+  int threads = lh_threads();
+  setup s;
+  make_setup(&s, LH_ARCH_QWEN2, 1, 2, 0);
+  int V = s.m->cfg.vocab_size;
+  float *a = malloc((size_t)T * V * sizeof(float)), *b = malloc((size_t)T * V * sizeof(float));
+  lh_infer_row rows[T];
+  for (int i = 0; i < T; i++)
+    rows[i] = (lh_infer_row){0, i, s.tokens[0][i], true};
+  lh_kv *k1, *k4;
+  lh_set_threads(1);
+  assert_int_equal(lh_kv_create(s.inf, 1, T, T, &k1), LH_ERR_OK);
+  lh_set_threads(4);
+  assert_int_equal(lh_kv_create(s.inf, 1, T, T, &k4), LH_ERR_OK);
+  assert_int_equal(lh_infer_forward(s.inf, k1, rows, T, a), LH_ERR_OK);
+  assert_int_equal(lh_infer_forward(s.inf, k4, rows, T, b), LH_ERR_OK);
+  assert_memory_equal(a, b, (size_t)T * V * sizeof(float));
+  lh_kv_free(k1);
+  lh_kv_free(k4);
+
+  int32_t g1[4][12], g4[4][12];
+  generate_with(s.inf, 1, 4, g1);
+  generate_with(s.inf, 4, 4, g4);
+  assert_memory_equal(g1, g4, sizeof g1);
+
+  /* three sequences so several (sequence, kv head) pairs run in the backward's loop */
+  int seq_start[4] = {0, 12, 30, T};
+  float w[T], lp[T];
+  for (int i = 0; i < T; i++)
+    w[i] = i == 0 || i == 12 || i == 30 ? 0.0f : 1.0f;
+  lh_batch batch = {3, seq_start, s.tokens[1], w};
+  lh_train *t1, *t4;
+  lh_set_threads(1);
+  assert_int_equal(lh_train_create(s.m, T, T, &t1), LH_ERR_OK);
+  lh_set_threads(4);
+  assert_int_equal(lh_train_create(s.m, T, T, &t4), LH_ERR_OK);
+  float l1 = lh_train_ce_step(t1, &batch, lp), l4 = lh_train_ce_step(t4, &batch, lp);
+  assert_true(l1 == l4);
+  assert_memory_equal(lh_train_grads(t1), lh_train_grads(t4), s.m->n_params * sizeof(float));
+  lh_train_free(t1);
+  lh_train_free(t4);
+  lh_set_threads(threads);
+  free(a);
+  free(b);
+  free_setup(&s);
+}
+
 static void expect_nomem(lh_err got, const char *what) {
   assert_int_equal(got, LH_ERR_NOMEM);
   const char *msg = lh_last_error();
@@ -317,6 +392,7 @@ int main(void) {
       cmocka_unit_test(test_qwen3_attention_bias),
       cmocka_unit_test(test_load_bf16),
       cmocka_unit_test(test_allocation_failures),
+      cmocka_unit_test(test_threads_raised_after_create),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
