@@ -22,7 +22,8 @@ lh_err lh_infer_load(const char *dir, lh_infer **out);
 lh_err lh_infer_from_model(const lh_model *m, lh_infer **out);
 /* Re-rounds a training model's weights into an existing policy of the same configuration (and
  * its fp32 copy, if kept): the next version of the policy without reallocating. Not while a
- * forward runs. */
+ * forward runs. A model whose config gives another forward (lh_config_same_forward: any size,
+ * head layout, RoPE, norm or bias field) is LH_ERR_MISMATCH naming the field. */
 lh_err lh_infer_update(lh_infer *m, const lh_model *src);
 void lh_infer_free(lh_infer *m);
 /* Also keeps an fp32 copy of the weights (4 more bytes per parameter), which products of more

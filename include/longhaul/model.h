@@ -73,6 +73,11 @@ lh_err lh_config_load(const char *path, lh_config *out);
 lh_err lh_config_parse(const char *json, size_t len, const char *what, lh_config *out);
 /* Writes config.json atomically. */
 lh_err lh_config_save(const char *path, const lh_config *c);
+/* Whether a and b give the same forward: every field that shapes or changes it (architecture,
+ * sizes, head layout, RoPE and its scaling, rms_norm_eps, tied embeddings, biases, q/k norms,
+ * max_position_embeddings) is equal; bos/eos ids are not compared. When they differ and why is
+ * not NULL, writes "FIELD: A vs B" (config.json's name for the first field that differs). */
+bool lh_config_same_forward(const lh_config *a, const lh_config *b, char *why, size_t cap);
 /* Parameters the config implies (tied head counted once). */
 size_t lh_config_n_params(const lh_config *c);
 /* RoPE inverse frequencies (hd/2), as Hugging Face computes them in fp32: theta^(-2i/hd), with

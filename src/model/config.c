@@ -5,6 +5,7 @@
  * sliding windows, MLP biases) is refused with LH_ERR_UNSUPPORTED. */
 #include <jansson.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -151,6 +152,80 @@ lh_err lh_config_validate(const lh_config *c) {
                      "(LH_MAX_PARAMS)",
                      n, (double)n, (size_t)LH_MAX_PARAMS);
   return LH_ERR_OK;
+}
+
+_Static_assert(sizeof(lh_arch) == sizeof(int) && sizeof(lh_rope_scaling) == sizeof(int),
+               "lh_config_same_forward reads the enums as ints");
+
+/* The fields of lh_config that shape the forward, by config.json name, for
+ * lh_config_same_forward (enums are read as ints: see the assertion above). */
+typedef struct {
+  const char *name;
+  size_t off;
+} config_field;
+static const config_field int_fields[] = {
+    {"architectures", offsetof(lh_config, arch)},
+    {"vocab_size", offsetof(lh_config, vocab_size)},
+    {"hidden_size", offsetof(lh_config, hidden_size)},
+    {"num_hidden_layers", offsetof(lh_config, n_layers)},
+    {"num_attention_heads", offsetof(lh_config, n_heads)},
+    {"num_key_value_heads", offsetof(lh_config, n_kv_heads)},
+    {"head_dim", offsetof(lh_config, head_dim)},
+    {"intermediate_size", offsetof(lh_config, intermediate_size)},
+    {"max_position_embeddings", offsetof(lh_config, max_positions)},
+    {"rope_scaling", offsetof(lh_config, rope_scaling)},
+};
+static const config_field flag_fields[] = {
+    {"tie_word_embeddings", offsetof(lh_config, tie_embeddings)},
+    {"attention_bias (q/k/v)", offsetof(lh_config, qkv_bias)},
+    {"attention_bias (o_proj)", offsetof(lh_config, o_bias)},
+    {"q/k norms", offsetof(lh_config, qk_norm)},
+};
+/* the last three count only when both configs use llama3 rope_scaling */
+static const config_field float_fields[] = {
+    {"rope_theta", offsetof(lh_config, rope_theta)},
+    {"rms_norm_eps", offsetof(lh_config, rms_eps)},
+    {"rope_scaling.factor", offsetof(lh_config, rope_factor)},
+    {"rope_scaling.low_freq_factor", offsetof(lh_config, rope_low_freq_factor)},
+    {"rope_scaling.high_freq_factor", offsetof(lh_config, rope_high_freq_factor)},
+};
+
+bool lh_config_same_forward(const lh_config *a, const lh_config *b, char *why, size_t cap) {
+  const char *pa = (const char *)a, *pb = (const char *)b;
+  bool scaled = a->rope_scaling == LH_ROPE_LLAMA3 && b->rope_scaling == LH_ROPE_LLAMA3;
+  for (size_t i = 0; i < sizeof int_fields / sizeof int_fields[0]; i++) {
+    int x, y;
+    memcpy(&x, pa + int_fields[i].off, sizeof x);
+    memcpy(&y, pb + int_fields[i].off, sizeof y);
+    if (x != y) {
+      if (why) snprintf(why, cap, "%s: %d vs %d", int_fields[i].name, x, y);
+      return false;
+    }
+  }
+  for (size_t i = 0; i < sizeof flag_fields / sizeof flag_fields[0]; i++) {
+    bool x = *(const bool *)(pa + flag_fields[i].off), y = *(const bool *)(pb + flag_fields[i].off);
+    if (x != y) {
+      if (why)
+        snprintf(why, cap, "%s: %s vs %s", flag_fields[i].name, x ? "yes" : "no", y ? "yes" : "no");
+      return false;
+    }
+  }
+  for (size_t i = 0; i < (scaled ? 5u : 2u); i++) {
+    float x, y;
+    memcpy(&x, pa + float_fields[i].off, sizeof x);
+    memcpy(&y, pb + float_fields[i].off, sizeof y);
+    if (x != y) {
+      if (why) snprintf(why, cap, "%s: %.9g vs %.9g", float_fields[i].name, (double)x, (double)y);
+      return false;
+    }
+  }
+  if (scaled && a->rope_original_max_positions != b->rope_original_max_positions) {
+    if (why)
+      snprintf(why, cap, "rope_scaling.original_max_position_embeddings: %d vs %d",
+               a->rope_original_max_positions, b->rope_original_max_positions);
+    return false;
+  }
+  return true;
 }
 
 size_t lh_config_n_params(const lh_config *c) {

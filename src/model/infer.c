@@ -96,9 +96,15 @@ lh_err lh_infer_from_model(const lh_model *src, lh_infer **out) {
 }
 
 lh_err lh_infer_update(lh_infer *m, const lh_model *src) {
-  if (lh_config_n_params(&src->cfg) != m->n_params || src->cfg.vocab_size != m->cfg.vocab_size ||
-      src->cfg.n_layers != m->cfg.n_layers || src->cfg.hidden_size != m->cfg.hidden_size)
-    return lh_errorf(LH_ERR_MISMATCH, "infer: the model's configuration differs from the policy's");
+  /* the same parameter count is not enough: H=8, hd=16 has as many as H=4, hd=32 */
+  char why[160];
+  if (!lh_config_same_forward(&m->cfg, &src->cfg, why, sizeof why))
+    return lh_errorf(LH_ERR_MISMATCH,
+                     "infer: the model's configuration differs from the policy's (policy vs "
+                     "model: %s)",
+                     why);
+  LH_CHECK(src->n_params == m->n_params, "same config, %zu vs %zu parameters", m->n_params,
+           src->n_params);
   lh_bf16_from_f32_n(m->w, src->params, m->n_params);
   if (m->w32) lh_f32_from_bf16_n(m->w32, m->w, m->n_params);
   return LH_ERR_OK;

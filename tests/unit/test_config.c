@@ -659,6 +659,74 @@ static void test_invalid_values(void **state) {
   assert_int_equal(lh_config_validate(&bad), LH_ERR_FORMAT);
 }
 
+/* lh_config_same_forward: every field that changes the forward is compared and named. */
+static void test_same_forward(void **state) {
+  lh_config a, b;
+  char why[160];
+  assert_int_equal(lh_config_preset("tiny", LH_ARCH_LLAMA, &a), LH_ERR_OK);
+  b = a;
+  assert_true(lh_config_same_forward(&a, &b, why, sizeof why));
+  b.eos_token_id = b.eos_ids[0] = 3; /* generation stops elsewhere; the forward is the same */
+  b.n_eos = 1;
+  b.bos_token_id = 2;
+  assert_true(lh_config_same_forward(&a, &b, NULL, 0));
+  /* the reviewer's case: as many parameters, another head layout */
+  b = a;
+  b.n_heads = 8;
+  b.n_kv_heads = 4;
+  b.head_dim = 16;
+  assert_int_equal(lh_config_n_params(&a), lh_config_n_params(&b));
+  assert_false(lh_config_same_forward(&a, &b, why, sizeof why));
+  assert_string_equal(why, "num_attention_heads: 4 vs 8");
+  /* each field changed on its own is found and named */
+  lh_config v[16];
+  const char *names[16];
+  int n = 0;
+#define EDIT(name, stmt)                                                                           \
+  do {                                                                                             \
+    lh_config *c = &v[n];                                                                          \
+    *c = a;                                                                                        \
+    stmt;                                                                                          \
+    names[n++] = name;                                                                             \
+  } while (0)
+  EDIT("architectures", c->arch = LH_ARCH_QWEN3);
+  EDIT("vocab_size", c->vocab_size++);
+  EDIT("hidden_size", c->hidden_size *= 2);
+  EDIT("num_hidden_layers", c->n_layers++);
+  EDIT("num_key_value_heads", c->n_kv_heads = 4);
+  EDIT("head_dim", c->head_dim = 16);
+  EDIT("intermediate_size", c->intermediate_size++);
+  EDIT("max_position_embeddings", c->max_positions++);
+  EDIT("rope_scaling", c->rope_scaling = LH_ROPE_LLAMA3);
+  EDIT("tie_word_embeddings", c->tie_embeddings = false);
+  EDIT("attention_bias (q/k/v)", c->qkv_bias = c->o_bias = true);
+  EDIT("rope_theta", c->rope_theta = 500000.0f);
+  EDIT("rms_norm_eps", c->rms_eps = 1e-5f);
+#undef EDIT
+  for (int i = 0; i < n; i++) {
+    assert_false(lh_config_same_forward(&a, &v[i], why, sizeof why));
+    if (strncmp(why, names[i], strlen(names[i])) != 0)
+      fail_msg("changing %s: the difference named is \"%s\"", names[i], why);
+  }
+  /* o_proj bias alone, and the llama3 factors when both scale */
+  b = a;
+  b.o_bias = true;
+  assert_false(lh_config_same_forward(&a, &b, why, sizeof why));
+  assert_string_equal(why, "attention_bias (o_proj): no vs yes");
+  a.rope_scaling = LH_ROPE_LLAMA3;
+  a.rope_factor = 8.0f, a.rope_low_freq_factor = 1.0f, a.rope_high_freq_factor = 4.0f;
+  a.rope_original_max_positions = 8192;
+  b = a;
+  assert_true(lh_config_same_forward(&a, &b, why, sizeof why));
+  b.rope_factor = 32.0f;
+  assert_false(lh_config_same_forward(&a, &b, why, sizeof why));
+  assert_string_equal(why, "rope_scaling.factor: 8 vs 32");
+  b = a;
+  b.rope_original_max_positions = 4096;
+  assert_false(lh_config_same_forward(&a, &b, why, sizeof why));
+  assert_string_equal(why, "rope_scaling.original_max_position_embeddings: 8192 vs 4096");
+}
+
 static void check_same(const lh_config *a, const lh_config *b) {
   assert_int_equal(a->arch, b->arch);
   assert_int_equal(a->vocab_size, b->vocab_size);
@@ -790,6 +858,7 @@ int main(void) {
       cmocka_unit_test(test_unsupported),
       cmocka_unit_test(test_invalid_values),
       cmocka_unit_test(test_save_load_round_trip),
+      cmocka_unit_test(test_same_forward),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -315,6 +315,51 @@ static void test_threads_raised_after_create(void **state) {
   free_setup(&s);
 }
 
+/* lh_infer_update takes only a model with the policy's forward: the same parameter count with
+ * another head layout is refused, naming the field, and leaves the policy as it was. */
+static void test_update_checks_config(void **state) {
+  lh_config a, b;
+  assert_int_equal(lh_config_preset("tiny", LH_ARCH_LLAMA, &a), LH_ERR_OK);
+  b = a;
+  b.n_heads = 8;
+  b.n_kv_heads = 4;
+  b.head_dim = 16;
+  lh_model *ma, *mb, *ma2;
+  assert_int_equal(lh_model_create(&a, &ma), LH_ERR_OK);
+  assert_int_equal(lh_model_create(&b, &mb), LH_ERR_OK);
+  assert_int_equal(lh_model_create(&a, &ma2), LH_ERR_OK);
+  assert_int_equal(ma->n_params, mb->n_params);
+  lh_model_init_random(ma, 1);
+  lh_model_init_random(mb, 2);
+  lh_model_init_random(ma2, 3);
+  lh_infer *p, *want;
+  assert_int_equal(lh_infer_from_model(ma, &p), LH_ERR_OK);
+  assert_int_equal(lh_infer_update(p, mb), LH_ERR_MISMATCH);
+  assert_non_null(strstr(lh_last_error(), "num_attention_heads: 4 vs 8"));
+  assert_int_equal(lh_infer_config(p)->n_heads, 4);
+  /* a model of the same config is taken: the policy becomes its rounding */
+  assert_int_equal(lh_infer_update(p, ma2), LH_ERR_OK);
+  assert_int_equal(lh_infer_from_model(ma2, &want), LH_ERR_OK);
+  int V = a.vocab_size;
+  float *x = malloc((size_t)V * sizeof(float)), *y = malloc((size_t)V * sizeof(float));
+  lh_infer_row row = {0, 0, 7, true};
+  lh_kv *k1, *k2;
+  assert_int_equal(lh_kv_create(p, 1, 4, 1, &k1), LH_ERR_OK);
+  assert_int_equal(lh_kv_create(want, 1, 4, 1, &k2), LH_ERR_OK);
+  assert_int_equal(lh_infer_forward(p, k1, &row, 1, x), LH_ERR_OK);
+  assert_int_equal(lh_infer_forward(want, k2, &row, 1, y), LH_ERR_OK);
+  assert_memory_equal(x, y, (size_t)V * sizeof(float));
+  lh_kv_free(k1);
+  lh_kv_free(k2);
+  free(x);
+  free(y);
+  lh_infer_free(p);
+  lh_infer_free(want);
+  lh_model_free(ma);
+  lh_model_free(mb);
+  lh_model_free(ma2);
+}
+
 static void expect_nomem(lh_err got, const char *what) {
   assert_int_equal(got, LH_ERR_NOMEM);
   const char *msg = lh_last_error();
@@ -393,6 +438,7 @@ int main(void) {
       cmocka_unit_test(test_load_bf16),
       cmocka_unit_test(test_allocation_failures),
       cmocka_unit_test(test_threads_raised_after_create),
+      cmocka_unit_test(test_update_checks_config),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
