@@ -401,7 +401,12 @@ static lh_err load_dir(const char *dir, lh_model **out, uint16_t **bf16_slab, lh
 
   if (bf16_slab) {
     size_t n_params = lh_config_n_params(&cfg);
-    slab16 = lh_xmalloc_aligned(n_params * sizeof *slab16);
+    char what[4200];
+    snprintf(what, sizeof what, "%s: bf16 weights of %zu parameters", dir, n_params);
+    if (!(slab16 = lh_try_malloc_aligned(lh_size_mul(n_params, sizeof *slab16), what))) {
+      e = LH_ERR_NOMEM;
+      goto out;
+    }
     for (int i = 0; i < n; i++) {
       const lh_safetensors *owner = src[i].st;
       const lh_st_tensor *t = src[i].t;
