@@ -82,6 +82,21 @@ typedef struct {
   int64_t target;                      /* countdown */
 } lh_env_task;
 
+/* The exec protocol. The command runs under /bin/sh -c in its own process group, started on the
+ * first request; its stdin and stdout are a socket, its stderr is the trainer's. Each request is
+ * one JSON object on one line and is answered by exactly one line holding one JSON object:
+ *   {"type":"generate","split":"train"|"test","index":N,"request_id":R}
+ *     -> {"prompt":string,"answer":string,"solution":string (optional)}
+ *   {"type":"score","prompt":string,"answer":string,"completion":string,"request_id":R}
+ *     -> {"reward":number in [0, 1],"correct":bool (optional, default reward >= 1),
+ *         "well_formed":bool (optional, default true)}
+ * R counts requests; a reply may leave it out, and if it has one it must be R. A request fails
+ * when the program crashes, says nothing within the timeout, or replies with anything else: not
+ * JSON, wrong fields, another request_id, or more output after the reply line. The program is
+ * then killed with its process group and started again on the next request. Output written
+ * between requests (a banner, a log line on stdout) also restarts it before the next request, so
+ * a reply is never read as the answer to another request: log to stderr. */
+
 /* Task `index` of `split`; the same inputs always give the same task. exec may fail
  * (LH_ERR_IO: crash, timeout; LH_ERR_FORMAT: malformed reply): skip that task and continue, the
  * program is restarted on the next request. On error *task is left empty. */

@@ -1,6 +1,9 @@
 /* exec: an environment served by an external program (any language) speaking one JSON object per
- * line on stdin/stdout. Each request has a deadline; a crash, a timeout or a malformed reply is
- * reported as an error for that request only, and the program is restarted on the next one. */
+ * line on stdin/stdout (the protocol is in env.h). Each request has a deadline; a crash, a timeout
+ * or a malformed reply (bad JSON, wrong fields, another request's request_id, more output after
+ * the reply) is reported as an error for that request only, and the program is restarted on the
+ * next one. Output the program writes between requests is discarded and the program restarted,
+ * so a reply is only ever read as the answer to the request just sent. */
 #include <errno.h>
 #include <jansson.h>
 #include <poll.h>
@@ -21,6 +24,7 @@ typedef struct {
   int fd;    /* our end of the socket pair that is the child's stdin and stdout */
   char *buf;
   size_t len, cap;
+  uint64_t next_id; /* request_id of the next request */
 } ex;
 
 static void stop_child(ex *x) {
@@ -91,13 +95,37 @@ static lh_err child_gone(lh_env *env, ex *x, const char *what) {
   return lh_errorf(LH_ERR_IO, "exec '%s': %s: the program %s", env->cfg.path, what, why);
 }
 
-/* Sends one request line and reads one reply object; on any failure the child is stopped.
- * The caller holds x->mu. */
+/* Before a request: anything the program wrote since its last reply (a banner, a log line, a
+ * reply sent twice) or its end of output means it is out of step, so it is restarted. */
+static void drain(lh_env *env, ex *x, const char *what) {
+  if (x->pid == 0) return;
+  bool stale = x->len > 0;
+  char tmp[256];
+  ssize_t r;
+  do
+    r = recv(x->fd, tmp, sizeof tmp, MSG_DONTWAIT);
+  while (r < 0 && errno == EINTR);
+  if (r > 0) stale = true;
+  if (!stale && r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+  lh_log(LH_LOG_WARN, "exec '%s': %s: the program %s since its last reply; restarting it",
+         env->cfg.path, what,
+         stale    ? "wrote output"
+         : r == 0 ? "closed its output"
+                  : "broke its connection");
+  stop_child(x);
+}
+
+/* Sends one request line (with a fresh request_id) and reads one reply object; on any failure
+ * the child is stopped. The caller holds x->mu. */
 static lh_err exchange(lh_env *env, ex *x, json_t *req, const char *what, json_t **reply) {
   *reply = NULL;
   lh_err e;
+  drain(env, x, what);
   if (x->pid == 0 && (e = start_child(env, x))) return e;
   double deadline = lh_time_now() + env->cfg.timeout_s;
+  json_int_t id = (json_int_t)(x->next_id++ & INT64_MAX);
+  if (json_object_set_new(req, "request_id", json_integer(id)))
+    return lh_errorf(LH_ERR_NOMEM, "exec: cannot encode the request");
   char *line = json_dumps(req, JSON_COMPACT);
   if (!line) return lh_errorf(LH_ERR_NOMEM, "exec: cannot encode the request");
   size_t ll = strlen(line), off = 0;
@@ -129,15 +157,31 @@ static lh_err exchange(lh_env *env, ex *x, json_t *req, const char *what, json_t
       json_t *v = json_loadb(x->buf, n, 0, &jerr);
       memmove(x->buf, nl + 1, x->len - n - 1);
       x->len -= n + 1;
+      json_t *rid = v && json_is_object(v) ? json_object_get(v, "request_id") : NULL;
       if (!v || !json_is_object(v)) {
         e = lh_errorf(LH_ERR_FORMAT, "exec '%s': %s: malformed reply: %s", env->cfg.path, what,
                       v ? "expected a JSON object" : jerr.text);
-        json_decref(v);
-        stop_child(x);
-        return e;
+      } else if (rid && !(json_is_integer(rid) && json_integer_value(rid) == id)) {
+        char found[32] = "a non-integer";
+        if (json_is_integer(rid))
+          snprintf(found, sizeof found, "%" JSON_INTEGER_FORMAT, json_integer_value(rid));
+        e = lh_errorf(
+            LH_ERR_FORMAT,
+            "exec '%s': %s: malformed reply: request_id %s, the request's is %" JSON_INTEGER_FORMAT
+            " (a reply to an earlier request?)",
+            env->cfg.path, what, found, id);
+      } else if (x->len) {
+        e = lh_errorf(LH_ERR_FORMAT,
+                      "exec '%s': %s: malformed reply: more output after the reply line (write "
+                      "exactly one line per request)",
+                      env->cfg.path, what);
+      } else {
+        *reply = v;
+        return LH_ERR_OK;
       }
-      *reply = v;
-      return LH_ERR_OK;
+      json_decref(v);
+      stop_child(x);
+      return e;
     }
     if (x->len >= LH_EXEC_MAX_REPLY) {
       stop_child(x);
@@ -180,25 +224,25 @@ static json_t *text_json(const char *s, size_t n) {
   return v;
 }
 
-/* One request under the program's lock; takes ownership of req. */
-static lh_err request(lh_env *env, ex *x, json_t *req, const char *what, json_t **reply) {
+/* Reads the fields of a reply into out; LH_ERR_FORMAT when they are wrong. */
+typedef lh_err (*take_fn)(lh_env *env, const char *what, json_t *reply, void *out);
+
+/* One request under the program's lock; takes ownership of req. A reply whose fields are wrong
+ * stops the program like any other malformed reply. */
+static lh_err request(lh_env *env, ex *x, json_t *req, const char *what, take_fn take, void *out) {
+  json_t *rep = NULL;
   pthread_mutex_lock(&x->mu);
-  lh_err e = exchange(env, x, req, what, reply);
+  lh_err e = exchange(env, x, req, what, &rep);
+  if (!e && (e = take(env, what, rep, out)) == LH_ERR_FORMAT) stop_child(x);
   pthread_mutex_unlock(&x->mu);
+  json_decref(rep);
   json_decref(req);
   return e;
 }
 
-static lh_err exec_task(lh_env *env, lh_split split, uint64_t index, lh_env_task *task) {
-  ex *x = env->impl;
-  char what[64];
-  snprintf(what, sizeof what, "generate %s %llu", split == LH_SPLIT_TEST ? "test" : "train",
-           (unsigned long long)index);
-  json_t *req = json_pack("{s:s, s:s, s:I}", "type", "generate", "split",
-                          split == LH_SPLIT_TEST ? "test" : "train", "index", (json_int_t)index);
-  json_t *rep = NULL;
-  lh_err e = request(env, x, req, what, &rep);
-  if (e) return e;
+static lh_err take_task(lh_env *env, const char *what, json_t *rep, void *out) {
+  lh_env_task *task = out;
+  lh_err e = LH_ERR_OK;
   json_t *p = json_object_get(rep, "prompt"), *a = json_object_get(rep, "answer");
   json_t *s = json_object_get(rep, "solution");
   if (!json_is_string(p) || !json_is_string(a) || (s && !json_is_string(s))) {
@@ -210,14 +254,46 @@ static lh_err exec_task(lh_env *env, lh_split split, uint64_t index, lh_env_task
     task->prompt = lh__env_strndup(json_string_value(p), json_string_length(p));
     task->answer = lh__env_strndup(json_string_value(a), json_string_length(a));
     if (s) task->solution = lh__env_strndup(json_string_value(s), json_string_length(s));
-    task->split = split;
-    task->index = index;
     if (!task->prompt || !task->answer || (s && !task->solution)) {
       lh_env_task_clear(task);
       e = lh_errorf(LH_ERR_NOMEM, "exec: out of memory");
     }
   }
-  json_decref(rep);
+  return e;
+}
+
+static lh_err exec_task(lh_env *env, lh_split split, uint64_t index, lh_env_task *task) {
+  ex *x = env->impl;
+  char what[64];
+  snprintf(what, sizeof what, "generate %s %llu", split == LH_SPLIT_TEST ? "test" : "train",
+           (unsigned long long)index);
+  json_t *req = json_pack("{s:s, s:s, s:I}", "type", "generate", "split",
+                          split == LH_SPLIT_TEST ? "test" : "train", "index", (json_int_t)index);
+  if (!req) return lh_errorf(LH_ERR_NOMEM, "exec: cannot encode the request");
+  lh_err e = request(env, x, req, what, take_task, task);
+  if (!e) {
+    task->split = split;
+    task->index = index;
+  }
+  return e;
+}
+
+static lh_err take_result(lh_env *env, const char *what, json_t *rep, void *out_) {
+  lh_env_result *out = out_;
+  lh_err e = LH_ERR_OK;
+  json_t *r = json_object_get(rep, "reward"), *c = json_object_get(rep, "correct");
+  json_t *w = json_object_get(rep, "well_formed");
+  double v = json_is_number(r) ? json_number_value(r) : -1;
+  if (!(v >= 0 && v <= 1) || (c && !json_is_boolean(c)) || (w && !json_is_boolean(w))) {
+    e = lh_errorf(LH_ERR_FORMAT,
+                  "exec '%s': %s: malformed reply: expected reward in [0, 1] (and optional "
+                  "booleans correct, well_formed)",
+                  env->cfg.path, what);
+  } else {
+    out->reward = (float)v;
+    out->correct = c ? json_is_true(c) : v >= 1.0;
+    out->well_formed = w ? json_is_true(w) : true;
+  }
   return e;
 }
 
@@ -232,24 +308,7 @@ static lh_err exec_score(lh_env *env, const lh_env_task *task, const char *text,
                 text_json(task->prompt, strlen(task->prompt)), "answer",
                 text_json(task->answer, strlen(task->answer)), "completion", text_json(text, len));
   if (!req) return lh_errorf(LH_ERR_NOMEM, "exec: cannot encode the request");
-  json_t *rep = NULL;
-  lh_err e = request(env, x, req, what, &rep);
-  if (e) return e;
-  json_t *r = json_object_get(rep, "reward"), *c = json_object_get(rep, "correct");
-  json_t *w = json_object_get(rep, "well_formed");
-  double v = json_is_number(r) ? json_number_value(r) : -1;
-  if (!(v >= 0 && v <= 1) || (c && !json_is_boolean(c)) || (w && !json_is_boolean(w))) {
-    e = lh_errorf(LH_ERR_FORMAT,
-                  "exec '%s': %s: malformed reply: expected reward in [0, 1] (and optional "
-                  "booleans correct, well_formed)",
-                  env->cfg.path, what);
-  } else {
-    out->reward = (float)v;
-    out->correct = c ? json_is_true(c) : v >= 1.0;
-    out->well_formed = w ? json_is_true(w) : true;
-  }
-  json_decref(rep);
-  return e;
+  return request(env, x, req, what, take_result, out);
 }
 
 static uint64_t exec_size(const lh_env *env, lh_split split) {

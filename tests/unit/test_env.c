@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -485,6 +486,9 @@ static void test_exec_failures(void **state) {
   exec_failure("crash", LH_ERR_IO, "exited with status 3", 10);
   exec_failure("hang", LH_ERR_IO, "no reply within 1 s", 1);
   exec_failure("garbage", LH_ERR_FORMAT, "malformed reply", 10);
+  /* a JSON line without the fields, then the real reply: the program is restarted, so index 3
+   * does not get index 2's reply */
+  exec_failure("nofields", LH_ERR_FORMAT, "expected string fields prompt and answer", 10);
   lh_env *env = make_exec("badreward", 10);
   lh_env_task t;
   assert_int_equal(lh_env_task_get(env, LH_SPLIT_TRAIN, 0, &t), LH_ERR_OK);
@@ -503,6 +507,57 @@ static void test_exec_failures(void **state) {
   lh_env_free(env);
 }
 
+/* Task `index` from env: either an error or the task that index asked for, never another one. */
+static lh_err get_in_step(lh_env *env, const char *mode, uint64_t index) {
+  lh_env_task t;
+  lh_err e = lh_env_task_get(env, LH_SPLIT_TRAIN, index, &t);
+  if (e) return e;
+  char want[32];
+  snprintf(want, sizeof want, "%llu+%llu=", (unsigned long long)index, (unsigned long long)index);
+  if (strcmp(t.prompt, want))
+    fail_msg("%s: index %llu got prompt \"%s\", want \"%s\"", mode, (unsigned long long)index,
+             t.prompt, want);
+  lh_env_task_clear(&t);
+  return LH_ERR_OK;
+}
+
+/* Programs that write lines no request asked for: every reply lands on its own request or the
+ * request fails, and the program is restarted, so later requests are answered in step. */
+static void test_exec_extra_output(void **state) {
+  /* a line before the first request: the program is out of step from the start */
+  lh_env *env = make_exec("banner", 10);
+  for (uint64_t i = 0; i < 4; i++) {
+    assert_int_equal(get_in_step(env, "banner", i), LH_ERR_FORMAT);
+    assert_non_null(strstr(lh_last_error(), "malformed reply"));
+  }
+  lh_env_free(env);
+  /* the reply to index 1 sent twice, 50 ms apart: index 2, asked at once, reads the copy (its
+   * request_id is 1) and fails; asked 200 ms later, the copy is discarded before the request */
+  for (int wait = 0; wait < 2; wait++) {
+    env = make_exec("extra", 10);
+    assert_int_equal(get_in_step(env, "extra", 0), LH_ERR_OK);
+    assert_int_equal(get_in_step(env, "extra", 1), LH_ERR_OK);
+    if (wait) usleep(200000);
+    lh_err e = get_in_step(env, "extra", 2);
+    if (!wait) {
+      assert_int_equal(e, LH_ERR_FORMAT);
+      assert_non_null(strstr(lh_last_error(), "request_id"));
+    } else {
+      assert_int_equal(e, LH_ERR_OK);
+    }
+    assert_int_equal(get_in_step(env, "extra", 3), LH_ERR_OK);
+    assert_int_equal(get_in_step(env, "extra", 4), LH_ERR_OK);
+    lh_env_free(env);
+  }
+  /* a reply and another line in one write, without request_id: the reply is refused */
+  env = make_exec("extra-noid", 10);
+  assert_int_equal(get_in_step(env, "extra-noid", 0), LH_ERR_OK);
+  if (get_in_step(env, "extra-noid", 1)) assert_non_null(strstr(lh_last_error(), "more output"));
+  assert_int_equal(get_in_step(env, "extra-noid", 2), LH_ERR_OK);
+  assert_int_equal(get_in_step(env, "extra-noid", 3), LH_ERR_OK);
+  lh_env_free(env);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_builtin_determinism_and_splits),
@@ -518,6 +573,7 @@ int main(void) {
       cmocka_unit_test(test_jsonl_errors),
       cmocka_unit_test(test_exec_happy_path),
       cmocka_unit_test(test_exec_failures),
+      cmocka_unit_test(test_exec_extra_output),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
