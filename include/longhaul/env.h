@@ -93,7 +93,8 @@ typedef struct {
  * R counts requests; a reply may leave it out, and if it has one it must be R. A request fails
  * when the program crashes, says nothing within the timeout, or replies with anything else: not
  * JSON, wrong fields, another request_id, or more output after the reply line. The program is
- * then killed with its process group and started again on the next request. Output written
+ * then killed with its process group (also when it exited by itself: helpers it started do not
+ * outlive it) and started again on the next request. Output written
  * between requests (a banner, a log line on stdout) also restarts it before the next request, so
  * a reply is never read as the answer to another request: log to stderr. */
 

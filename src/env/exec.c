@@ -27,6 +27,8 @@ typedef struct {
   uint64_t next_id; /* request_id of the next request */
 } ex;
 
+/* Kills the child and everything left in its process group, reaps the child, closes the socket.
+ * Every way a child ends goes through here, so no helper it started outlives it. */
 static void stop_child(ex *x) {
   if (x->pid <= 0) return;
   kill(-x->pid, SIGKILL); /* the child leads its own process group */
@@ -72,26 +74,25 @@ static int remaining_ms(double deadline) {
   return left <= 0 ? 0 : (int)(left * 1000) + 1;
 }
 
-/* Why the child stopped talking: reaps it if it has exited. */
+/* Why the child stopped talking. Waits briefly for it to exit without reaping it, so its pid
+ * (which is also its process group's id) cannot be reused before stop_child kills what is left
+ * of the group (helpers it started) and reaps it. */
 static lh_err child_gone(lh_env *env, ex *x, const char *what) {
-  int st = 0;
-  pid_t r = 0;
+  siginfo_t si;
   double until = lh_time_now() + 0.5;
-  while ((r = waitpid(x->pid, &st, WNOHANG)) == 0 && lh_time_now() < until)
+  for (;;) {
+    memset(&si, 0, sizeof si);
+    int r = waitid(P_PID, (id_t)x->pid, &si, WEXITED | WNOHANG | WNOWAIT);
+    if ((r == 0 && si.si_pid == x->pid) || (r < 0 && errno != EINTR) || lh_time_now() >= until)
+      break;
     usleep(2000);
-  char why[64] = "closed its output";
-  if (r == x->pid) {
-    if (WIFEXITED(st))
-      snprintf(why, sizeof why, "exited with status %d", WEXITSTATUS(st));
-    else if (WIFSIGNALED(st))
-      snprintf(why, sizeof why, "killed by signal %d", WTERMSIG(st));
-    close(x->fd);
-    x->pid = 0;
-    x->fd = -1;
-    x->len = 0;
-  } else {
-    stop_child(x);
   }
+  char why[64] = "closed its output";
+  if (si.si_pid == x->pid && si.si_code == CLD_EXITED)
+    snprintf(why, sizeof why, "exited with status %d", si.si_status);
+  else if (si.si_pid == x->pid && (si.si_code == CLD_KILLED || si.si_code == CLD_DUMPED))
+    snprintf(why, sizeof why, "killed by signal %d", si.si_status);
+  stop_child(x);
   return lh_errorf(LH_ERR_IO, "exec '%s': %s: the program %s", env->cfg.path, what, why);
 }
 

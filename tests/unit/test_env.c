@@ -3,7 +3,9 @@
  * numbers), difficulty labels, jsonl errors with line numbers, and exec with a good, crashing,
  * hanging and lying program. */
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -476,7 +478,7 @@ static void exec_failure(const char *mode, lh_err want, const char *msg, double 
   if (!strstr(lh_last_error(), msg)) fail_msg("%s: message '%s'", mode, lh_last_error());
   assert_non_null(strstr(lh_last_error(), "generate train 2"));
   assert_null(t.prompt);
-  assert_int_equal(lh_env_task_get(env, LH_SPLIT_TRAIN, 3, &t), LH_ERR_OK);
+  if (lh_env_task_get(env, LH_SPLIT_TRAIN, 3, &t)) fail_msg("%s: %s", mode, lh_last_error());
   assert_string_equal(t.prompt, "3+3=");
   lh_env_task_clear(&t);
   lh_env_free(env);
@@ -558,6 +560,56 @@ static void test_exec_extra_output(void **state) {
   lh_env_free(env);
 }
 
+static bool pid_alive(long pid) {
+  char path[64], stat[256] = "";
+  snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return false;
+  size_t n = fread(stat, 1, sizeof stat - 1, f);
+  fclose(f);
+  stat[n] = '\0';
+  const char *paren = strrchr(stat, ')'); /* "PID (COMM) STATE ..." */
+  return paren && paren[1] == ' ' && paren[2] != 'Z' && paren[2] != 'X';
+}
+
+/* A program that starts a helper in its process group and then exits by itself: the helper is
+ * killed with it, not left running after each restart. */
+static void test_exec_exit_kills_group(void **state) {
+  char pidfile[64], spec[512];
+  snprintf(pidfile, sizeof pidfile, "/tmp/lh_test_env_helper_%ld.pid", (long)getpid());
+  remove(pidfile);
+  lh_env_config cfg;
+  assert_int_equal(lh_env_config_parse("exec", &cfg), LH_ERR_OK);
+  snprintf(spec, sizeof spec,
+           "sh -c 'echo $$ > %s; exec sleep 30' </dev/null >/dev/null 2>&1 & "
+           "while [ ! -s %s ]; do sleep 0.01; done; read line; exit 3",
+           pidfile, pidfile);
+  snprintf(cfg.path, sizeof cfg.path, "%s", spec);
+  cfg.timeout_s = 10;
+  lh_env *env = NULL;
+  assert_int_equal(lh_env_create(&cfg, &env), LH_ERR_OK);
+  lh_env_task t;
+  assert_int_equal(lh_env_task_get(env, LH_SPLIT_TRAIN, 0, &t), LH_ERR_IO);
+  assert_non_null(strstr(lh_last_error(), "exited with status 3"));
+  long helper = 0;
+  for (int i = 0; i < 200 && helper <= 0; i++) { /* written before the program exits */
+    FILE *f = fopen(pidfile, "r");
+    if (f && fscanf(f, "%ld", &helper) != 1) helper = 0;
+    if (f) fclose(f);
+    if (helper <= 0) usleep(10000);
+  }
+  remove(pidfile);
+  assert_true(helper > 0);
+  bool alive = true;
+  for (int i = 0; i < 200 && alive; i++) {
+    alive = pid_alive(helper);
+    if (alive) usleep(10000);
+  }
+  if (alive) kill((pid_t)helper, SIGKILL); /* the one process this test started */
+  assert_false(alive);
+  lh_env_free(env);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_builtin_determinism_and_splits),
@@ -574,6 +626,7 @@ int main(void) {
       cmocka_unit_test(test_exec_happy_path),
       cmocka_unit_test(test_exec_failures),
       cmocka_unit_test(test_exec_extra_output),
+      cmocka_unit_test(test_exec_exit_kills_group),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
