@@ -90,13 +90,15 @@ typedef struct {
  *   {"type":"score","prompt":string,"answer":string,"completion":string,"request_id":R}
  *     -> {"reward":number in [0, 1],"correct":bool (optional, default reward >= 1),
  *         "well_formed":bool (optional, default true)}
- * R counts requests; a reply may leave it out, and if it has one it must be R. A request fails
- * when the program crashes, says nothing within the timeout, or replies with anything else: not
- * JSON, wrong fields, another request_id, or more output after the reply line. The program is
- * then killed with its process group (also when it exited by itself: helpers it started do not
- * outlive it) and started again on the next request. Output written
- * between requests (a banner, a log line on stdout) also restarts it before the next request, so
- * a reply is never read as the answer to another request: log to stderr. */
+ * R counts requests; a reply may leave it out, and if it has one it must be R. Bytes of the
+ * strings sent that are not UTF-8 (a completion cut inside a character) arrive as U+FFFD, one
+ * for each maximal ill-formed subpart, as Python's decode(errors="replace") gives them; the rest
+ * is sent as it is. A request fails when the program crashes, says nothing within the timeout,
+ * or replies with anything else: not JSON, wrong fields, another request_id, or more output
+ * after the reply line. The program is then killed with its process group (also when it exited
+ * by itself: helpers it started do not outlive it) and started again on the next request.
+ * Output written between requests (a banner, a log line on stdout) also restarts it before the
+ * next request, so a reply is never read as the answer to another request: log to stderr. */
 
 /* Task `index` of `split`; the same inputs always give the same task. exec may fail
  * (LH_ERR_IO: crash, timeout; LH_ERR_FORMAT: malformed reply): skip that task and continue, the

@@ -456,9 +456,26 @@ static void test_exec_happy_path(void **state) {
   assert_true(r.correct && r.well_formed && r.reward == 1.0f);
   r = score(env, &t, "15");
   assert_true(!r.correct && r.reward == 0.0f);
-  r = score(env, &t, "\xff\xfe 14"); /* invalid UTF-8 is sent as '?' */
-  assert_false(r.correct);
   lh_env_task_clear(&t);
+  /* bytes that are not UTF-8 reach the program as U+FFFD, one per maximal ill-formed subpart
+   * (as Python decodes them with errors="replace"); the valid characters around them are kept.
+   * The fixture says correct when completion == answer. */
+  static const char *const sent_got[][2] = {
+      {"caf\xc3\xa9 \xe2\x82", "caf\xc3\xa9 \xef\xbf\xbd"}, /* cut inside the euro sign */
+      {"\xff\xfe 14", "\xef\xbf\xbd\xef\xbf\xbd 14"},
+      {"\xc0\xaf", "\xef\xbf\xbd\xef\xbf\xbd"},                 /* overlong '/' */
+      {"\xed\xa0\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"}, /* surrogate */
+      {"\xf0\x9f\x98", "\xef\xbf\xbd"},                         /* cut emoji */
+      {"a\xe2\x82\xac\xf0\x9f\x98\x80"
+       "b\xe2",
+       "a\xe2\x82\xac\xf0\x9f\x98\x80"
+       "b\xef\xbf\xbd"},
+  };
+  for (size_t i = 0; i < sizeof sent_got / sizeof sent_got[0]; i++) {
+    lh_env_task u = {.prompt = "x", .answer = (char *)sent_got[i][1]};
+    r = score(env, &u, sent_got[i][0]);
+    if (!r.correct) fail_msg("completion %zu did not reach the program as expected", i);
+  }
   assert_int_equal(lh_env_task_get(env, LH_SPLIT_TEST, 7, &t), LH_ERR_OK);
   assert_string_equal(t.prompt, "1007+1007=");
   lh_env_task_clear(&t);
