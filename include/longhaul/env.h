@@ -83,8 +83,9 @@ typedef struct {
 } lh_env_task;
 
 /* The exec protocol. The command runs under /bin/sh -c in its own process group, started on the
- * first request; its stdin and stdout are a socket, its stderr is the trainer's. Each request is
- * one JSON object on one line and is answered by exactly one line holding one JSON object:
+ * first request; its stdin and stdout are a socket, its stderr is the trainer's, and it inherits
+ * no other descriptor. Each request is one JSON object on one line and is answered by exactly one
+ * line holding one JSON object:
  *   {"type":"generate","split":"train"|"test","index":N,"request_id":R}
  *     -> {"prompt":string,"answer":string,"solution":string (optional)}
  *   {"type":"score","prompt":string,"answer":string,"completion":string,"request_id":R}

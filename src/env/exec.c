@@ -6,6 +6,7 @@
  * so a reply is only ever read as the answer to the request just sent. */
 #include <errno.h>
 #include <jansson.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -49,6 +51,12 @@ static lh_err start_child(lh_env *env, ex *x) {
    * instead of raising SIGPIPE in the whole process */
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
     return lh_errorf(LH_ERR_IO, "exec '%s': socketpair: %s", env->cfg.path, strerror(errno));
+  /* the child keeps stdin, stdout and stderr only; computed here, as the child may only make
+   * async-signal-safe calls */
+  struct rlimit rl;
+  int max_fd = 65536;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < (rlim_t)INT_MAX)
+    max_fd = (int)rl.rlim_cur;
   pid_t pid = fork();
   if (pid < 0) {
     close(sv[0]);
@@ -59,6 +67,11 @@ static lh_err start_child(lh_env *env, ex *x) {
     setpgid(0, 0);
     dup2(sv[1], 0);
     dup2(sv[1], 1);
+    /* descriptors the trainer opened without close-on-exec (a run's metrics.jsonl, a ledger)
+     * must not reach the program; close_range needs Linux 5.9, else close them one by one */
+    if (close_range(3, ~0u, 0) != 0)
+      for (int fd = 3; fd < max_fd; fd++)
+        close(fd);
     execl("/bin/sh", "sh", "-c", env->cfg.path, (char *)NULL);
     _exit(127);
   }

@@ -627,6 +627,25 @@ static void test_exec_exit_kills_group(void **state) {
   lh_env_free(env);
 }
 
+/* The program inherits stdin, stdout and stderr only, not descriptors the trainer opened without
+ * close-on-exec (a run's metrics.jsonl). */
+static void test_exec_closes_descriptors(void **state) {
+  char path[64];
+  snprintf(path, sizeof path, "/tmp/lh_test_env_fd_%ld", (long)getpid());
+  FILE *f = fopen(path, "w"); /* no "e": the descriptor survives exec unless closed */
+  assert_non_null(f);
+  lh_env *env = make_exec("fds", 10);
+  lh_env_task t;
+  assert_int_equal(lh_env_task_get(env, LH_SPLIT_TRAIN, 0, &t), LH_ERR_OK);
+  fclose(f);
+  remove(path);
+  if (strstr(t.prompt, path)) fail_msg("the program holds %s: %s", path, t.prompt);
+  assert_non_null(strstr(t.prompt, "0:socket:")); /* the listing works */
+  assert_non_null(strstr(t.prompt, "1:socket:"));
+  lh_env_task_clear(&t);
+  lh_env_free(env);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_builtin_determinism_and_splits),
@@ -644,6 +663,7 @@ int main(void) {
       cmocka_unit_test(test_exec_failures),
       cmocka_unit_test(test_exec_extra_output),
       cmocka_unit_test(test_exec_exit_kills_group),
+      cmocka_unit_test(test_exec_closes_descriptors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
