@@ -135,8 +135,10 @@ lh_err lh_env_score(lh_env *env, const lh_env_task *task, const char *completion
 lh_err lh_countdown_eval(const char *expr, size_t len, const int64_t *nums, int n, int64_t *num,
                          int64_t *den);
 
-/* Parses one jsonl line {"prompt": string, "answer": string or number} (other keys ignored).
- * Messages read "FILE:LINE: ...". *prompt and *answer are malloc'd. */
+/* Parses one jsonl line {"prompt": string, "answer": string or number} (other keys ignored). A
+ * number answer becomes text: an integer as written, a real as the shortest of %.15g, %.16g and
+ * %.17g that reads back as the same double (0.1 -> "0.1"). Messages read "FILE:LINE: ...".
+ * *prompt and *answer are malloc'd. */
 lh_err lh_env_jsonl_parse_line(const char *line, size_t len, const char *file, size_t lineno,
                                char **prompt, char **answer);
 

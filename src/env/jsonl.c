@@ -20,6 +20,17 @@ typedef struct {
   size_t n[2], cap[2];
 } jl;
 
+/* A real answer as text: the shortest of %.15g, %.16g and %.17g that reads back as the same
+ * double, so 0.1 is "0.1" (not "0.10000000000000001") and every double still round-trips. */
+static size_t real_text(double v, char *buf, size_t cap) {
+  int n = 0;
+  for (int prec = 15; prec <= 17; prec++) {
+    n = snprintf(buf, cap, "%.*g", prec, v);
+    if (strtod(buf, NULL) == v) break;
+  }
+  return (size_t)n;
+}
+
 lh_err lh_env_jsonl_parse_line(const char *line, size_t len, const char *file, size_t lineno,
                                char **prompt, char **answer) {
   *prompt = *answer = NULL;
@@ -52,7 +63,7 @@ lh_err lh_env_jsonl_parse_line(const char *line, size_t len, const char *file, s
     al = (size_t)snprintf(num, sizeof num, "%" JSON_INTEGER_FORMAT, json_integer_value(a));
     at = num;
   } else if (a && json_is_real(a)) {
-    al = (size_t)snprintf(num, sizeof num, "%.17g", json_real_value(a));
+    al = real_text(json_real_value(a), num, sizeof num);
     at = num;
   } else {
     e = lh_errorf(LH_ERR_FORMAT, "%s:%zu: field answer: expected a string or a number, found %s",

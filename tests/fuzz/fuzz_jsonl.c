@@ -1,5 +1,7 @@
 /* libFuzzer target for the jsonl line parser and the last-number scanner: any bytes as one line.
- * An accepted line gives a prompt and an answer; errors carry a "FILE:LINE:" message. */
+ * An accepted line gives a prompt and an answer (a real answer reads back as the same double);
+ * errors carry a "FILE:LINE:" message. */
+#include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +24,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     CHECK(prompt != NULL && answer != NULL);
     double v;
     (void)lh_env_last_number(answer, strlen(answer), &v);
+    json_t *root = json_loadb((const char *)data, size, JSON_REJECT_DUPLICATES, NULL);
+    json_t *a = json_object_get(root, "answer");
+    if (json_is_real(a)) CHECK(strtod(answer, NULL) == json_real_value(a));
+    json_decref(root);
   } else {
     CHECK(prompt == NULL && answer == NULL);
     CHECK(strncmp(lh_last_error(), "in.jsonl:42: ", 13) == 0);

@@ -411,6 +411,34 @@ static void test_jsonl_exact_and_auto(void **state) {
   lh_env_free(env);
 }
 
+/* A real answer becomes the shortest text that reads back as the same double, so "0.1" is the
+ * answer and the SFT target, not "0.10000000000000001". */
+static void test_jsonl_real_answers(void **state) {
+  lh_env *env = make("jsonl:path=" FIX "real.jsonl,test=" FIX "test_only.jsonl");
+  static const char *const want[] = {"0.1",
+                                     "3.14",
+                                     "0.30000000000000004",
+                                     "100",
+                                     "-0.0025",
+                                     "1.7976931348623157e+308",
+                                     "123456789012.345"};
+  assert_int_equal(lh_env_size(env, LH_SPLIT_TRAIN), 7);
+  for (uint64_t i = 0; i < 7; i++) {
+    lh_env_task t;
+    assert_int_equal(lh_env_task_get(env, LH_SPLIT_TRAIN, i, &t), LH_ERR_OK);
+    assert_string_equal(t.answer, want[i]);
+    assert_string_equal(t.solution, want[i]);
+    lh_env_task_clear(&t);
+  }
+  lh_env_free(env);
+  env = make("jsonl:path=" FIX "real.jsonl,test=" FIX "test_only.jsonl,match=exact");
+  lh_env_task t;
+  assert_int_equal(lh_env_task_get(env, LH_SPLIT_TRAIN, 0, &t), LH_ERR_OK);
+  assert_true(score(env, &t, "0.1").correct);
+  lh_env_task_clear(&t);
+  lh_env_free(env);
+}
+
 static void test_jsonl_errors(void **state) {
   lh_env *env;
   assert_int_equal(try_jsonl("bad_json.jsonl", &env), LH_ERR_FORMAT);
@@ -658,6 +686,7 @@ int main(void) {
       cmocka_unit_test(test_levels),
       cmocka_unit_test(test_jsonl_gsm_numeric),
       cmocka_unit_test(test_jsonl_exact_and_auto),
+      cmocka_unit_test(test_jsonl_real_answers),
       cmocka_unit_test(test_jsonl_errors),
       cmocka_unit_test(test_exec_happy_path),
       cmocka_unit_test(test_exec_failures),
