@@ -137,8 +137,10 @@ lh_err lh_countdown_eval(const char *expr, size_t len, const int64_t *nums, int 
 
 /* Parses one jsonl line {"prompt": string, "answer": string or number} (other keys ignored). A
  * number answer becomes text: an integer as written, a real as the shortest of %.15g, %.16g and
- * %.17g that reads back as the same double (0.1 -> "0.1"). Messages read "FILE:LINE: ...".
- * *prompt and *answer are malloc'd. */
+ * %.17g that reads back as the same double (0.1 -> "0.1"); an integer beyond int64 is refused
+ * with a message naming its field (write such an answer as a string). Messages read
+ * "FILE:LINE: ...". *prompt and *answer are malloc'd. A file may start with a UTF-8 byte-order
+ * mark. */
 lh_err lh_env_jsonl_parse_line(const char *line, size_t len, const char *file, size_t lineno,
                                char **prompt, char **answer);
 

@@ -1,6 +1,7 @@
 /* jsonl: tasks from a user's file of {"prompt": ..., "answer": ...} lines, scored by exact or
  * numeric match (numeric: the last number in the completion against the last number in the
- * answer, so GSM8K files work as they are). Malformed lines are refused as "FILE:LINE: ...". */
+ * answer, so GSM8K files work as they are). A UTF-8 byte-order mark at the start is skipped.
+ * Malformed lines are refused as "FILE:LINE: ...". */
 #include <ctype.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -31,6 +32,36 @@ static size_t real_text(double v, char *buf, size_t cap) {
   return (size_t)n;
 }
 
+/* The line failed with "too big integer": names the field that holds it, found by parsing
+ * again with integers read as reals. */
+static lh_err big_integer_err(const char *line, size_t len, const char *file, size_t lineno,
+                              const json_error_t *jerr) {
+  json_t *root = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL, NULL);
+  const char *key, *field = NULL;
+  json_t *v;
+  json_object_foreach(root, key, v) {
+    if (json_is_real(v) && fabs(json_real_value(v)) >= 0x1p63 && (!field || !strcmp(key, "answer")))
+      field = key;
+  }
+  lh_err e;
+  if (field && !strcmp(field, "answer"))
+    e = lh_errorf(LH_ERR_FORMAT,
+                  "%s:%zu: field answer: an integer beyond the int64 range; write it as a string "
+                  "(\"answer\": \"123...\") to keep its digits",
+                  file, lineno);
+  else if (field)
+    e = lh_errorf(LH_ERR_FORMAT,
+                  "%s:%zu: field %s: an integer beyond the int64 range (the field is not used: "
+                  "write it as a string or leave it out)",
+                  file, lineno, field);
+  else
+    e = lh_errorf(LH_ERR_FORMAT,
+                  "%s:%zu: column %d: an integer beyond the int64 range; write it as a string",
+                  file, lineno, jerr->column);
+  json_decref(root);
+  return e;
+}
+
 lh_err lh_env_jsonl_parse_line(const char *line, size_t len, const char *file, size_t lineno,
                                char **prompt, char **answer) {
   *prompt = *answer = NULL;
@@ -39,6 +70,9 @@ lh_err lh_env_jsonl_parse_line(const char *line, size_t len, const char *file, s
                      len, LH_JSONL_MAX_LINE);
   json_error_t jerr;
   json_t *root = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
+  if (!root && json_error_code(&jerr) == json_error_numeric_overflow &&
+      strstr(jerr.text, "integer"))
+    return big_integer_err(line, len, file, lineno, &jerr);
   if (!root)
     return lh_errorf(LH_ERR_FORMAT, "%s:%zu: column %d: %s", file, lineno, jerr.column, jerr.text);
   lh_err e = LH_ERR_OK;
@@ -160,8 +194,8 @@ static lh_err load_file(jl *j, const char *path, int split, double test_fraction
   size_t len = 0;
   lh_err e = lh_file_read(path, LH_JSONL_MAX_FILE, &data, &len);
   if (e) return e;
-  size_t lineno = 0;
-  for (size_t pos = 0; pos < len;) {
+  size_t lineno = 0, start = len >= 3 && !memcmp(data, "\xEF\xBB\xBF", 3) ? 3 : 0; /* a BOM */
+  for (size_t pos = start; pos < len;) {
     const char *nl = memchr(data + pos, '\n', len - pos);
     size_t ll = nl ? (size_t)(nl - (data + pos)) : len - pos;
     const char *line = data + pos;

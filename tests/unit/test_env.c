@@ -451,7 +451,24 @@ static void test_jsonl_errors(void **state) {
   assert_int_equal(try_jsonl("not_object.jsonl", &env), LH_ERR_FORMAT);
   assert_non_null(strstr(lh_last_error(), "not_object.jsonl:2: expected a JSON object"));
   assert_int_equal(try_jsonl("missing.jsonl", &env), LH_ERR_IO);
+  /* an integer beyond int64: the message names the line and the field, and says what to do */
+  assert_int_equal(try_jsonl("bigint.jsonl", &env), LH_ERR_FORMAT);
+  if (!strstr(lh_last_error(), "bigint.jsonl:2: field answer: an integer beyond the int64 range") ||
+      !strstr(lh_last_error(), "write it as a string"))
+    fail_msg("message '%s'", lh_last_error());
+  const char *other = "{\"prompt\":\"x\",\"answer\":\"1\",\"id\":-99999999999999999999}";
   char *p, *a;
+  assert_int_equal(lh_env_jsonl_parse_line(other, strlen(other), "f", 5, &p, &a), LH_ERR_FORMAT);
+  assert_non_null(strstr(lh_last_error(), "f:5: field id: an integer beyond the int64 range"));
+  /* a UTF-8 byte-order mark at the start of a file is skipped */
+  if (try_jsonl("bom.jsonl", &env)) fail_msg("bom.jsonl: %s", lh_last_error());
+  lh_env_free(env);
+  env = make("jsonl:path=" FIX "bom.jsonl,test=" FIX "test_only.jsonl");
+  lh_env_task t;
+  assert_int_equal(lh_env_task_get(env, LH_SPLIT_TRAIN, 0, &t), LH_ERR_OK);
+  assert_string_equal(t.prompt, "bom first");
+  lh_env_task_clear(&t);
+  lh_env_free(env);
   assert_int_equal(lh_env_jsonl_parse_line("{\"prompt\":\"x\"}", 14, "f", 9, &p, &a),
                    LH_ERR_FORMAT);
   assert_non_null(strstr(lh_last_error(), "f:9: field answer"));
