@@ -19,13 +19,14 @@ typedef enum {
   LH_ENV_MATCH_NUMERIC,  /* last number in the completion == last number in the answer */
 } lh_env_match;
 
-#define LH_ENV_PATH_MAX        1024
-#define LH_COUNTDOWN_MAX_NUMS  8
-#define LH_COUNTDOWN_MAX_LEN   256 /* bytes of an expression */
-#define LH_COUNTDOWN_MAX_DEPTH 32  /* nested parentheses */
-#define LH_JSONL_MAX_LINE      (1u << 20)
-#define LH_JSONL_MAX_FILE      (256u << 20)
-#define LH_EXEC_MAX_REPLY      (1u << 20)
+#define LH_ENV_PATH_MAX          1024
+#define LH_COUNTDOWN_MAX_NUMS    8
+#define LH_COUNTDOWN_MAX_LEN     256        /* bytes of an expression */
+#define LH_COUNTDOWN_MAX_DEPTH   32         /* nested parentheses */
+#define LH_COUNTDOWN_MAX_LITERAL 1000000000 /* 10^9: the largest literal in an expression */
+#define LH_JSONL_MAX_LINE        (1u << 20)
+#define LH_JSONL_MAX_FILE        (256u << 20)
+#define LH_EXEC_MAX_REPLY        (1u << 20)
 
 /* Settings; zero means the environment's default (in brackets). */
 typedef struct {
@@ -128,10 +129,10 @@ lh_err lh_env_score(lh_env *env, const lh_env_task *task, const char *completion
 /* The countdown evaluator: parses an expression of non-negative integers, + - * / and
  * parentheses (spaces allowed, no unary minus), at most LH_COUNTDOWN_MAX_LEN bytes and
  * LH_COUNTDOWN_MAX_DEPTH nesting, and evaluates it with exact int64 rationals. Each literal must
- * be one of nums[0..n), each used at most once (nums == NULL: any literal up to 10^9). Result
- * num/den in lowest terms, den > 0. Errors: LH_ERR_FORMAT (syntax, with the byte offset),
- * LH_ERR_LIMIT (too long, too deep, overflow), LH_ERR_MISMATCH (a number not given or reused),
- * LH_ERR_INVAL (division by zero). */
+ * be one of nums[0..n), each used at most once (nums == NULL: any literal), and at most
+ * LH_COUNTDOWN_MAX_LITERAL (10^9). Result num/den in lowest terms, den > 0. Errors: LH_ERR_FORMAT
+ * (syntax, with the byte offset), LH_ERR_LIMIT (too long, too deep, a literal above 10^9,
+ * overflow), LH_ERR_MISMATCH (a number not given or reused), LH_ERR_INVAL (division by zero). */
 lh_err lh_countdown_eval(const char *expr, size_t len, const int64_t *nums, int n, int64_t *num,
                          int64_t *den);
 

@@ -130,9 +130,9 @@ static lh_err parse_factor(parser *p, rat *out) {
   size_t start = p->i;
   int64_t v = 0;
   while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') {
-    if (p->i - start >= 10)
-      return lh_errorf(LH_ERR_LIMIT, "countdown: offset %zu: number longer than 10 digits", start);
-    v = v * 10 + (p->s[p->i++] - '0');
+    v = v * 10 + (p->s[p->i++] - '0'); /* v <= 10^9 before this step: no overflow */
+    if (v > LH_COUNTDOWN_MAX_LITERAL)
+      return lh_errorf(LH_ERR_LIMIT, "countdown: offset %zu: number larger than 10^9", start);
   }
   if (p->i - start > 1 && p->s[start] == '0')
     return lh_errorf(LH_ERR_FORMAT, "countdown: offset %zu: number with a leading zero", start);

@@ -1,7 +1,7 @@
 /* libFuzzer target for the countdown expression parser: any bytes, with the first byte choosing
  * how many of the next bytes are the given numbers. An accepted expression must give a reduced
- * fraction with a positive denominator, the same value without the number check, and reward 1
- * when scored against its own value. */
+ * fraction with a positive denominator, literals of at most 10^9, the same value without the
+ * number check, and reward 1 when scored against its own value. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +44,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   CHECK(den > 0);
   CHECK(gcd(num, den) == 1 || (num == 0 && den == 1));
+  for (size_t i = 0; i < len;) { /* every literal is at most 10^9 */
+    int64_t lit = 0;
+    size_t j = i;
+    for (; j < len && expr[j] >= '0' && expr[j] <= '9' && lit <= LH_COUNTDOWN_MAX_LITERAL; j++)
+      lit = lit * 10 + (expr[j] - '0');
+    CHECK(lit <= LH_COUNTDOWN_MAX_LITERAL);
+    i = j > i ? j : i + 1;
+  }
   CHECK(lh_countdown_eval(expr, len, NULL, 0, &num2, &den2) == LH_ERR_OK);
   CHECK(num == num2 && den == den2);
   if (den == 1 && n > 0 && memchr(expr, '\n', len) == NULL) {

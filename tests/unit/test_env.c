@@ -228,10 +228,18 @@ static void test_countdown_evaluator(void **state) {
   longe[sizeof longe - 1] = '\0';
   assert_int_equal(ev(longe, four, 4, &n, &d), LH_ERR_LIMIT);
   /* overflow is reported, not wrapped */
-  assert_int_equal(ev("9999999999*9999999999", NULL, 0, &n, &d), LH_ERR_LIMIT);
+  assert_int_equal(ev("1000000000*1000000000*10", NULL, 0, &n, &d), LH_ERR_LIMIT);
   assert_non_null(strstr(lh_last_error(), "overflow"));
-  assert_int_equal(ev("1/9999999999-1/9999999998+1/9999999997", NULL, 0, &n, &d), LH_ERR_LIMIT);
-  assert_int_equal(ev("12345678901", NULL, 0, &n, &d), LH_ERR_LIMIT);
+  assert_int_equal(ev("1/999999999-1/999999998+1/999999997", NULL, 0, &n, &d), LH_ERR_LIMIT);
+  assert_non_null(strstr(lh_last_error(), "overflow"));
+  /* literals up to 10^9 (env.h), also without given numbers */
+  assert_int_equal(ev("1000000000", NULL, 0, &n, &d), LH_ERR_OK);
+  assert_true(n == 1000000000 && d == 1);
+  assert_int_equal(ev("1000000001", NULL, 0, &n, &d), LH_ERR_LIMIT);
+  assert_non_null(strstr(lh_last_error(), "offset 0: number larger than 10^9"));
+  assert_int_equal(ev("1+9999999999", NULL, 0, &n, &d), LH_ERR_LIMIT);
+  assert_non_null(strstr(lh_last_error(), "offset 2"));
+  assert_int_equal(ev("12345678901234567890123", NULL, 0, &n, &d), LH_ERR_LIMIT);
 }
 
 static void test_countdown_scoring(void **state) {
