@@ -603,24 +603,48 @@ static void test_exec_extra_output(void **state) {
     assert_non_null(strstr(lh_last_error(), "malformed reply"));
   }
   lh_env_free(env);
-  /* the reply to index 1 sent twice, 50 ms apart: index 2, asked at once, reads the copy (its
-   * request_id is 1) and fails; asked 200 ms later, the copy is discarded before the request */
-  for (int wait = 0; wait < 2; wait++) {
-    env = make_exec("extra", 10);
-    assert_int_equal(get_in_step(env, "extra", 0), LH_ERR_OK);
-    assert_int_equal(get_in_step(env, "extra", 1), LH_ERR_OK);
-    if (wait) usleep(200000);
-    lh_err e = get_in_step(env, "extra", 2);
-    if (!wait) {
-      assert_int_equal(e, LH_ERR_FORMAT);
-      assert_non_null(strstr(lh_last_error(), "request_id"));
-    } else {
-      assert_int_equal(e, LH_ERR_OK);
+  /* asked for index 2, the program first repeats its reply to index 1 (request_id 1) */
+  env = make_exec("extra", 10);
+  assert_int_equal(get_in_step(env, "extra", 0), LH_ERR_OK);
+  assert_int_equal(get_in_step(env, "extra", 1), LH_ERR_OK);
+  assert_int_equal(get_in_step(env, "extra", 2), LH_ERR_FORMAT);
+  assert_non_null(strstr(lh_last_error(), "request_id"));
+  assert_int_equal(get_in_step(env, "extra", 3), LH_ERR_OK);
+  assert_int_equal(get_in_step(env, "extra", 4), LH_ERR_OK);
+  lh_env_free(env);
+  /* the reply to index 1 written again once it has been read (the program waits for the file
+   * LOG.go); index 2 is asked once the copy is surely there (the program logs "late" after
+   * writing it): the copy is discarded and the program restarted */
+  char log[64], go[80];
+  snprintf(log, sizeof log, "/tmp/lh_test_env_late_%ld.log", (long)getpid());
+  snprintf(go, sizeof go, "%s.go", log);
+  remove(log);
+  remove(go);
+  setenv("EXEC_ENV_LOG", log, 1);
+  env = make_exec("late", 10);
+  assert_int_equal(get_in_step(env, "late", 0), LH_ERR_OK);
+  assert_int_equal(get_in_step(env, "late", 1), LH_ERR_OK);
+  FILE *g = fopen(go, "w");
+  assert_non_null(g);
+  fclose(g);
+  bool written = false;
+  for (int i = 0; i < 500 && !written; i++) {
+    char text[256] = "";
+    FILE *f = fopen(log, "r");
+    if (f) {
+      text[fread(text, 1, sizeof text - 1, f)] = '\0';
+      fclose(f);
     }
-    assert_int_equal(get_in_step(env, "extra", 3), LH_ERR_OK);
-    assert_int_equal(get_in_step(env, "extra", 4), LH_ERR_OK);
-    lh_env_free(env);
+    written = strstr(text, "late\n") != NULL;
+    if (!written) usleep(10000);
   }
+  unsetenv("EXEC_ENV_LOG");
+  remove(log);
+  remove(go);
+  assert_true(written);
+  assert_int_equal(get_in_step(env, "late", 2), LH_ERR_OK);
+  assert_int_equal(get_in_step(env, "late", 3), LH_ERR_OK);
+  lh_env_free(env);
   /* a reply and another line in one write, without request_id: the reply is refused */
   env = make_exec("extra-noid", 10);
   assert_int_equal(get_in_step(env, "extra-noid", 0), LH_ERR_OK);
