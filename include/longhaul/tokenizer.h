@@ -23,7 +23,10 @@ typedef struct lh_tokenizer lh_tokenizer;
 /* Reads a tokenizer.json. Errors name the file and the field ("tokenizer.json: model.merges[12]:
  * expected "a b" or ["a", "b"], found integer"). Sizes beyond the limits above give LH_ERR_LIMIT.
  * Unsupported features (another model type, an unknown pre-tokenizer pattern, a normalizer other
- * than NFC or none) give LH_ERR_UNSUPPORTED. */
+ * than NFC or none) give LH_ERR_UNSUPPORTED. The post_processor is not read: encoding never
+ * adds tokens the text does not hold (no automatic bos, as Hugging Face with
+ * add_special_tokens=False, which is how verl and prime-rl encode chat-formatted prompts); a
+ * prompt that wants <|begin_of_text|> spells it, and special-token strings are recognised. */
 lh_err lh_tokenizer_load(const char *path, lh_tokenizer **out);
 /* The same from text in memory; `what` names the source in messages. */
 lh_err lh_tokenizer_parse(const char *json, size_t len, const char *what, lh_tokenizer **out);
