@@ -46,7 +46,9 @@ void lh_adamw_free(lh_adamw *opt);
 /* Learning rate at (0-based) step. */
 float lh_adamw_lr(const lh_adamw_config *cfg, int64_t step);
 /* One update of params from grads (grads are clipped in place). Returns the global gradient
- * norm before clipping. */
+ * norm before clipping. A norm that is not finite (an inf or NaN among the gradients) changes
+ * nothing: parameters, moments and the step count stay as they were (clipping would have turned
+ * an inf into NaN weights). */
 float lh_adamw_step(lh_adamw *opt, float *params, float *grads);
 
 /* ---------------------------------------------------------------- policy losses
@@ -206,6 +208,7 @@ typedef struct lh_rl_step_stats {
                        * all their tokens */
   double grad_norm;   /* mean over the minibatches' updates, before clipping */
   int n_updates;      /* optimiser steps taken (0 when the batch is empty) */
+  int n_skipped;      /* minibatches whose gradient norm was not finite: no step taken */
   long tokens;        /* tokens forwarded (each minibatch once, plus the proximal forward) */
 } lh_rl_step_stats;
 

@@ -89,6 +89,7 @@ float lh_adamw_step(lh_adamw *o, float *params, float *grads) {
   for (size_t ch = 0; ch < nchunks; ch++)
     sq += partial[ch];
   float norm = (float)sqrt(sq);
+  if (!isfinite(norm)) return norm; /* an inf or NaN gradient: leave everything as it was */
   float gscale = 1.0f;
   if (o->cfg.grad_clip > 0.0f && norm > o->cfg.grad_clip)
     gscale = o->cfg.grad_clip / (norm + 1e-6f);

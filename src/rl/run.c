@@ -643,6 +643,7 @@ lh_err lh_rl_run(const lh_rl_run_config *c) {
     set_num(o, "grad_norm", ss.grad_norm);
     set_num(o, "lr", lh_adamw_lr(&c->opt, opt->step > 0 ? opt->step - 1 : 0));
     json_object_set_new(o, "updates", json_integer(ss.n_updates));
+    json_object_set_new(o, "nonfinite_updates", json_integer(ss.n_skipped));
     json_object_set_new(o, "groups_used", json_integer(used));
     json_object_set_new(o, "skipped_groups", json_integer(skipped));
     json_object_set_new(o, "failed_groups", json_integer(failed));

@@ -154,11 +154,18 @@ lh_err lh_rl_update(lh_train *t, lh_adamw *opt, lh_model *m, const lh_loss_confi
         ns, starts, b->weight + a, b->adv + a, logp + a, b->mu + a, o, b->ref ? b->ref + a : NULL};
     lh_loss_stats ls;
     if ((e = lh_loss_compute(loss, &in, dlogp + a, &ls))) break;
-    stats_add(&stats->loss, &ls, stats->n_updates == 0);
+    stats_add(&stats->loss, &ls, stats->n_updates + stats->n_skipped == 0);
     lh_train_backward(t, &mb, dlogp + a);
-    gn += lh_adamw_step(opt, m->params, lh_train_grads(t));
-    stats->n_updates++;
+    float norm = lh_adamw_step(opt, m->params, lh_train_grads(t));
     s0 = s1;
+    if (!isfinite(norm)) {
+      lh_log(LH_LOG_WARN, "rl: minibatch %d: the gradient norm is %g; update skipped", k + 1,
+             (double)norm);
+      stats->n_skipped++;
+      continue;
+    }
+    gn += norm;
+    stats->n_updates++;
   }
   stats->grad_norm = stats->n_updates > 0 ? gn / stats->n_updates : 0.0;
   free(starts);

@@ -36,12 +36,14 @@ rows = [json.loads(line) for line in open(sys.argv[1])]
 assert len(rows) == 200, f"{len(rows)} metrics lines, expected 200"
 want = ["step", "staleness", "reward_mean", "reward_std", "accuracy", "well_formed",
         "response_len", "entropy", "kl_mu_pi", "clip_frac", "masked_frac", "ratio_min",
-        "ratio_mean", "ratio_max", "grad_norm", "lr", "skipped_groups", "failed_groups",
+        "ratio_mean", "ratio_max", "grad_norm", "lr", "updates", "nonfinite_updates",
+        "skipped_groups", "failed_groups",
         "gen_tokens_per_s", "train_tokens_per_s", "gen_s", "train_s"]
 missing = [k for k in want if k not in rows[0]]
 assert not missing, f"metrics lack {missing}"
 assert [r["step"] for r in rows] == list(range(1, 201)), "steps are not 1..200"
 assert all(r["staleness"] == 0 for r in rows), "staleness is not 0"
+assert all(r["nonfinite_updates"] == 0 for r in rows), "an update had a non-finite gradient"
 first = sum(r["reward_mean"] for r in rows[:20]) / 20
 last = sum(r["reward_mean"] for r in rows[-20:]) / 20
 print(f"smoke: mean reward of steps 1-20 {first:.3f}, of steps 181-200 {last:.3f}")

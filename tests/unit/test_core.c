@@ -124,6 +124,20 @@ static void test_adamw_by_hand(void **state) {
   /* embed is 2-D (decays), ln1 is 1-D (does not) */
   assert_float_equal(m->w.embed[0], 0.5f * (1 - 0.01f * 0.1f) - 0.01f, 1e-5);
   assert_float_equal(m->w.ln1[0], 0.5f - 0.01f, 1e-5);
+
+  /* an inf gradient (its norm is inf; clipping would make every gradient NaN) changes nothing */
+  float *before = malloc(m->n_params * sizeof(float));
+  memcpy(before, m->params, m->n_params * sizeof(float));
+  float m0 = opt->m[0], v0 = opt->v[0];
+  for (size_t i = 0; i < m->n_params; i++) g[i] = 1.0f;
+  g[7] = INFINITY;
+  assert_true(isinf(lh_adamw_step(opt, m->params, g)));
+  g[7] = NAN;
+  assert_true(isnan(lh_adamw_step(opt, m->params, g)));
+  assert_memory_equal(m->params, before, m->n_params * sizeof(float));
+  assert_int_equal(opt->step, 1);
+  assert_true(opt->m[0] == m0 && opt->v[0] == v0);
+  free(before);
   lh_adamw_free(opt);
   free(g);
   lh_model_free(m);
