@@ -103,33 +103,40 @@ void lh_generator_free(lh_generator *g) {
 
 int lh_generator_max_seq(const lh_generator *g) { return g->max_seq; }
 
-/* Appends the token's bytes to the slot's tail (the last STOP_TAIL bytes of the completion)
- * and reports whether a stop string now ends inside the bytes this token added. */
+/* Whether a stop string ends inside the bytes this token adds to the completion. The window
+ * searched is the slot's tail (the completion's last STOP_TAIL bytes before the token: enough
+ * for any stop string, at most STOP_TAIL bytes, to start there) followed by all of the token's
+ * bytes; the tail then becomes the window's last STOP_TAIL bytes. */
 static bool hits_stop_string(const lh_gen_config *cfg, slot_state *s, int32_t token) {
   if (cfg->n_stop == 0) return false;
-  char buf[4 * STOP_TAIL], *text = buf, *heap = NULL;
-  long got = lh_tokenizer_token_bytes(cfg->tok, token, true, buf, sizeof buf);
-  size_t len = got > 0 ? (size_t)got : 0;
-  if (got < 0) { /* a token longer than buf (or not in the vocabulary): decode it */
-    if (lh_tokenizer_decode(cfg->tok, &token, 1, true, &heap, &len) != LH_ERR_OK) return false;
-    text = heap;
+  char buf[5 * STOP_TAIL], *win = buf, *heap = NULL;
+  size_t old = (size_t)s->tail_len, len;
+  memcpy(buf, s->tail, old);
+  long got = lh_tokenizer_token_bytes(cfg->tok, token, true, buf + old, sizeof buf - old);
+  if (got >= 0) {
+    len = (size_t)got;
+  } else { /* a token longer than buf (or not in the vocabulary): decode it */
+    char *text = NULL;
+    if (lh_tokenizer_decode(cfg->tok, &token, 1, true, &text, &len) != LH_ERR_OK) return false;
+    heap = lh_xmalloc(old + len);
+    memcpy(heap, s->tail, old);
+    memcpy(heap + old, text, len);
+    free(text);
+    win = heap;
   }
-  const char *add = len > STOP_TAIL ? text + len - STOP_TAIL : text;
-  size_t add_len = len > STOP_TAIL ? STOP_TAIL : len;
-  size_t keep =
-      (size_t)s->tail_len + add_len > STOP_TAIL ? STOP_TAIL - add_len : (size_t)s->tail_len;
-  memmove(s->tail, s->tail + s->tail_len - keep, keep);
-  memcpy(s->tail + keep, add, add_len);
-  s->tail_len = (int)(keep + add_len);
-  free(heap);
-  for (int i = 0; i < cfg->n_stop; i++) {
+  size_t wlen = old + len;
+  bool hit = false;
+  for (int i = 0; i < cfg->n_stop && !hit; i++) {
     size_t n = strlen(cfg->stop[i]);
-    /* a match must end after the first new byte: start at or after keep + 1 - n */
-    size_t from = keep + 1 >= n ? keep + 1 - n : 0;
-    for (size_t at = from; at + n <= (size_t)s->tail_len; at++)
-      if (memcmp(s->tail + at, cfg->stop[i], n) == 0) return true;
+    /* a match must end after the first new byte: start at or after old + 1 - n */
+    for (size_t at = old + 1 >= n ? old + 1 - n : 0; !hit && at + n <= wlen; at++)
+      hit = memcmp(win + at, cfg->stop[i], n) == 0;
   }
-  return false;
+  size_t keep = wlen < STOP_TAIL ? wlen : STOP_TAIL;
+  memcpy(s->tail, win + wlen - keep, keep);
+  s->tail_len = (int)keep;
+  free(heap);
+  return hit;
 }
 
 lh_err lh_generate(lh_generator *g, const lh_gen_config *cfg, const lh_gen_request *reqs, int n,

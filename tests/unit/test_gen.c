@@ -1,5 +1,6 @@
 /* The generation loop: continuous batching gives every request the completion it gets alone,
- * stop tokens, stop strings, length and context limits end sequences as documented, bad
+ * stop tokens, stop strings (also one starting 257 bytes before the end of the token that
+ * completes it), length and context limits end sequences as documented, bad
  * requests are refused up front, and the recorded model log-probs are those of the full
  * training forward over prompt + completion. */
 #include <math.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 
 #include "longhaul/gen.h"
 #include "longhaul/tensor.h"
@@ -192,6 +194,77 @@ static void test_stops(void **state) {
   free(f);
 }
 
+/* A stop string that starts more than STOP_TAIL - (token length) bytes before the token that
+ * completes it. A model that can only say "y" and then a token of 200 x's (every layer zero, so
+ * the logits depend on the current token alone: after "a" comes "y", after "y" or the x token
+ * comes the x token) writes y x^200 x^200 ...; the stop string y x^255 ends 55 bytes into the
+ * second x token, so the "y" lies 257 bytes before that token's end. */
+static void test_stop_string_before_long_token(void **state) {
+  (void)state;
+  char *chars = lh_tokenizer_chars_json();
+  json_error_t je;
+  json_t *root = json_loads(chars, 0, &je);
+  free(chars);
+  assert_non_null(root);
+  char xs[201];
+  memset(xs, 'x', 200);
+  xs[200] = '\0';
+  json_t *vocab = json_object_get(json_object_get(root, "model"), "vocab");
+  int X = (int)json_object_size(vocab);
+  json_object_set_new(vocab, xs, json_integer(X));
+  char *text = json_dumps(root, 0);
+  json_decref(root);
+  lh_tokenizer *tok;
+  assert_int_equal(lh_tokenizer_parse(text, strlen(text), "chars+x200", &tok), LH_ERR_OK);
+  free(text);
+  int32_t a = lh_tokenizer_find(tok, "a"), y = lh_tokenizer_find(tok, "y");
+  assert_true(a > 0 && y > 0);
+
+  lh_config c;
+  assert_int_equal(lh_config_preset("tiny", LH_ARCH_LLAMA, &c), LH_ERR_OK);
+  c.vocab_size = X + 1;
+  c.tie_embeddings = false;
+  c.eos_token_id = -1;
+  lh_model *m;
+  assert_int_equal(lh_model_create(&c, &m), LH_ERR_OK); /* all zero: layers add nothing */
+  int C = c.hidden_size;
+  for (int j = 0; j < C; j++)
+    m->w.norm[j] = 1.0f;
+  for (int v = 0; v < c.vocab_size; v++)
+    m->w.embed[(size_t)v * C + 0] = 1.0f; /* e0 for every token but y and x */
+  m->w.embed[(size_t)y * C + 0] = 0.0f, m->w.embed[(size_t)y * C + 1] = 1.0f; /* e1 */
+  m->w.embed[(size_t)X * C + 0] = 0.0f, m->w.embed[(size_t)X * C + 2] = 1.0f; /* e2 */
+  m->w.lm_head[(size_t)y * C + 0] = 8.0f;                                       /* e0 -> y */
+  m->w.lm_head[(size_t)X * C + 1] = m->w.lm_head[(size_t)X * C + 2] = 8.0f;     /* e1, e2 -> x */
+  lh_infer *inf;
+  assert_int_equal(lh_infer_from_model(m, &inf), LH_ERR_OK);
+  lh_generator *g;
+  assert_int_equal(lh_generator_create(inf, 1, 16, 0, &g), LH_ERR_OK);
+
+  char stop[257];
+  stop[0] = 'y';
+  memset(stop + 1, 'x', 255);
+  stop[256] = '\0';
+  lh_gen_config cfg = lh_gen_defaults();
+  cfg.max_new = 6;
+  cfg.sample.temperature = 0.0f;
+  cfg.tok = tok;
+  cfg.stop[0] = stop;
+  cfg.n_stop = 1;
+  int32_t prompt[1] = {a}, out[6];
+  float lp[6], lpm[6];
+  lh_gen_request req = {prompt, 1, 0};
+  lh_gen_output o = {out, lp, lpm, 0, LH_FINISH_LENGTH};
+  assert_int_equal(lh_generate(g, &cfg, &req, 1, &o, NULL), LH_ERR_OK);
+  assert_true(o.n >= 2 && out[0] == y && out[1] == X); /* the model says what it was built to */
+  assert_int_equal(o.finish, LH_FINISH_STOP);
+  assert_int_equal(o.n, 3); /* y, x^200, x^200: the stop string ends in the third token */
+  lh_generator_free(g);
+  lh_infer_free(inf);
+  lh_model_free(m);
+  lh_tokenizer_free(tok);
+}
+
 static void test_refusals(void **state) {
   fixture *f = malloc(sizeof *f);
   setup_model(f);
@@ -217,6 +290,7 @@ int main(void) {
       cmocka_unit_test(test_batching_is_invisible),
       cmocka_unit_test(test_logprobs_match_training_forward),
       cmocka_unit_test(test_stops),
+      cmocka_unit_test(test_stop_string_before_long_token),
       cmocka_unit_test(test_refusals),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
