@@ -54,7 +54,7 @@ fuzz: deps
 	  c=tests/fuzz/corpus/$${n#fuzz_}; mkdir -p build-fuzz/corpus-$$n; \
 	  echo "fuzzing $$n for $(FUZZ_SECONDS)s"; \
 	  build-fuzz/tests/$$n -max_total_time=$(FUZZ_SECONDS) -artifact_prefix=build-fuzz/$$n- \
-	    build-fuzz/corpus-$$n $$c || exit 1; done
+	    -close_fd_mask=2 build-fuzz/corpus-$$n $$c || exit 1; done
 
 # Training-step benchmark against the PyTorch peer (see docs/PERFORMANCE.md).
 bench-train: build

@@ -2,6 +2,7 @@
  * switches, typed getters with range checks. Usage errors are one line on stderr and exit
  * code 2; --help prints a usage text generated from the same flag table, so the two agree. */
 #include <errno.h>
+#include <jansson.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -229,8 +230,7 @@ int lh__args_choice(const lh__args *a, const char *name, const char *const *choi
 
 int lh__parse_ids(const char *cmd, const char *flag, const char *s, int32_t **ids, size_t *n) {
   size_t cap = 16, k = 0;
-  int32_t *v = malloc(cap * sizeof *v);
-  if (!v) return lh__cli_error(cmd, LH__EXIT_FAIL, "out of memory");
+  int32_t *v = lh_xmalloc(cap * sizeof *v);
   const char *p = s;
   while (*p == ' ')
     p++;
@@ -243,38 +243,76 @@ int lh__parse_ids(const char *cmd, const char *flag, const char *s, int32_t **id
     char *end = NULL;
     errno = 0;
     long x = (*p >= '0' && *p <= '9') || *p == '-' ? strtol(p, &end, 10) : 0;
-    if (!end || end == p || errno || x < 0 || x > INT32_MAX) {
-      free(v);
-      return lh__cli_error(cmd, LH__EXIT_USAGE,
-                           "--%s: expected comma-separated token ids, got \"%s\"", flag, s);
-    }
-    if (k == cap) {
-      int32_t *nv = realloc(v, (cap *= 2) * sizeof *v);
-      if (!nv) {
-        free(v);
-        return lh__cli_error(cmd, LH__EXIT_FAIL, "out of memory");
-      }
-      v = nv;
+    if (!end || end == p || errno || x < 0 || x > INT32_MAX) goto bad;
+    if (k == cap) { /* the list is one argument: its length is bounded by the system's */
+      v = realloc(v, (cap *= 2) * sizeof *v);
+      LH_CHECK(v, "out of memory holding %zu token ids", cap);
     }
     v[k++] = (int32_t)x;
     p = end;
     while (*p == ' ')
       p++;
-    if (*p == ',') {
-      p++;
-      continue;
-    }
-    break;
+    if (*p != ',') break;
+    p++;
   }
-  if (bracket && *p == ']') p++;
+  if (bracket && *p++ != ']') goto bad; /* "[1,2" lacks its ']' */
   while (*p == ' ')
     p++;
-  if (*p) {
-    free(v);
-    return lh__cli_error(cmd, LH__EXIT_USAGE,
-                         "--%s: expected comma-separated token ids, got \"%s\"", flag, s);
-  }
+  if (*p) goto bad;
   *ids = v;
   *n = k;
   return LH__ARGS_CONTINUE;
+bad:
+  free(v);
+  return lh__cli_error(cmd, LH__EXIT_USAGE, "--%s: expected comma-separated token ids, got \"%s\"",
+                       flag, s);
+}
+
+int lh__parse_id_array(const char *cmd, const char *where, const char *text, size_t len, int vocab,
+                       int max_len, int32_t **ids, size_t *n) {
+  *ids = NULL;
+  *n = 0;
+  while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == '\r'))
+    len--;
+  if (len == 0)
+    return lh__cli_error(cmd, LH__EXIT_FAIL, "%s: empty line, expected a JSON array of token ids",
+                         where);
+  json_error_t jerr;
+  json_t *arr = json_loadb(text, len, JSON_DECODE_ANY, &jerr);
+  if (!arr)
+    return lh__cli_error(cmd, LH__EXIT_FAIL, "%s: invalid JSON at column %d: %s", where,
+                         jerr.column, jerr.text);
+  size_t k = json_is_array(arr) ? json_array_size(arr) : 0;
+  int32_t *v = NULL;
+  int rc = LH__ARGS_CONTINUE;
+  if (!json_is_array(arr))
+    rc = lh__cli_error(cmd, LH__EXIT_FAIL, "%s: expected a JSON array of token ids", where);
+  else if (k == 0)
+    rc = lh__cli_error(cmd, LH__EXIT_FAIL, "%s: empty array, need at least 1 token", where);
+  else if (k > (size_t)max_len)
+    rc = lh__cli_error(cmd, LH__EXIT_FAIL,
+                       "%s: %zu tokens, more than the model's max_position_embeddings %d", where, k,
+                       max_len);
+  else
+    v = lh_xmalloc(k * sizeof *v);
+  for (size_t i = 0; rc == LH__ARGS_CONTINUE && i < k; i++) {
+    const json_t *x = json_array_get(arr, i);
+    if (!json_is_integer(x))
+      rc = lh__cli_error(cmd, LH__EXIT_FAIL, "%s: element %zu is not an integer token id", where,
+                         i);
+    else if (json_integer_value(x) < 0 || json_integer_value(x) >= vocab)
+      rc = lh__cli_error(cmd, LH__EXIT_FAIL,
+                         "%s: element %zu is token %lld, outside the vocabulary [0, %d)", where, i,
+                         (long long)json_integer_value(x), vocab);
+    else
+      v[i] = (int32_t)json_integer_value(x);
+  }
+  json_decref(arr);
+  if (rc != LH__ARGS_CONTINUE) {
+    free(v);
+    return rc;
+  }
+  *ids = v;
+  *n = k;
+  return rc;
 }

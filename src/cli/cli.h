@@ -59,6 +59,11 @@ int lh__args_choice(const lh__args *a, const char *name, const char *const *choi
 /* Parses a token-id list "1,2, 3" (optionally inside [ ]) given to --flag into a malloc'd array;
  * returns LH__ARGS_CONTINUE, or prints a one-line error and returns 2. */
 int lh__parse_ids(const char *cmd, const char *flag, const char *s, int32_t **ids, size_t *n);
+/* Parses one JSON array of token ids (a line of `score --input`, trailing newline allowed):
+ * 1..max_len integers in [0, vocab). Returns LH__ARGS_CONTINUE with *ids malloc'd, or prints
+ * "longhaul CMD: WHERE: ..." (WHERE names the source, e.g. FILE:LINE) and returns 1. */
+int lh__parse_id_array(const char *cmd, const char *where, const char *text, size_t len, int vocab,
+                       int max_len, int32_t **ids, size_t *n);
 /* "longhaul CMD: message" on stderr; returns `code`. */
 int lh__cli_error(const char *cmd, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -2,7 +2,6 @@
  * runs the model forward over packed batches and prints one {"logprobs":[...]} line per input
  * line, in order: log p(token i | tokens before it) for every token after the first. */
 #include <errno.h>
-#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,48 +53,16 @@ static void lines_end_line(lines *L) {
  * returns 1. */
 static int parse_line(const char *path, size_t lineno, const char *text, size_t len,
                       const lh_config *cfg, lines *L) {
-  while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == '\r'))
-    len--;
-  if (len == 0)
-    return lh__cli_error(CMD, LH__EXIT_FAIL,
-                         "%s:%zu: empty line, expected a JSON array of token ids", path, lineno);
-  json_error_t jerr;
-  json_t *arr = json_loadb(text, len, JSON_DECODE_ANY, &jerr);
-  if (!arr)
-    return lh__cli_error(CMD, LH__EXIT_FAIL, "%s:%zu: invalid JSON at column %d: %s", path, lineno,
-                         jerr.column, jerr.text);
-  int rc = LH__ARGS_CONTINUE;
-  size_t n = json_is_array(arr) ? json_array_size(arr) : 0;
-  if (!json_is_array(arr)) {
-    rc = lh__cli_error(CMD, LH__EXIT_FAIL, "%s:%zu: expected a JSON array of token ids", path,
-                       lineno);
-  } else if (n == 0) {
-    rc = lh__cli_error(CMD, LH__EXIT_FAIL, "%s:%zu: empty array, need at least 1 token", path,
-                       lineno);
-  } else if (n > (size_t)cfg->max_positions) {
-    rc = lh__cli_error(CMD, LH__EXIT_FAIL,
-                       "%s:%zu: %zu tokens, more than the model's max_position_embeddings %d", path,
-                       lineno, n, cfg->max_positions);
-  }
-  size_t first = L->n_tokens;
-  for (size_t i = 0; rc == LH__ARGS_CONTINUE && i < n; i++) {
-    const json_t *v = json_array_get(arr, i);
-    if (!json_is_integer(v)) {
-      rc = lh__cli_error(CMD, LH__EXIT_FAIL, "%s:%zu: element %zu is not an integer token id", path,
-                         lineno, i);
-    } else if (json_integer_value(v) < 0 || json_integer_value(v) >= cfg->vocab_size) {
-      rc = lh__cli_error(CMD, LH__EXIT_FAIL,
-                         "%s:%zu: element %zu is token %lld, outside the vocabulary [0, %d)", path,
-                         lineno, i, (long long)json_integer_value(v), cfg->vocab_size);
-    } else {
-      lines_push_token(L, (int32_t)json_integer_value(v));
-    }
-  }
-  json_decref(arr);
-  if (rc != LH__ARGS_CONTINUE) {
-    L->n_tokens = first;
-    return rc;
-  }
+  char where[4200];
+  snprintf(where, sizeof where, "%s:%zu", path, lineno);
+  int32_t *ids;
+  size_t n;
+  int rc = lh__parse_id_array(CMD, where, text, len, cfg->vocab_size, cfg->max_positions, &ids,
+                              &n);
+  if (rc != LH__ARGS_CONTINUE) return rc;
+  for (size_t i = 0; i < n; i++)
+    lines_push_token(L, ids[i]);
+  free(ids);
   if ((int)n > L->max_len) L->max_len = (int)n;
   lines_end_line(L);
   return LH__ARGS_CONTINUE;

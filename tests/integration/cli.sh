@@ -479,6 +479,8 @@ run gen-notok "$BIN" generate --model "$TMP/qwen2" --prompt "hi"
 expect_rc gen-notok 1 && expect_one_line_error gen-notok 'no tokenizer.json'
 run gen-badids "$BIN" generate --model "$TMP/gen" --prompt-tokens 1,x
 expect_rc gen-badids 2 && expect_one_line_error gen-badids 'prompt-tokens: expected comma-separated token ids'
+run gen-unclosed "$BIN" generate --model "$TMP/gen" --prompt-tokens "[1,2"
+expect_rc gen-unclosed 2 && expect_one_line_error gen-unclosed 'prompt-tokens: expected comma-separated token ids, got "\[1,2"'
 run gen-both "$BIN" generate --model "$TMP/gen" --prompt a --prompt-tokens 1
 expect_rc gen-both 2 && expect_one_line_error gen-both 'exactly one of --prompt and --prompt-tokens'
 run gen-bench "$BIN" bench generate --model "$TMP/gen" --batch 2 --prompt-len 4 --new 3 --json
