@@ -225,9 +225,26 @@ static int cmp_i64(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+/* Combines a and b with one of the four operators, either way round, tried from a random
+ * start: the first result in 0..999 if there is one, else the first valid one. Used once 1000
+ * free draws have missed 1..999 (many large numbers), it keeps the values small. */
+static bool combine_small(lh__env_rng *r, const item *a, const item *b, item *out) {
+  int start = (int)lh__env_rng_range(r, 0, 7);
+  bool any = false;
+  for (int k = 0; k < 8; k++) {
+    int c = (start + k) % 8;
+    item t;
+    if (!combine(c < 4 ? a : b, "+-*/"[c % 4], c < 4 ? b : a, &t)) continue;
+    if (!any || t.v.n <= 999) *out = t;
+    any = true;
+    if (t.v.n <= 999) return true;
+  }
+  return any;
+}
+
 static lh_err countdown_gen(lh_env *env, lh__env_rng *r, lh_env_task *t) {
   int n = env->cfg.count;
-  for (int tries = 0; tries < 1000; tries++) {
+  for (int tries = 0; tries < 2000; tries++) {
     item it[LH_COUNTDOWN_MAX_NUMS];
     int64_t nums[LH_COUNTDOWN_MAX_NUMS];
     for (int i = 0; i < n; i++) {
@@ -242,9 +259,11 @@ static lh_err countdown_gen(lh_env *env, lh__env_rng *r, lh_env_task *t) {
       int i = (int)lh__env_rng_range(r, 0, m - 1);
       int j = (int)lh__env_rng_range(r, 0, m - 2);
       if (j >= i) j++;
-      char op = "+-*/"[lh__env_rng_range(r, 0, 3)];
       item c;
-      ok = combine(&it[i], op, &it[j], &c);
+      if (tries < 1000) /* free draws: what every task that these find has always been */
+        ok = combine(&it[i], "+-*/"[lh__env_rng_range(r, 0, 3)], &it[j], &c);
+      else
+        ok = combine_small(r, &it[i], &it[j], &c);
       it[i < j ? i : j] = c;
       it[i < j ? j : i] = it[m - 1];
       m--;
@@ -272,7 +291,7 @@ static lh_err countdown_gen(lh_env *env, lh__env_rng *r, lh_env_task *t) {
     snprintf(t->level, sizeof t->level, "uses %d, %d mul/div", used, muldiv);
     return LH_ERR_OK;
   }
-  return lh_errorf(LH_ERR_LIMIT, "countdown: no instance with a target in 1..999 after 1000 draws");
+  return lh_errorf(LH_ERR_LIMIT, "countdown: no instance with a target in 1..999 after 2000 draws");
 }
 
 static lh_err countdown_task(lh_env *env, lh_split split, uint64_t index, lh_env_task *task) {

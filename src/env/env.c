@@ -286,7 +286,10 @@ lh_err lh_env_config_parse(const char *spec, lh_env_config *cfg) {
     char *e = NULL;
     errno = 0;
     if (!strcmp(key, "seed")) {
-      cfg->seed = strtoull(val, &e, 10);
+      if (val[0] >= '0' && val[0] <= '9')
+        cfg->seed = strtoull(val, &e, 10);
+      else
+        e = val; /* a sign: strtoull would take "-1" as 2^64 - 1 */
     } else if (!strcmp(key, "digits") || !strcmp(key, "count") || !strcmp(key, "max")) {
       long v = strtol(val, &e, 10);
       if (v < 0 || v > 1000000) errno = ERANGE;

@@ -85,6 +85,7 @@ static void test_builtin_determinism_and_splits(void **state) {
   check_env("sort:count=4,digits=2", 2000);
   check_env("countdown:count=4,max=10", 2000);
   check_env("countdown:count=3,max=25,seed=7", 500);
+  check_env("countdown:count=8,max=1000", 200); /* most free draws miss 1..999 here */
 }
 
 static void test_seed_changes_tasks(void **state) {
@@ -108,6 +109,11 @@ static void test_config_errors(void **state) {
   lh_env *env = NULL;
   assert_int_equal(lh_env_config_parse("arith:digits=x", &cfg), LH_ERR_INVAL);
   assert_int_equal(lh_env_config_parse("arith:colour=3", &cfg), LH_ERR_INVAL);
+  assert_int_equal(lh_env_config_parse("arith:seed=-1", &cfg), LH_ERR_INVAL); /* not 2^64 - 1 */
+  assert_non_null(strstr(lh_last_error(), "seed: bad value '-1'"));
+  assert_int_equal(lh_env_config_parse("arith:seed=18446744073709551616", &cfg), LH_ERR_INVAL);
+  assert_int_equal(lh_env_config_parse("arith:seed=18446744073709551615", &cfg), LH_ERR_OK);
+  assert_true(cfg.seed == UINT64_MAX);
   assert_int_equal(lh_env_config_parse("nosuch", &cfg), LH_ERR_OK);
   assert_int_equal(lh_env_create(&cfg, &env), LH_ERR_NOTFOUND);
   assert_null(env);
