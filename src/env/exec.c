@@ -255,7 +255,7 @@ static size_t utf8_seq(const unsigned char *s, size_t n, size_t *bad) {
 /* A JSON string from bytes. Bytes that are not valid UTF-8 (a completion cut inside a character,
  * a model's stray byte) become U+FFFD, one for each maximal ill-formed subpart; valid characters
  * around them are kept. */
-static json_t *text_json(const char *s, size_t n) {
+json_t *lh__exec_text_json(const char *s, size_t n) {
   json_t *v = json_stringn(s, n);
   if (v) return v;
   if (n > (SIZE_MAX - 1) / 3) return NULL;
@@ -296,7 +296,7 @@ static lh_err request(lh_env *env, ex *x, json_t *req, const char *what, take_fn
   return e;
 }
 
-static lh_err take_task(lh_env *env, const char *what, json_t *rep, void *out) {
+lh_err lh__exec_take_task(lh_env *env, const char *what, json_t *rep, void *out) {
   lh_env_task *task = out;
   lh_err e = LH_ERR_OK;
   json_t *p = json_object_get(rep, "prompt"), *a = json_object_get(rep, "answer");
@@ -326,7 +326,7 @@ static lh_err exec_task(lh_env *env, lh_split split, uint64_t index, lh_env_task
   json_t *req = json_pack("{s:s, s:s, s:I}", "type", "generate", "split",
                           split == LH_SPLIT_TEST ? "test" : "train", "index", (json_int_t)index);
   if (!req) return lh_errorf(LH_ERR_NOMEM, "exec: cannot encode the request");
-  lh_err e = request(env, x, req, what, take_task, task);
+  lh_err e = request(env, x, req, what, lh__exec_take_task, task);
   if (!e) {
     task->split = split;
     task->index = index;
@@ -334,7 +334,7 @@ static lh_err exec_task(lh_env *env, lh_split split, uint64_t index, lh_env_task
   return e;
 }
 
-static lh_err take_result(lh_env *env, const char *what, json_t *rep, void *out_) {
+lh_err lh__exec_take_result(lh_env *env, const char *what, json_t *rep, void *out_) {
   lh_env_result *out = out_;
   lh_err e = LH_ERR_OK;
   json_t *r = json_object_get(rep, "reward"), *c = json_object_get(rep, "correct");
@@ -359,12 +359,12 @@ static lh_err exec_score(lh_env *env, const lh_env_task *task, const char *text,
   char what[64];
   snprintf(what, sizeof what, "score %s %llu", task->split == LH_SPLIT_TEST ? "test" : "train",
            (unsigned long long)task->index);
-  json_t *req =
-      json_pack("{s:s, s:o, s:o, s:o}", "type", "score", "prompt",
-                text_json(task->prompt, strlen(task->prompt)), "answer",
-                text_json(task->answer, strlen(task->answer)), "completion", text_json(text, len));
+  json_t *req = json_pack("{s:s, s:o, s:o, s:o}", "type", "score", "prompt",
+                          lh__exec_text_json(task->prompt, strlen(task->prompt)), "answer",
+                          lh__exec_text_json(task->answer, strlen(task->answer)), "completion",
+                          lh__exec_text_json(text, len));
   if (!req) return lh_errorf(LH_ERR_NOMEM, "exec: cannot encode the request");
-  return request(env, x, req, what, take_result, out);
+  return request(env, x, req, what, lh__exec_take_result, out);
 }
 
 static uint64_t exec_size(const lh_env *env, lh_split split) {
