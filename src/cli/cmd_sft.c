@@ -25,6 +25,8 @@ static const lh__flag flags[] = {
     {"steps", "N", false, "optimiser steps (default 200)"},
     {"batch", "B", false, "sequences per step (default 32)"},
     {"lr", "LR", false, "peak learning rate (default 3e-3; 10% warmup, cosine to 10%)"},
+    {"max-seq", "N", false,
+     "tokens of prompt, solution and eos at most (default 512, at most the model's context)"},
     {"log-every", "N", false, "print a progress line every N steps (default 20)"},
     {"threads", "K", false, "threads (default: all cores)"},
 };
@@ -67,10 +69,11 @@ int lh__cmd_sft(int argc, char **argv) {
                 .n_flags = sizeof flags / sizeof flags[0]};
   int rc = lh__args_parse(&a, argc, argv);
   if (rc != LH__ARGS_CONTINUE) return rc;
-  long steps, batch, log_every, threads;
+  long steps, batch, max_seq_arg, log_every, threads;
   double lr;
   if ((rc = lh__args_int(&a, "steps", 1, 1 << 24, 200, &steps)) != LH__ARGS_CONTINUE ||
       (rc = lh__args_int(&a, "batch", 1, 4096, 32, &batch)) != LH__ARGS_CONTINUE ||
+      (rc = lh__args_int(&a, "max-seq", 2, 1 << 20, 512, &max_seq_arg)) != LH__ARGS_CONTINUE ||
       (rc = lh__args_int(&a, "log-every", 1, 1 << 24, 20, &log_every)) != LH__ARGS_CONTINUE ||
       (rc = lh__args_int(&a, "threads", 0, 1024, 0, &threads)) != LH__ARGS_CONTINUE ||
       (rc = lh__args_double(&a, "lr", 0, 1, 3e-3, &lr)) != LH__ARGS_CONTINUE)
@@ -95,7 +98,7 @@ int lh__cmd_sft(int argc, char **argv) {
     goto out;
   }
   const lh_config *c = &m->cfg;
-  int max_seq = c->max_positions < 512 ? c->max_positions : 512;
+  int max_seq = c->max_positions < max_seq_arg ? c->max_positions : (int)max_seq_arg;
   int max_tokens = (int)batch * max_seq;
   if (lh_train_create(m, max_tokens, max_seq, &t)) {
     rc = lh__cli_fail(CMD);
@@ -135,7 +138,7 @@ int lh__cmd_sft(int argc, char **argv) {
       }
       if (got < 0) {
         rc = lh__cli_error(CMD, LH__EXIT_FAIL,
-                           "task %llu has no reference solution or does not fit in %d tokens",
+                           "task %llu has no reference solution or does not fit in %d tokens (--max-seq)",
                            (unsigned long long)(next - 1), max_seq);
         goto out;
       }

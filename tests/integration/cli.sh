@@ -491,7 +491,7 @@ assert r["batch"] == 2 and r["decode_tokens_per_s"] > 0 and r["prefill_tokens_pe
 ' "$TMP/gen-bench.out"
 
 # ---------------------------------------------------------------- sft
-check_help help-sft model env out steps batch lr log-every threads -- sft
+check_help help-sft model env out steps batch lr max-seq log-every threads -- sft
 run sft "$BIN" sft --model "$TMP/gen" --env arith:digits=1 --steps 60 --batch 16 --log-every 20 --out "$TMP/sft-out"
 expect_rc sft 0 && py sft-check '
 import re, sys
@@ -503,6 +503,8 @@ assert losses[-1] < 0.8 * losses[0], losses
   run sft-gen "$BIN" generate --model "$TMP/sft-out" --prompt "3+4=" --temperature 0 --max-new 4
   expect_rc sft-gen 0
 }
+run sft-short "$BIN" sft --model "$TMP/gen" --env arith:digits=1 --steps 1 --max-seq 4 --out "$TMP/sft-short"
+expect_rc sft-short 1 && expect_one_line_error sft-short 'does not fit in 4 tokens \(--max-seq\)'
 run sft-badenv "$BIN" sft --model "$TMP/gen" --env nosuchenv --out "$TMP/sft-bad"
 expect_rc sft-badenv 1 && expect_one_line_error sft-badenv 'nosuchenv'
 run sft-notok "$BIN" sft --model "$TMP/qwen2" --env arith --out "$TMP/sft-bad"
