@@ -64,7 +64,8 @@ double lh_time_now(void);
 
 /* Whole-file helpers. lh_file_read returns a malloc'd buffer (NUL-terminated, *len excludes
  * the NUL); files larger than max_bytes are refused with LH_ERR_LIMIT. lh_file_write_atomic
- * writes to PATH.tmp, fsyncs, renames over PATH and fsyncs the directory. */
+ * writes to PATH.tmp.PID (so concurrent writers never share it), fsyncs, renames over PATH and
+ * fsyncs the directory; on failure the temporary file is removed. */
 lh_err lh_file_read(const char *path, size_t max_bytes, char **out, size_t *len);
 lh_err lh_file_write_atomic(const char *path, const void *data, size_t len);
 /* The last step of an atomic write whose temporary file (or directory) is written and fsynced:
@@ -84,6 +85,10 @@ int lh_thread_id(void);
  * such as "field num_heads: expected an integer, found string". */
 struct json_t;
 const char *lh_json_type_name(const struct json_t *v);
+/* A JSON string of the bytes s[0..n): unchanged when they are UTF-8; otherwise each maximal
+ * ill-formed subpart becomes U+FFFD (as Python's decode(errors="replace")), so model output cut
+ * inside a character still encodes. NULL only when out of memory. */
+struct json_t *lh_json_text(const char *s, size_t n);
 
 /* Philox4x32-10 counter-based generator: four 32-bit words for key `seed` and counter
  * (stream, position). The same inputs give the same words on any thread or machine. */

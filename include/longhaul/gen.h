@@ -49,7 +49,8 @@ typedef enum {
 
 const char *lh_finish_name(lh_finish f);
 
-/* One completion. The caller provides the three arrays with room for max_new entries. */
+/* One completion. The caller provides the three arrays with room for max_new entries (or for
+ * max_seq - prompt_len, when that is fewer: no more fit in the context). */
 typedef struct lh_gen_output {
   int32_t *tokens;
   float *logprobs;       /* under the sampling distribution (the behaviour log-probs) */

@@ -53,6 +53,15 @@ static int bench_train(int argc, char **argv) {
   }
 
   int B = (int)batch, T = (int)seq, N = B * T;
+  lh_train *t = NULL;
+  lh_adamw *opt = NULL;
+  /* the training state first: it refuses sizes no machine holds, which the batch's own arrays
+   * (a few bytes per token, far less than the state) then fit beside */
+  if (lh_train_create(m, N, T, &t) != LH_ERR_OK) {
+    rc = lh__cli_fail(cmd);
+    lh_model_free(m);
+    return rc;
+  }
   int32_t *tokens = lh_xmalloc((size_t)N * sizeof *tokens);
   float *weight = lh_xmalloc((size_t)N * sizeof *weight);
   float *logprob = lh_xmalloc((size_t)N * sizeof *logprob);
@@ -67,10 +76,8 @@ static int bench_train(int argc, char **argv) {
     seq_start[s] = s * T;
   lh_batch b = {.n_seqs = B, .seq_start = seq_start, .tokens = tokens, .loss_weight = weight};
 
-  lh_train *t = NULL;
-  lh_adamw *opt = NULL;
   lh_adamw_config ocfg = lh_adamw_defaults();
-  if (lh_train_create(m, N, T, &t) != LH_ERR_OK || lh_batch_validate(t, &b) != LH_ERR_OK ||
+  if (lh_batch_validate(t, &b) != LH_ERR_OK ||
       lh_adamw_create(&m->cfg, &ocfg, &opt) != LH_ERR_OK) {
     rc = lh__cli_fail(cmd);
     goto out;

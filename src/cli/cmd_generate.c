@@ -1,6 +1,7 @@
 /* `longhaul generate`: sample completions of one prompt with the rollout engine (continuous
  * batching, verifiable sampler), as text or one JSON object per sample; and `longhaul bench
  * generate`: prefill and decode tokens per second on random prompts. */
+#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -143,16 +144,22 @@ int lh__cmd_generate(int argc, char **argv) {
     cfg.n_stop = 1;
     cfg.tok = tok;
   }
+  /* a sample holds at most max_new tokens and at most what the context leaves */
+  size_t per = (size_t)(max_seq - np) < (size_t)max_new ? (size_t)(max_seq - np) : (size_t)max_new;
+  size_t bytes = lh_size_mul((size_t)n, per * 4); /* int32 tokens, float log-probs */
   reqs = lh_xcalloc((size_t)n, sizeof *reqs);
   outs = lh_xcalloc((size_t)n, sizeof *outs);
-  tokens = lh_xmalloc((size_t)n * max_new * sizeof *tokens);
-  lps = lh_xmalloc((size_t)n * max_new * sizeof *lps);
-  lpm = lh_xmalloc((size_t)n * max_new * sizeof *lpm);
+  if (!(tokens = lh_try_malloc_aligned(bytes, "generate: sampled tokens")) ||
+      !(lps = lh_try_malloc_aligned(bytes, "generate: log-probs")) ||
+      !(lpm = lh_try_malloc_aligned(bytes, "generate: model log-probs"))) {
+    rc = lh__cli_fail(CMD);
+    goto out;
+  }
   for (long i = 0; i < n; i++) {
     reqs[i] = (lh_gen_request){prompt, np, (uint64_t)i};
-    outs[i].tokens = tokens + i * max_new;
-    outs[i].logprobs = lps + i * max_new;
-    outs[i].logprobs_model = lpm + i * max_new;
+    outs[i].tokens = tokens + i * per;
+    outs[i].logprobs = lps + i * per;
+    outs[i].logprobs_model = lpm + i * per;
   }
   if (lh_generate(g, &cfg, reqs, (int)n, outs, NULL)) {
     rc = lh__cli_fail(CMD);
@@ -173,12 +180,17 @@ int lh__cmd_generate(int argc, char **argv) {
       json_object_set_new(o, "tokens", ids);
       json_object_set_new(o, "logprobs", float_array(outs[i].logprobs, outs[i].n));
       json_object_set_new(o, "logprobs_model", float_array(outs[i].logprobs_model, outs[i].n));
-      json_object_set_new(o, "text", text ? json_stringn_nocheck(text, len) : json_null());
+      json_object_set_new(o, "text", text ? lh_json_text(text, len) : json_null());
       json_object_set_new(o, "finish", json_string(lh_finish_name(outs[i].finish)));
       char *line = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9));
+      json_decref(o);
+      if (!line) {
+        free(text);
+        rc = lh__cli_error(CMD, LH__EXIT_FAIL, "sample %ld: cannot encode it as JSON", i);
+        goto out;
+      }
       puts(line);
       free(line);
-      json_decref(o);
     } else if (text) {
       if (n > 1) printf("=== sample %ld (%s) ===\n", i, lh_finish_name(outs[i].finish));
       fwrite(text, 1, len, stdout);
@@ -192,6 +204,8 @@ int lh__cmd_generate(int argc, char **argv) {
     free(text);
   }
   rc = LH__EXIT_OK;
+  if (fflush(stdout) != 0 || ferror(stdout))
+    rc = lh__cli_error(CMD, LH__EXIT_FAIL, "cannot write the output: %s", strerror(errno));
 out:
   free(tokens);
   free(lps);

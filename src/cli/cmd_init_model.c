@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "longhaul/model.h"
@@ -323,6 +324,10 @@ int lh__cmd_init_model(int argc, char **argv) {
     return rc;
   }
   free(tok_json);
+  /* without --tokenizer, a tokenizer.json left from an earlier run would not match the model */
+  if (!tok_spec && unlink(tok_path) == 0)
+    fprintf(stderr, "longhaul %s: removed %s from an earlier run (no --tokenizer)\n", CMD,
+            tok_path);
   fprintf(stderr, "longhaul %s: %s, %.2fM parameters (%s), seed %llu, wrote %s\n", CMD,
           arch_names[arch_i], (double)m->n_params / 1e6, dtype_names[dtype_i],
           (unsigned long long)seed, out_dir);

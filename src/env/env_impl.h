@@ -50,11 +50,10 @@ extern const lh__env_ops lh__env_exec_ops;
 lh_err lh__env_jsonl_init(lh_env *env);
 lh_err lh__env_exec_init(lh_env *env);
 
-/* exec's readers of outside bytes, outside exec.c for the fuzz target: a JSON string from a
- * completion's bytes (invalid UTF-8 becomes U+FFFD), and the fields of a reply to "generate"
- * (out: lh_env_task) and to "score" (out: lh_env_result); LH_ERR_FORMAT names the field. */
+/* exec's readers of a reply's fields, outside exec.c for the fuzz target: a reply to
+ * "generate" (out: lh_env_task) and to "score" (out: lh_env_result); LH_ERR_FORMAT names the
+ * field. */
 struct json_t;
-struct json_t *lh__exec_text_json(const char *s, size_t n);
 lh_err lh__exec_take_task(lh_env *env, const char *what, struct json_t *reply, void *out);
 lh_err lh__exec_take_result(lh_env *env, const char *what, struct json_t *reply, void *out);
 

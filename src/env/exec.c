@@ -226,60 +226,6 @@ static lh_err exchange(lh_env *env, ex *x, json_t *req, const char *what, json_t
   }
 }
 
-/* Length of the well-formed UTF-8 sequence that starts s[0..n), or 0 when there is none; then
- * *bad is the length of its maximal ill-formed subpart (1..3 bytes: a lead byte and the
- * continuation bytes that could still have completed it, as Unicode's "U+FFFD substitution of
- * maximal subparts" and Python's decode(errors="replace") count them). */
-static size_t utf8_seq(const unsigned char *s, size_t n, size_t *bad) {
-  unsigned char c = s[0], lo = 0x80, hi = 0xBF; /* the range of the second byte */
-  size_t len;
-  if (c < 0x80) return 1;
-  if (c >= 0xC2 && c <= 0xDF)
-    len = 2;
-  else if (c >= 0xE0 && c <= 0xEF)
-    len = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF; /* overlong, surrogate */
-  else if (c >= 0xF0 && c <= 0xF4)
-    len = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF; /* overlong, > U+10FFFF */
-  else {
-    *bad = 1;
-    return 0;
-  }
-  size_t i = 1;
-  for (; i < len && i < n; i++)
-    if (s[i] < (i == 1 ? lo : 0x80) || s[i] > (i == 1 ? hi : 0xBF)) break;
-  if (i == len) return len;
-  *bad = i;
-  return 0;
-}
-
-/* A JSON string from bytes. Bytes that are not valid UTF-8 (a completion cut inside a character,
- * a model's stray byte) become U+FFFD, one for each maximal ill-formed subpart; valid characters
- * around them are kept. */
-json_t *lh__exec_text_json(const char *s, size_t n) {
-  json_t *v = json_stringn(s, n);
-  if (v) return v;
-  if (n > (SIZE_MAX - 1) / 3) return NULL;
-  char *c = malloc(3 * n + 1); /* each bad byte grows to at most 3 */
-  if (!c) return NULL;
-  const unsigned char *u = (const unsigned char *)s;
-  size_t k = 0;
-  for (size_t i = 0; i < n;) {
-    size_t bad = 0, m = utf8_seq(u + i, n - i, &bad);
-    if (m) {
-      memcpy(c + k, s + i, m);
-      k += m;
-      i += m;
-    } else {
-      memcpy(c + k, "\xEF\xBF\xBD", 3);
-      k += 3;
-      i += bad;
-    }
-  }
-  v = json_stringn(c, k);
-  free(c);
-  return v;
-}
-
 /* Reads the fields of a reply into out; LH_ERR_FORMAT when they are wrong. */
 typedef lh_err (*take_fn)(lh_env *env, const char *what, json_t *reply, void *out);
 
@@ -360,9 +306,9 @@ static lh_err exec_score(lh_env *env, const lh_env_task *task, const char *text,
   snprintf(what, sizeof what, "score %s %llu", task->split == LH_SPLIT_TEST ? "test" : "train",
            (unsigned long long)task->index);
   json_t *req = json_pack("{s:s, s:o, s:o, s:o}", "type", "score", "prompt",
-                          lh__exec_text_json(task->prompt, strlen(task->prompt)), "answer",
-                          lh__exec_text_json(task->answer, strlen(task->answer)), "completion",
-                          lh__exec_text_json(text, len));
+                          lh_json_text(task->prompt, strlen(task->prompt)), "answer",
+                          lh_json_text(task->answer, strlen(task->answer)), "completion",
+                          lh_json_text(text, len));
   if (!req) return lh_errorf(LH_ERR_NOMEM, "exec: cannot encode the request");
   return request(env, x, req, what, lh__exec_take_result, out);
 }

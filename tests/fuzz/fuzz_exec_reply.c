@@ -1,6 +1,6 @@
 /* libFuzzer target for what the exec environment reads from its program and from the model:
  * any bytes as a reply line (the fields of a "generate" and of a "score" reply) and as a
- * completion put into a request (lh__exec_text_json). An accepted task has its prompt and
+ * completion put into a request (lh_json_text). An accepted task has its prompt and
  * answer; an accepted score has a reward in [0, 1]; a completion always becomes a JSON string,
  * unchanged when it is valid UTF-8, with only U+FFFD added otherwise. */
 #include <jansson.h>
@@ -37,7 +37,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   json_decref(reply);
 
-  json_t *s = lh__exec_text_json((const char *)data, size);
+  json_t *s = lh_json_text((const char *)data, size);
   CHECK(s && json_is_string(s));
   const char *out = json_string_value(s);
   size_t n = json_string_length(s);

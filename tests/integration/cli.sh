@@ -457,6 +457,37 @@ b = json.loads(open(sys.argv[2]).readline())
 assert a["tokens"] == b["tokens"], (a["tokens"], b["tokens"])
 assert max(abs(x - y) for x, y in zip(a["logprobs"], b["logprobs"])) < 1e-4
 ' "$TMP/gen-json.out" "$TMP/gen-json2.out"
+# a byte-level tokenizer: samples cut inside a multi-byte character still give JSON lines (the
+# bad bytes as U+FFFD), and writing to a full disk is an error
+py bytes-tok '
+import json, sys
+bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+cs, n = bs[:], 0
+for b in range(256):
+    if b not in bs:
+        bs.append(b); cs.append(256 + n); n += 1
+vocab = {chr(c): b for b, c in zip(bs, cs)}
+bl = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+json.dump({"version": "1.0", "added_tokens": [], "normalizer": None, "pre_tokenizer": bl,
+           "post_processor": None, "decoder": bl,
+           "model": {"type": "BPE", "vocab": vocab, "merges": []}}, open(sys.argv[1], "w"))
+' "$TMP/bytes.tokenizer.json"
+run gen-bytes-init "$BIN" init-model --arch qwen2 --preset tiny --seed 3 --tokenizer "$TMP/bytes.tokenizer.json" --out "$TMP/bytes"
+# init-model again without --tokenizer removes the earlier tokenizer.json (it would not match)
+run stale-init "$BIN" init-model --arch qwen2 --preset tiny --seed 3 --out "$TMP/bytes"
+expect_rc stale-init 0 && { [ -e "$TMP/bytes/tokenizer.json" ] && fail "stale-init: tokenizer.json kept"; }
+run gen-bytes-init2 "$BIN" init-model --arch qwen2 --preset tiny --seed 3 --tokenizer "$TMP/bytes.tokenizer.json" --out "$TMP/bytes"
+run gen-bytes "$BIN" generate --model "$TMP/bytes" --prompt-tokens 104,105 --max-new 8 --n 8 --json
+expect_rc gen-bytes 0 && py gen-bytes-check '
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert len(rows) == 8, len(rows)
+assert any("\ufffd" in r["text"] for r in rows), "no sample with a byte outside UTF-8"
+' "$TMP/gen-bytes.out"
+"$BIN" generate --model "$TMP/bytes" --prompt-tokens 104,105 --max-new 4 --json >/dev/full \
+  2>"$TMP/gen-full.err"
+RC=$?
+expect_rc gen-full 1 && expect_one_line_error gen-full 'cannot write the output'
 # greedy is deterministic and text mode prints the completion
 run gen-greedy "$BIN" generate --model "$TMP/gen" --prompt-tokens 5,6,7 --max-new 8 --temperature 0
 run gen-greedy2 "$BIN" generate --model "$TMP/gen" --prompt-tokens 5,6,7 --max-new 8 --temperature 0 --seed 9
