@@ -137,33 +137,55 @@ lh_err lh_file_read(const char *path, size_t max_bytes, char **out, size_t *len)
   if (!f) return lh_errorf(LH_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
   lh_err err = LH_ERR_OK;
   char *buf = NULL;
-  if (fseek(f, 0, SEEK_END) != 0) {
-    err = lh_errorf(LH_ERR_IO, "%s: cannot seek: %s", path, strerror(errno));
+  struct stat st;
+  if (fstat(fileno(f), &st) != 0) {
+    err = lh_errorf(LH_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
     goto out;
   }
-  long size = ftell(f);
-  if (size < 0) {
-    err = lh_errorf(LH_ERR_IO, "%s: cannot tell size: %s", path, strerror(errno));
+  if (S_ISDIR(st.st_mode)) {
+    err = lh_errorf(LH_ERR_IO, "%s: cannot read: it is a directory", path);
     goto out;
   }
-  if ((size_t)size > max_bytes) {
-    err = lh_errorf(LH_ERR_LIMIT, "%s: %ld bytes, more than the limit of %zu", path, size,
-                    max_bytes);
+  if (S_ISREG(st.st_mode) && (uint64_t)st.st_size > max_bytes) {
+    err = lh_errorf(LH_ERR_LIMIT, "%s: %lld bytes, more than the limit of %zu", path,
+                    (long long)st.st_size, max_bytes);
     goto out;
   }
-  rewind(f);
-  buf = malloc((size_t)size + 1);
-  if (!buf) {
-    err = lh_errorf(LH_ERR_NOMEM, "%s: cannot allocate %ld bytes", path, size);
+  /* Read to the end rather than trusting the size: files in /proc say 0, pipes say nothing. */
+  size_t limit = max_bytes < SIZE_MAX - 2 ? max_bytes + 1 : SIZE_MAX - 1; /* one byte over */
+  size_t cap = S_ISREG(st.st_mode) ? (size_t)st.st_size + 2 : 4096, n = 0;
+  if (cap > limit + 1) cap = limit + 1;
+  for (;;) {
+    if (n + 1 == cap) { /* full but for the NUL */
+      if (n >= limit) break;
+      size_t grown = cap > (limit + 1) / 2 ? limit + 1 : 2 * cap;
+      char *p = realloc(buf, grown);
+      if (!p) {
+        err = lh_errorf(LH_ERR_NOMEM, "%s: cannot allocate %zu bytes", path, grown);
+        goto out;
+      }
+      buf = p, cap = grown;
+    } else if (!buf && !(buf = malloc(cap))) {
+      err = lh_errorf(LH_ERR_NOMEM, "%s: cannot allocate %zu bytes", path, cap);
+      goto out;
+    }
+    size_t got = fread(buf + n, 1, cap - 1 - n, f);
+    n += got;
+    if (got == 0) {
+      if (ferror(f)) {
+        err = lh_errorf(LH_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
+        goto out;
+      }
+      break;
+    }
+  }
+  if (n > max_bytes) {
+    err = lh_errorf(LH_ERR_LIMIT, "%s: more than the limit of %zu bytes", path, max_bytes);
     goto out;
   }
-  if (fread(buf, 1, (size_t)size, f) != (size_t)size) {
-    err = lh_errorf(LH_ERR_IO, "%s: short read", path);
-    goto out;
-  }
-  buf[size] = '\0';
+  buf[n] = '\0';
   *out = buf;
-  *len = (size_t)size;
+  *len = n;
   buf = NULL;
 out:
   free(buf);
@@ -172,9 +194,10 @@ out:
 }
 
 lh_err lh_file_write_atomic(const char *path, const void *data, size_t len) {
-  size_t plen = strlen(path);
-  char *tmp = lh_xmalloc(plen + 8);
-  snprintf(tmp, plen + 8, "%s.tmp", path);
+  /* PATH.tmp.PID: two processes writing the same path never share a temporary file */
+  size_t cap = strlen(path) + 32;
+  char *tmp = lh_xmalloc(cap);
+  snprintf(tmp, cap, "%s.tmp.%ld", path, (long)getpid());
   lh_err err = LH_ERR_OK;
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
@@ -197,9 +220,14 @@ lh_err lh_file_write_atomic(const char *path, const void *data, size_t len) {
     err = lh_errorf(LH_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));
     goto out;
   }
-  close(fd);
+  if (close(fd) != 0) {
+    fd = -1;
+    err = lh_errorf(LH_ERR_IO, "%s: close failed: %s", tmp, strerror(errno));
+    unlink(tmp);
+    goto out;
+  }
   fd = -1;
-  err = lh_file_commit(tmp, path);
+  if ((err = lh_file_commit(tmp, path))) unlink(tmp);
 out:
   if (fd >= 0) {
     close(fd);

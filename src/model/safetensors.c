@@ -570,15 +570,10 @@ lh_err lh_safetensors_write(const char *path, const lh_st_entry *entries, int n)
 
   /* Streamed rather than assembled in memory (a model can be gigabytes), with the same
    * temp + fsync + rename pattern as lh_file_write_atomic. */
-  size_t plen = strlen(path);
-  char *tmp = malloc(plen + 5);
+  size_t cap = strlen(path) + 32;
+  char *tmp = lh_xmalloc(cap);
   FILE *f = NULL;
-  if (!tmp) {
-    err = lh_errorf(LH_ERR_NOMEM, "%s: out of memory", path);
-    goto out;
-  }
-  memcpy(tmp, path, plen);
-  memcpy(tmp + plen, ".tmp", 5);
+  snprintf(tmp, cap, "%s.tmp.%ld", path, (long)getpid()); /* one per writing process */
   f = fopen(tmp, "wbe");
   if (!f) {
     err = lh_errorf(LH_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));

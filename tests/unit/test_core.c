@@ -6,8 +6,12 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -237,6 +241,71 @@ static void test_size_checked_allocation(void **state) {
   free(p);
 }
 
+/* lh_file_write_atomic: two processes writing one path at once both succeed (they once shared
+ * PATH.tmp, and one's rename found it gone), the file is one of their contents whole, and a
+ * failed commit (the path is a directory) leaves no temporary file. */
+static void test_atomic_write(void **state) {
+  (void)state;
+  char dir[] = "/tmp/longhaul-test-atomic-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char path[128], tmp[160];
+  snprintf(path, sizeof path, "%s/f", dir);
+  static char a[1 << 16], b[1 << 16];
+  memset(a, 'a', sizeof a);
+  memset(b, 'b', sizeof b);
+  pid_t child = fork();
+  assert_true(child >= 0);
+  int fails = 0;
+  for (int i = 0; i < 200; i++)
+    fails += lh_file_write_atomic(path, child ? a : b, sizeof a) != LH_ERR_OK;
+  if (child == 0) _exit(fails > 0);
+  int status = 0;
+  assert_int_equal(waitpid(child, &status, 0), child);
+  assert_int_equal(fails, 0);
+  assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  char *got = NULL;
+  size_t len = 0;
+  assert_int_equal(lh_file_read(path, 1 << 20, &got, &len), LH_ERR_OK);
+  assert_int_equal(len, sizeof a);
+  assert_true(memcmp(got, a, len) == 0 || memcmp(got, b, len) == 0);
+  free(got);
+  assert_int_equal(unlink(path), 0);
+
+  assert_int_equal(mkdir(path, 0755), 0); /* a directory where the file should go */
+  assert_int_equal(lh_file_write_atomic(path, "x", 1), LH_ERR_IO);
+  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+  assert_int_equal(access(tmp, F_OK), -1);
+  assert_int_equal(rmdir(path), 0);
+  assert_int_equal(rmdir(dir), 0);
+}
+
+/* lh_file_read reads to the end, not to the size stat reports: /proc files say 0 bytes. A
+ * directory and a file over the limit are errors. */
+static void test_file_read(void **state) {
+  (void)state;
+  char *text = NULL;
+  size_t len = 0;
+  assert_int_equal(lh_file_read("/proc/self/status", 1 << 20, &text, &len), LH_ERR_OK);
+  assert_true(len > 10 && strncmp(text, "Name:", 5) == 0 && text[len] == '\0');
+  free(text);
+  assert_int_equal(lh_file_read("/proc/self/status", 8, &text, &len), LH_ERR_LIMIT);
+  assert_null(text);
+  assert_int_equal(lh_file_read("/tmp", 1 << 20, &text, &len), LH_ERR_IO);
+  assert_non_null(strstr(lh_last_error(), "directory"));
+  char path[] = "/tmp/longhaul-test-read-XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  assert_int_equal(write(fd, "0123456789", 10), 10);
+  close(fd);
+  assert_int_equal(lh_file_read(path, 10, &text, &len), LH_ERR_OK);
+  assert_int_equal(len, 10);
+  assert_string_equal(text, "0123456789");
+  free(text);
+  assert_int_equal(lh_file_read(path, 9, &text, &len), LH_ERR_LIMIT);
+  assert_non_null(strstr(lh_last_error(), "10 bytes, more than the limit of 9"));
+  unlink(path);
+}
+
 static void test_grad_accumulates(void **state) {
   lh_config c = small_cfg();
   lh_model *m;
@@ -275,6 +344,7 @@ int main(void) {
       cmocka_unit_test(test_rope_inverse),         cmocka_unit_test(test_adamw_by_hand),
       cmocka_unit_test(test_batch_validation),     cmocka_unit_test(test_thread_count_independent),
       cmocka_unit_test(test_grad_accumulates),     cmocka_unit_test(test_size_checked_allocation),
+      cmocka_unit_test(test_atomic_write),        cmocka_unit_test(test_file_read),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -166,7 +166,9 @@ static void test_round_trip_all_dtypes(void **state) {
   assert_int_equal(lh_file_read(p2, 1 << 20, &raw2, &len2), LH_ERR_OK);
   assert_int_equal(len2, len);
   assert_memory_equal(raw2, raw, len);
-  assert_int_equal(access(path_in("rt2.safetensors.tmp"), F_OK), -1); /* no temp left behind */
+  char tmp_name[64];
+  snprintf(tmp_name, sizeof tmp_name, "rt2.safetensors.tmp.%ld", (long)getpid());
+  assert_int_equal(access(path_in(tmp_name), F_OK), -1); /* no temp left behind */
 
   free(raw);
   free(raw2);
