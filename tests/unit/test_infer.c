@@ -19,20 +19,12 @@
 #include "longhaul/model.h"
 #include "longhaul/tensor.h"
 
+#include "sanitized.h"
+
 #define T 40
 
 /* Under a sanitizer, allocations above its maximum (1 or 3 TiB) return NULL as plain malloc
  * does, instead of stopping the program: test_allocation_failures asks for more. */
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define SANITIZED 1
-#endif
-#endif
-#ifndef SANITIZED
-#define SANITIZED 0
-#endif
 const char *__asan_default_options(void);
 const char *__asan_default_options(void) {
   return "allocator_may_return_null=1";

@@ -19,17 +19,7 @@
 #include <unistd.h>
 
 #include "longhaul/tokenizer.h"
-
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define SANITIZED 1
-#endif
-#endif
-#ifndef SANITIZED
-#define SANITIZED 0
-#endif
+#include "sanitized.h"
 
 #define FIXTURES LH_SOURCE_DIR "/tests/fixtures/tokenizer"
 
