@@ -22,11 +22,12 @@ test: build
 demo: build
 	@bash scripts/demo.sh $(BUILD)/longhaul
 
-# The suite under AddressSanitizer + UndefinedBehaviorSanitizer, and under ThreadSanitizer.
+# The suite under AddressSanitizer + UndefinedBehaviorSanitizer (with float-cast-overflow, which
+# -fsanitize=undefined leaves out), and under ThreadSanitizer.
 # TSan builds without OpenMP: libgomp is not instrumented, so its barriers are invisible to
 # TSan and every parallel loop would be reported; the target checks longhaul's own threads.
 asan: deps
-	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLH_SANITIZE=address,undefined >/dev/null
+	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLH_SANITIZE=address,undefined,float-cast-overflow >/dev/null
 	@cmake --build build-asan -j $(JOBS)
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS)
 
@@ -48,7 +49,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := $(notdir $(basename $(wildcard tests/fuzz/fuzz_*.c)))
 fuzz: deps
 	@CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLH_FUZZ=ON -DLH_OPENMP=OFF \
-	  -DCMAKE_C_FLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all" >/dev/null
+	  -DCMAKE_C_FLAGS="-fsanitize=fuzzer-no-link,address,undefined,float-cast-overflow -fno-sanitize-recover=all" >/dev/null
 	@cmake --build build-fuzz -j $(JOBS) --target $(FUZZ_TARGETS)
 	@for n in $(FUZZ_TARGETS); do \
 	  c=tests/fuzz/corpus/$${n#fuzz_}; mkdir -p build-fuzz/corpus-$$n; \

@@ -10,7 +10,8 @@
 
 /* exp(x) for x in [-87, 88] with about 2 ulp of error, branch-free so loops vectorise
  * (Cody-Waite range reduction, degree-6 polynomial). Inputs outside that range are clamped:
- * exp(-inf) gives about 1e-38 rather than 0, which no softmax here can tell apart. */
+ * exp(-inf) gives about 1e-38 rather than 0, which no softmax here can tell apart; NaN gives
+ * NaN. */
 static inline float lh_expf(float x) {
   x = x < -87.0f ? -87.0f : x;
   x = x > 88.0f ? 88.0f : x;
@@ -24,6 +25,7 @@ static inline float lh_expf(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
+  n = n == n ? n : 0.0f; /* NaN in: p is NaN already; keep the cast below defined */
   union {
     uint32_t u;
     float f;

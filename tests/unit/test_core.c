@@ -1,6 +1,6 @@
-/* Core behaviour that needs no reference fixture: bf16 rounding, the Philox known-answer
- * vectors, RoPE inversion, the AdamW schedule and clipping computed by hand, batch validation,
- * gradient accumulation, and results that do not depend on the thread count. */
+/* Core behaviour that needs no reference fixture: bf16 rounding, lh_expf against libm, the
+ * Philox known-answer vectors, RoPE inversion, the AdamW schedule and clipping computed by hand,
+ * batch validation, gradient accumulation, and results that do not depend on the thread count. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -32,6 +32,25 @@ static void test_bf16_rounding(void **state) {
   assert_true(lh_f32_from_bf16(0x3f82) == 1.015625f);
   /* the largest finite float rounds to infinity in bf16, as torch does */
   assert_int_equal(lh_bf16_from_f32(3.4028235e38f), 0x7f80);
+}
+
+/* lh_expf against libm's expf across the clamped range; NaN passes through (the float-to-int
+ * cast must stay defined: make asan checks float-cast-overflow); the clamp ends behave as
+ * tensor.h says. */
+static void test_expf(void **state) {
+  (void)state;
+  float worst = 0.0f;
+  for (float x = -87.0f; x <= 88.0f; x += 0.01171875f) {
+    float want = expf(x), got = lh_expf(x);
+    float rel = fabsf(got - want) / want;
+    if (rel > worst) worst = rel;
+  }
+  printf("lh_expf: worst relative error %.3g\n", (double)worst);
+  assert_true(worst < 5e-7f);
+  assert_true(isnan(lh_expf(NAN)));
+  assert_true(isnan(lh_expf(-NAN)));
+  assert_true(lh_expf(-INFINITY) > 0.0f && lh_expf(-INFINITY) < 1e-37f);
+  assert_true(lh_expf(INFINITY) == lh_expf(88.0f));
 }
 
 static void test_philox_known_answers(void **state) {
@@ -340,7 +359,8 @@ static void test_grad_accumulates(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_bf16_rounding),        cmocka_unit_test(test_philox_known_answers),
+      cmocka_unit_test(test_bf16_rounding),        cmocka_unit_test(test_expf),
+      cmocka_unit_test(test_philox_known_answers),
       cmocka_unit_test(test_rope_inverse),         cmocka_unit_test(test_adamw_by_hand),
       cmocka_unit_test(test_batch_validation),     cmocka_unit_test(test_thread_count_independent),
       cmocka_unit_test(test_grad_accumulates),     cmocka_unit_test(test_size_checked_allocation),
