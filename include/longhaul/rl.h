@@ -20,7 +20,7 @@ typedef struct lh_adamw_config {
   float weight_decay; /* applied to 2-D weights (matrices, embeddings) only */
   float grad_clip;    /* max global L2 norm; <= 0 disables */
   lh_schedule schedule;
-  int warmup_steps; /* linear warmup from 0 (both schedules) */
+  int warmup_steps; /* linear warmup: step s < W uses lr*(s+1)/W, full lr from step W-1 */
   int total_steps;  /* cosine decays to min_lr_ratio*lr at total_steps */
   float min_lr_ratio;
 } lh_adamw_config;
@@ -127,7 +127,7 @@ typedef enum {
 typedef struct lh_adv_config {
   lh_adv_kind kind;
   int std_norm; /* GRPO: divide by the sample std (G - 1 denominator) + eps */
-  float eps;
+  float eps;    /* GRPO with std_norm: finite, >= 0 */
 } lh_adv_config;
 
 /* Writes adv (n_groups * group_size). Groups whose rewards are all equal get advantage 0 and
@@ -162,14 +162,15 @@ typedef struct lh_rollout_batch {
 } lh_rollout_batch;
 
 /* Generates and scores. Prompts are encoded recognising special tokens (as `generate` and
- * Hugging Face tokenizers do), completions are decoded without special tokens before scoring. Group t is task task_index[t]
- * of split: taken from tasks[t] when the caller fetched the tasks already (an evaluation that
- * runs several models on the same tasks; a task with a NULL prompt is one the environment failed
- * to produce), fetched here with lh_env_task_get when tasks is NULL. A task that the environment
- * fails to produce or score (exec: crash, timeout, malformed reply) marks its group not ok, is
- * logged, and the batch goes on; so does a task whose prompt leaves fewer than gc->max_new
- * tokens of the generator's max_seq (no completion is cut short by the context). Other errors
- * (encoding, a bad token) fail the call. The batch's arrays are allocated here; free them with lh_rollout_batch_free. */
+ * Hugging Face tokenizers do), completions are decoded without special tokens before scoring. Group
+ * t is task task_index[t] of split: taken from tasks[t] when the caller fetched the tasks already
+ * (an evaluation that runs several models on the same tasks; a task with a NULL prompt is one the
+ * environment failed to produce), fetched here with lh_env_task_get when tasks is NULL. A task that
+ * the environment fails to produce or score (exec: crash, timeout, malformed reply) marks its group
+ * not ok, is logged, and the batch goes on; so does a task whose prompt leaves fewer than
+ * gc->max_new tokens of the generator's max_seq (no completion is cut short by the context). Other
+ * errors (encoding, a bad token) fail the call. The batch's arrays are allocated here; free them
+ * with lh_rollout_batch_free. */
 lh_err lh_rollout_generate(lh_generator *g, const lh_gen_config *gc, const lh_tokenizer *tok,
                            lh_env *env, lh_split split, const uint64_t *task_index,
                            const lh_env_task *tasks, int n_groups, int group_size,
@@ -251,9 +252,10 @@ typedef struct lh_rl_run_config {
   bool resume; /* continue RUN from its latest checkpoint (same settings required) */
 } lh_rl_run_config;
 
-/* Group 8, 16 prompts, 32 new tokens, prompts of up to 256 tokens, no staleness, 1 minibatch, 64 slots, save every 50 and
- * keep all checkpoints, log every 10, seed 0, lh_loss_defaults but TIS (docs/RESULTS.md,
- * "Staleness"), GRPO with std normalisation, AdamW lr 1e-4 (constant) without weight decay. */
+/* Group 8, 16 prompts, 32 new tokens, prompts of up to 256 tokens, no staleness, 1 minibatch, 64
+ * slots, save every 50 and keep all checkpoints, log every 10, seed 0, lh_loss_defaults but TIS
+ * (docs/RESULTS.md, "Staleness"), GRPO with std normalisation, AdamW lr 1e-4 (constant) without
+ * weight decay. */
 lh_rl_run_config lh_rl_run_defaults(void);
 /* Runs (or resumes) the loop; errors name the file or setting. */
 lh_err lh_rl_run(const lh_rl_run_config *cfg);

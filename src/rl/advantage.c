@@ -16,6 +16,10 @@ int lh_adv_compute(const lh_adv_config *cfg, const float *rewards, int n_groups,
     lh_errorf(LH_ERR_INVAL, "advantages: unknown kind %d", (int)cfg->kind);
     return -1;
   }
+  if (cfg->kind == LH_ADV_GRPO && cfg->std_norm && !(cfg->eps >= 0.0f && isfinite(cfg->eps))) {
+    lh_errorf(LH_ERR_INVAL, "advantages: eps %g, expected finite and >= 0", cfg->eps);
+    return -1;
+  }
   int skipped = 0, G = group_size;
   for (int g = 0; g < n_groups; g++) {
     const float *r = rewards + (size_t)g * G;

@@ -49,7 +49,8 @@ static lh_err check(const lh_loss_config *cfg, const lh_loss_input *in, const fl
     return lh_errorf(LH_ERR_INVAL, "loss: mask range [%g, %g] is empty", cfg->lo, cfg->hi);
   if ((int)cfg->agg < 0 || cfg->agg > LH_AGG_CONST)
     return lh_errorf(LH_ERR_INVAL, "loss: unknown aggregation %d", (int)cfg->agg);
-  if (cfg->kl_beta < 0.0f || (cfg->kl_beta > 0.0f && n > 0 && !in->ref))
+  if (!(cfg->kl_beta >= 0.0f && isfinite(cfg->kl_beta)) ||
+      (cfg->kl_beta > 0.0f && n > 0 && !in->ref))
     return lh_errorf(LH_ERR_INVAL, "loss: kl_beta %g needs ref log-probs and must be >= 0",
                      cfg->kl_beta);
   return LH_ERR_OK;

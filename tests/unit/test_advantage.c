@@ -82,6 +82,16 @@ static void test_skipped_and_bad(void **state) {
   assert_int_equal(lh_adv_compute(&c, NULL, 2, 3, a), -1);
   c.kind = (lh_adv_kind)7;
   assert_int_equal(lh_adv_compute(&c, r, 2, 3, a), -1);
+  /* a negative eps can flip the sign of every advantage ((0 - 0.5) / (0.707 - 1.2) > 0): refused,
+   * as are NaN and inf */
+  c.kind = LH_ADV_GRPO;
+  const float eps_bad[3] = {-0.5f, NAN, INFINITY};
+  for (int i = 0; i < 3; i++) {
+    c.eps = eps_bad[i];
+    assert_int_equal(lh_adv_compute(&c, r, 2, 3, a), -1);
+  }
+  c.eps = 0.0f;
+  assert_int_equal(lh_adv_compute(&c, r, 2, 3, a), 2);
 }
 
 static void test_to_tokens(void **state) {

@@ -148,6 +148,18 @@ static void test_adamw_by_hand(void **state) {
   assert_float_equal(m->w.embed[0], 0.5f * (1 - 0.01f * 0.1f) - 0.01f, 1e-5);
   assert_float_equal(m->w.ln1[0], 0.5f - 0.01f, 1e-5);
 
+  /* weight decay uses the scheduled rate, as torch's decay by (1 - lr_t * wd) does: the first
+   * of 4 warmup steps runs at lr/4 */
+  ac.warmup_steps = 4;
+  lh_adamw *warm;
+  assert_int_equal(lh_adamw_create(&c, &ac, &warm), LH_ERR_OK);
+  float *p2 = malloc(m->n_params * sizeof(float));
+  for (size_t i = 0; i < m->n_params; i++) p2[i] = 0.5f, g[i] = 3.0f;
+  lh_adamw_step(warm, p2, g);
+  assert_float_equal(p2[0], 0.5f * (1 - 0.0025f * 0.1f) - 0.0025f, 1e-6);
+  free(p2);
+  lh_adamw_free(warm);
+
   /* an inf gradient (its norm is inf; clipping would make every gradient NaN) changes nothing */
   float *before = malloc(m->n_params * sizeof(float));
   memcpy(before, m->params, m->n_params * sizeof(float));

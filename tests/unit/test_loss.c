@@ -375,6 +375,12 @@ static void test_bad_input(void **state) {
   c.kind = LH_LOSS_PPO;
   c.eps_low = 1.5f;
   assert_int_equal(lh_loss_compute(&c, &in, d, NULL), LH_ERR_INVAL);
+  /* a NaN or infinite KL weight is refused, not read as "no KL" (NaN > 0 is false) */
+  c = cfg_of(LH_LOSS_PPO);
+  c.kl_beta = NAN;
+  assert_int_equal(lh_loss_compute(&c, &in, d, NULL), LH_ERR_INVAL);
+  c.kl_beta = INFINITY;
+  assert_int_equal(lh_loss_compute(&c, &in, d, NULL), LH_ERR_INVAL);
 }
 
 int main(void) {
