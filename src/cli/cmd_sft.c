@@ -3,6 +3,7 @@
  * takes the next `batch` train tasks: prompt solution [eos] (the prompt's tokens exactly as
  * `generate` encodes them, no bos), loss weight 1 on the solution and eos. AdamW with linear warmup
  * and cosine decay; writes a Hugging Face directory. */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,29 +32,55 @@ static const lh__flag flags[] = {
     {"threads", "K", false, "threads (default: all cores)"},
 };
 
-/* Appends prompt solution [eos] to the packed batch; returns the new token count or -1
- * when the sequence does not fit in max_seq. */
+/* Appends prompt solution [eos] of train task `index` to the packed batch; returns the new
+ * token count, or -1 with a message: no solution, longer than max_seq, a token the model's
+ * vocabulary does not have (a tokenizer.json larger than vocab_size), or nothing to learn (no
+ * weighted token once the first token's weight is dropped). */
 static int append_example(const lh_tokenizer *tok, const lh_config *c, const lh_env_task *t,
-                          int32_t *tokens, float *weight, int at, int max_seq) {
+                          uint64_t index, int32_t *tokens, float *weight, int at, int max_seq) {
+  if (!t->solution) {
+    lh_errorf(LH_ERR_INVAL, "train task %llu has no reference solution", (unsigned long long)index);
+    return -1;
+  }
   int32_t *p = NULL, *s = NULL;
   size_t np = 0, ns = 0;
+  int n = -1;
   if (lh_tokenizer_encode(tok, t->prompt, strlen(t->prompt), true, &p, &np) ||
-      lh_tokenizer_encode(tok, t->solution, strlen(t->solution), true, &s, &ns)) {
-    free(p);
-    return -2;
-  }
-  int len = (int)np + (int)ns + (c->eos_token_id >= 0);
-  int n = at;
-  if (len > max_seq) {
-    n = -1;
+      lh_tokenizer_encode(tok, t->solution, strlen(t->solution), true, &s, &ns))
+    goto out;
+  size_t len = np + ns + (c->eos_token_id >= 0);
+  if (len > (size_t)max_seq) {
+    lh_errorf(LH_ERR_LIMIT,
+              "train task %llu: %zu tokens of prompt, solution%s; --max-seq allows %d",
+              (unsigned long long)index, len, c->eos_token_id >= 0 ? " and eos" : "", max_seq);
     goto out;
   }
+  n = at;
   for (size_t i = 0; i < np; i++)
     tokens[n] = p[i], weight[n++] = 0.0f;
   for (size_t i = 0; i < ns; i++)
     tokens[n] = s[i], weight[n++] = 1.0f;
   if (c->eos_token_id >= 0) tokens[n] = c->eos_token_id, weight[n++] = 1.0f;
   weight[at] = 0.0f; /* the first token of a sequence has no log-prob */
+  int learned = 0;
+  for (int i = at; i < n; i++)
+    learned += weight[i] > 0.0f;
+  if (!learned) {
+    lh_errorf(LH_ERR_INVAL,
+              "train task %llu: nothing to learn (%zu prompt and %zu solution tokens%s)",
+              (unsigned long long)index, np, ns, c->eos_token_id >= 0 ? "" : ", no eos");
+    n = -1;
+    goto out;
+  }
+  for (int i = at; i < n; i++)
+    if (tokens[i] >= c->vocab_size) {
+      lh_errorf(LH_ERR_INVAL,
+                "train task %llu: token %d is outside the model's vocabulary [0, %d) "
+                "(tokenizer.json has more tokens than config.json's vocab_size)",
+                (unsigned long long)index, tokens[i], c->vocab_size);
+      n = -1;
+      goto out;
+    }
 out:
   free(p);
   free(s);
@@ -99,6 +126,11 @@ int lh__cmd_sft(int argc, char **argv) {
   }
   const lh_config *c = &m->cfg;
   int max_seq = c->max_positions < max_seq_arg ? c->max_positions : (int)max_seq_arg;
+  if (batch * (long)max_seq > INT_MAX) {
+    rc = lh__cli_error(CMD, LH__EXIT_USAGE, "--batch %ld x --max-seq %d is more than %d tokens",
+                       batch, max_seq, INT_MAX);
+    goto out;
+  }
   int max_tokens = (int)batch * max_seq;
   if (lh_train_create(m, max_tokens, max_seq, &t)) {
     rc = lh__cli_fail(CMD);
@@ -119,6 +151,22 @@ int lh__cmd_sft(int argc, char **argv) {
   weight = lh_xmalloc((size_t)max_tokens * sizeof *weight);
   logprob = lh_xmalloc((size_t)max_tokens * sizeof *logprob);
   seq_start = lh_xmalloc(((size_t)batch + 1) * sizeof *seq_start);
+  /* A finite environment (jsonl) is checked whole before step 1, so a bad example late in the
+   * file does not end the run after hours of training with nothing written. */
+  uint64_t n_train = lh_env_size(env, LH_SPLIT_TRAIN), used = (uint64_t)steps * (uint64_t)batch;
+  for (uint64_t i = 0; i < n_train && i < used; i++) {
+    lh_env_task task;
+    if (lh_env_task_get(env, LH_SPLIT_TRAIN, i, &task)) {
+      rc = lh__cli_fail(CMD);
+      goto out;
+    }
+    int got = append_example(tok, c, &task, i, tokens, weight, 0, max_seq);
+    lh_env_task_clear(&task);
+    if (got < 0) {
+      rc = lh__cli_fail(CMD);
+      goto out;
+    }
+  }
   uint64_t next = 0;
   double loss_sum = 0, correct = 0, counted = 0, t0 = lh_time_now();
   for (long step = 0; step < steps; step++) {
@@ -130,22 +178,20 @@ int lh__cmd_sft(int argc, char **argv) {
         rc = lh__cli_fail(CMD);
         goto out;
       }
-      int got = task.solution ? append_example(tok, c, &task, tokens, weight, n, max_seq) : -1;
+      int got = append_example(tok, c, &task, next - 1, tokens, weight, n, max_seq);
       lh_env_task_clear(&task);
-      if (got == -2) {
-        rc = lh__cli_fail(CMD);
-        goto out;
-      }
       if (got < 0) {
-        rc = lh__cli_error(CMD, LH__EXIT_FAIL,
-                           "task %llu has no reference solution or does not fit in %d tokens (--max-seq)",
-                           (unsigned long long)(next - 1), max_seq);
+        rc = lh__cli_fail(CMD);
         goto out;
       }
       n = got;
       seq_start[++s] = n;
     }
     lh_batch b = {(int)batch, seq_start, tokens, weight};
+    if (lh_batch_validate(t, &b)) {
+      rc = lh__cli_fail(CMD);
+      goto out;
+    }
     float loss = lh_train_ce_step(t, &b, logprob);
     lh_adamw_step(opt, m->params, lh_train_grads(t));
     /* a response token counts as right when the model gave it more than half the mass */

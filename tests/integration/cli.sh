@@ -535,7 +535,32 @@ assert losses[-1] < 0.8 * losses[0], losses
   expect_rc sft-gen 0
 }
 run sft-short "$BIN" sft --model "$TMP/gen" --env arith:digits=1 --steps 1 --max-seq 4 --out "$TMP/sft-short"
-expect_rc sft-short 1 && expect_one_line_error sft-short 'does not fit in 4 tokens \(--max-seq\)'
+expect_rc sft-short 1 && expect_one_line_error sft-short 'train task 0: [0-9]+ tokens of prompt, solution and eos; --max-seq allows 4'
+# A tokenizer.json with more ids than the model's vocab_size: refused before any step (the ids
+# indexed past the embedding and logits rows).
+printf '{"vocab_size": 40, "num_hidden_layers": 1}\n' >"$TMP/v40.json"
+run sft-v40-init "$BIN" init-model --arch qwen2 --preset "$TMP/v40.json" --seed 1 --out "$TMP/v40"
+expect_rc sft-v40-init 0 && cp "$TMP/gen/tokenizer.json" "$TMP/v40/tokenizer.json"
+printf '{"prompt":"zz?","answer":"yy~"}\n{"prompt":"q","answer":"x"}\n' >"$TMP/sft-hi.jsonl"
+run sft-vocab "$BIN" sft --model "$TMP/v40" --env "jsonl:path=$TMP/sft-hi.jsonl,test_fraction=0" --steps 1 --batch 2 --out "$TMP/sft-bad"
+expect_rc sft-vocab 1 && expect_one_line_error sft-vocab "token [0-9]+ is outside the model's vocabulary \\[0, 40\\)"
+# A jsonl example that cannot be trained on, late in the file, is found before step 1 (it ended
+# the run after the steps before it, with nothing written); an empty one has nothing to learn.
+python3 -c '
+import json
+for i in range(60): print(json.dumps({"prompt": "%d+%d=" % (i % 10, i // 10), "answer": str(i % 10 + i // 10)}))
+print(json.dumps({"prompt": "1+" * 40 + "1=", "answer": "41"}))' >"$TMP/sft-late.jsonl"
+run sft-late "$BIN" sft --model "$TMP/gen" --env "jsonl:path=$TMP/sft-late.jsonl,test_fraction=0" --steps 20 --batch 4 --max-seq 32 --log-every 1 --out "$TMP/sft-bad"
+expect_rc sft-late 1 && expect_one_line_error sft-late 'train task [0-9]+: 8[0-9] tokens of prompt, solution and eos; --max-seq allows 32'
+printf '{"prompt":"","answer":""}\n' >"$TMP/sft-empty.jsonl"
+run sft-empty "$BIN" sft --model "$TMP/gen" --env "jsonl:path=$TMP/sft-empty.jsonl,test_fraction=0" --steps 1 --out "$TMP/sft-bad"
+expect_rc sft-empty 1 && expect_one_line_error sft-empty 'train task 0: nothing to learn'
+# --batch x --max-seq past INT_MAX tokens is a usage error (it overflowed an int)
+printf '{"max_position_embeddings": 1048576}\n' >"$TMP/ctx1m.json"
+run sft-ctx1m-init "$BIN" init-model --arch qwen2 --preset "$TMP/ctx1m.json" --seed 1 --out "$TMP/ctx1m" --tokenizer chars
+run sft-huge "$BIN" sft --model "$TMP/ctx1m" --env arith --batch 4096 --max-seq 1048576 --out "$TMP/sft-bad"
+expect_rc sft-huge 2 && expect_one_line_error sft-huge '--batch 4096 x --max-seq 1048576 is more than 2147483647 tokens'
+[ -e "$TMP/sft-bad" ] && fail "sft: a refused run wrote $TMP/sft-bad"
 run sft-badenv "$BIN" sft --model "$TMP/gen" --env nosuchenv --out "$TMP/sft-bad"
 expect_rc sft-badenv 1 && expect_one_line_error sft-badenv 'nosuchenv'
 run sft-notok "$BIN" sft --model "$TMP/qwen2" --env arith --out "$TMP/sft-bad"
