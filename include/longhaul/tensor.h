@@ -1,7 +1,8 @@
 /* longhaul tensor: CPU kernels for the decoder, forward and backward, and bf16 conversion.
  * All arrays are row-major fp32 unless named otherwise. Matmuls go through cblas_sgemm; other
- * loops use OpenMP over rows. Reductions run in a fixed order so that results do not depend
- * on the thread count. No kernel allocates. */
+ * loops use OpenMP over rows. The reductions written here run in a fixed order and do not
+ * depend on the thread count; OpenBLAS's threaded products do, in their last bits. No kernel
+ * allocates. */
 #ifndef LONGHAUL_TENSOR_H
 #define LONGHAUL_TENSOR_H
 

@@ -1,6 +1,7 @@
 /* longhaul CPU kernels: bf16 conversion, matmul wrappers over cblas_sgemm, RMSNorm, RoPE,
  * SwiGLU and causal GQA attention, each with its backward. Row loops use OpenMP; every
- * reduction runs in a fixed order, so results do not depend on the thread count. */
+ * reduction written here runs in a fixed order and does not depend on the thread count. The
+ * cblas_sgemm products, threaded inside OpenBLAS, do in their last bits. */
 #include <cblas.h>
 #include <math.h>
 #include <string.h>

@@ -1,6 +1,7 @@
 /* Core behaviour that needs no reference fixture: bf16 rounding, lh_expf against libm, the
  * Philox known-answer vectors, RoPE inversion, the AdamW schedule and clipping computed by hand,
- * batch validation, gradient accumulation, and results that do not depend on the thread count. */
+ * batch validation, gradient accumulation, and that longhaul's own reductions do not depend on
+ * the thread count (on a batch small enough that OpenBLAS runs its products on one thread). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
