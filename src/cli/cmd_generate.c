@@ -3,6 +3,7 @@
  * generate`: prefill and decode tokens per second on random prompts. */
 #include <errno.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,10 +44,12 @@ static lh_err load_tokenizer_if_present(const char *dir, lh_tokenizer **tok) {
   return lh_tokenizer_load(path, tok);
 }
 
+/* JSON has no NaN or infinity: such a value is written as null, so the array keeps one entry per
+ * token (json_real refuses them, and the entry used to be dropped). */
 static json_t *float_array(const float *v, int n) {
   json_t *a = json_array();
   for (int i = 0; i < n; i++)
-    json_array_append_new(a, json_real(v[i]));
+    json_array_append_new(a, isfinite(v[i]) ? json_real(v[i]) : json_null());
   return a;
 }
 

@@ -442,6 +442,7 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 assert len(rows) == 3, rows
 for r in rows:
     assert 1 <= len(r["tokens"]) <= 12 and len(r["logprobs"]) == len(r["tokens"]), r
+    assert len(r["logprobs_model"]) == len(r["tokens"]), r
     assert all(math.isfinite(x) and x <= 0 for x in r["logprobs"] + r["logprobs_model"]), r
     assert r["finish"] in ("length", "eos"), r
     assert isinstance(r["text"], str), r

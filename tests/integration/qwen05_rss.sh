@@ -22,7 +22,8 @@ out = subprocess.run([binary, "generate", "--model", model, "--prompt-tokens", "
 rec = json.loads(out.splitlines()[0])
 assert len(rec["tokens"]) == 8, rec
 assert all(0 <= t < 151936 for t in rec["tokens"]), rec
-assert all(lp <= 0 for lp in rec["logprobs_model"]), rec
+assert len(rec["logprobs"]) == len(rec["logprobs_model"]) == 8, rec
+assert all(lp is not None and lp <= 0 for lp in rec["logprobs"] + rec["logprobs_model"]), rec
 rss_gib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / (1 << 20)
 print(f"qwen2.5-0.5B shape: generated {len(rec['tokens'])} tokens, peak RSS {rss_gib:.2f} GiB")
 if rss_gib > 6.0:

@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "longhaul/model.h"
+#include "near.h"
 
 /* config.json of Qwen/Qwen2.5-0.5B (494,032,768 parameters). */
 static const char *qwen25_05b = "{\n"

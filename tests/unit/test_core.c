@@ -19,6 +19,7 @@
 #include "longhaul/model.h"
 #include "longhaul/rl.h"
 #include "longhaul/tensor.h"
+#include "near.h"
 
 static void test_bf16_rounding(void **state) {
   assert_int_equal(lh_bf16_from_f32(1.0f), 0x3f80);

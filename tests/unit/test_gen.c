@@ -16,6 +16,7 @@
 
 #include "longhaul/gen.h"
 #include "longhaul/tensor.h"
+#include "near.h"
 
 #define MAXNEW 24
 #define NREQ   7

@@ -17,6 +17,7 @@
 #include "longhaul/gen.h"
 #include "longhaul/infer.h"
 #include "longhaul/sample.h"
+#include "near.h"
 
 #define N_PROMPTS 4
 #define MAX_NEW 32
@@ -143,7 +144,7 @@ static void check_greedy(const fixture *f, const lh_infer *m, int n_slots, int p
       if (c.logprobs[i][t] != 0.0f)
         fail_msg("%s: prompt %d token %d: greedy sampling log-prob %g, expected 0", f->dir, i, t,
                  (double)c.logprobs[i][t]);
-      worst = fmax(worst, fabs((double)c.logprobs_model[i][t] - f->logprob_model[i][t]));
+      worst = near_worst(worst, fabs((double)c.logprobs_model[i][t] - f->logprob_model[i][t]));
     }
   }
   printf("%s, %d slots, prefill chunk %d: %d x %d greedy tokens equal float64 torch "
@@ -215,8 +216,9 @@ static void check_batch_independence(const fixture *f, const lh_infer *m, lh_sam
         explain_mismatch(m, f, &p, seed, i, t, batched.tokens[i], alone.tokens[i][t]);
         fail_msg("completion depends on batch composition");
       }
-      worst = fmax(worst, fabs((double)batched.logprobs[i][t] - alone.logprobs[i][t]));
-      worst = fmax(worst, fabs((double)batched.logprobs_model[i][t] - alone.logprobs_model[i][t]));
+      worst = near_worst(worst, fabs((double)batched.logprobs[i][t] - alone.logprobs[i][t]));
+      worst = near_worst(worst,
+                         fabs((double)batched.logprobs_model[i][t] - alone.logprobs_model[i][t]));
       differs_from_greedy += batched.tokens[i][t] != f->greedy[i][t];
     }
   }

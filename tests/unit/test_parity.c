@@ -14,6 +14,7 @@
 
 #include "longhaul/model.h"
 #include "longhaul/rl.h"
+#include "near.h"
 
 typedef struct {
   lh_model *m;

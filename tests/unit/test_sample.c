@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "longhaul/sample.h"
+#include "near.h"
 
 #define VMAX 40000
 
