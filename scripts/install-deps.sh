@@ -8,7 +8,7 @@ PKGS=(
   libopenblas-openmp-dev libopenblas0-openmp
   libcmocka-dev libsodium-dev libzstd-dev libcurl4-openssl-dev libmicrohttpd-dev
   libsqlite3-dev libjansson-dev
-  python3 python3-torch python3-numpy unicode-data
+  python3 python3-torch python3-numpy unicode-data zstd
 )
 
 missing=()

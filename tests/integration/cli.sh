@@ -358,8 +358,10 @@ printf '{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}, "pre_tokeniz
 run tok-badpat "$BIN" tokenize --tokenizer "$TMP/badpat.json" --text a
 expect_rc tok-badpat 1 && expect_one_line_error tok-badpat 'badpat\.json: pre_tokenizer\.pattern\.Regex: unknown pattern'
 
-# A real tokenizer: Qwen3's, from the committed fixture (needs the zstd command).
-if command -v zstd >/dev/null; then
+# A real tokenizer: Qwen3's, from the committed fixture (scripts/install-deps.sh installs zstd).
+if ! command -v zstd >/dev/null; then
+  fail "zstd is not installed (scripts/install-deps.sh installs it): Qwen3 tokenize checks not run"
+else
   zstd -q -dc "$SRC/tests/fixtures/tokenizer/qwen3.tokenizer.json.zst" >"$TMP/qwen3.json"
   run tok-qwen "$BIN" tokenize --tokenizer "$TMP/qwen3.json" --text "<|im_start|>Hello, world!"
   expect_rc tok-qwen 0 && { [ "$(cat "$TMP/tok-qwen.out")" = "[151644,9707,11,1879,0]" ] ||
@@ -367,8 +369,6 @@ if command -v zstd >/dev/null; then
   run tok-qwen-back "$BIN" tokenize --tokenizer "$TMP/qwen3.json" --decode 151644,9707,11,1879,0
   expect_rc tok-qwen-back 0 && { [ "$(cat "$TMP/tok-qwen-back.out")" = "<|im_start|>Hello, world!" ] ||
     fail "tokenize qwen3 --decode: $(cat "$TMP/tok-qwen-back.out")"; }
-else
-  echo "cli.sh: zstd not installed, skipping the Qwen3 tokenize checks"
 fi
 
 # init-model --tokenizer chars: tokenizer.json next to the model, vocab 99, bos 1, eos 2.
