@@ -71,10 +71,12 @@ results: build
 	@bash scripts/results.sh $(BUILD)/longhaul all
 
 # Regenerates the reference fixtures in tests/fixtures: PyTorch parity (training), greedy
-# generation (needs python3-torch), tokenizer ids from the npm reference (needs npm).
+# generation, the policy loss and one RL update (needs python3-torch), tokenizer ids from the
+# npm reference (needs npm).
 fixtures: build
 	@bash tests/ref/make_fixtures.sh $(BUILD)/longhaul
 	@bash tests/ref/make_greedy_fixtures.sh $(BUILD)/longhaul
+	@bash tests/ref/make_rl_fixtures.sh $(BUILD)/longhaul
 	@bash tests/ref/make_tokenizer_fixtures.sh $(BUILD)/longhaul
 
 format:

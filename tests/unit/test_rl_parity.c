@@ -1,0 +1,210 @@
+/* Parity of the policy loss against PyTorch (tests/ref/README.md, "RL fixtures").
+ * tests/fixtures/rl/loss.safetensors (tests/ref/loss_ref.py) holds loss cases with float64
+ * torch's loss, autograd dlogp and statistics. Every value is compared; the worst errors are
+ * printed. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "longhaul/model.h"
+#include "longhaul/rl.h"
+
+/* A copy of a fixture tensor, checked for dtype and element count (numel < 0: any count,
+ * returned in *count). Element size 4 except U8. */
+static void *ref_copy(const lh_safetensors *st, const char *name, lh_dtype dtype, long numel,
+                      long *count) {
+  const lh_st_tensor *t = lh_safetensors_find(st, name);
+  if (!t) fail_msg("fixture: no tensor %s", name);
+  if (t->dtype != dtype)
+    fail_msg("fixture: tensor %s: dtype %d, expected %d", name, (int)t->dtype, (int)dtype);
+  size_t esize = dtype == LH_DTYPE_U8 ? 1 : 4;
+  if (numel >= 0 && t->nbytes != (size_t)numel * esize)
+    fail_msg("fixture: tensor %s: %zu bytes, expected %ld elements", name, t->nbytes, numel);
+  if (count) *count = (long)(t->nbytes / esize);
+  void *p = malloc(t->nbytes > 0 ? t->nbytes : 1);
+  memcpy(p, t->data, t->nbytes);
+  return p;
+}
+
+static lh_safetensors *open_ref(const char *rel) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/tests/fixtures/%s", LH_SOURCE_DIR, rel);
+  lh_safetensors *st = NULL;
+  if (lh_safetensors_open(path, &st)) fail_msg("%s", lh_last_error());
+  return st;
+}
+
+/* Worst error of one quantity over a fixture: the largest absolute error, and the element
+ * with the largest error relative to its tolerance (where: case or scenario, and tensor). */
+typedef struct {
+  const char *what;
+  double max_err;
+  double ratio, err, tol;
+  char where[200];
+  int index; /* -1 for a scalar */
+} worst;
+
+static void track(worst *w, double got, double want, double tol, const char *where, int index) {
+  double err = fabs(got - want);
+  if (err != err) err = INFINITY; /* NaN */
+  double ratio = err == 0.0 ? 0.0 : err / tol;
+  if (!w->where[0] || ratio > w->ratio) {
+    w->ratio = ratio, w->err = err, w->tol = tol, w->index = index;
+    snprintf(w->where, sizeof w->where, "%s", where);
+  }
+  if (err > w->max_err) w->max_err = err;
+  if (!(err <= tol)) {
+    char at[32] = "";
+    if (index >= 0) snprintf(at, sizeof at, "[%d]", index);
+    fail_msg("%s: %s%s: got %.9g, torch %.9g (error %.3e > tolerance %.3e)", where, w->what, at,
+             got, want, err, tol);
+  }
+}
+
+static void report(const worst *w) {
+  char at[32] = "";
+  if (w->index >= 0) snprintf(at, sizeof at, "[%d]", w->index);
+  printf("  %-14s max error %.3e; closest to its tolerance: %.3e of %.3e at %s%s\n", w->what,
+         w->max_err, w->err, w->tol, w->where, at);
+}
+
+/* ---------------------------------------------------------------- the policy loss */
+
+/* One row of case.int and of case.float, in the order tests/ref/loss_ref.py writes them. */
+typedef struct {
+  int32_t kind, agg, prox_mask, has_old, has_ref, n_seqs;
+  int32_t seq_row;     /* the case's first row in seq_start */
+  int32_t first_token; /* the case's first token in weight, adv, ... */
+} loss_case;
+typedef struct {
+  float eps_low, eps_high, C, lo, hi, m2po_tau, constant, kl_beta;
+} loss_case_cfg;
+_Static_assert(sizeof(loss_case) == 8 * 4 && sizeof(loss_case_cfg) == 8 * 4, "no padding");
+
+/* case.stats columns; the last is the M2PO threshold. */
+static const char *const loss_stat_names[] = {
+    "loss",       "pg_loss",   "kl_loss",     "clip_frac", "ratio_min",
+    "ratio_mean", "ratio_max", "masked_frac", "kl_mu_pi",  "m2po_threshold"};
+#define N_LOSS_STATS ((int)(sizeof loss_stat_names / sizeof loss_stat_names[0]))
+
+/* Tolerances. The reference is float64 rounded to float32 (relative error <= 2^-24 = 6e-8);
+ * the C loss is computed in double, so its statistics may differ from the reference by that
+ * rounding only: 1.5e-7 relative. dlogp is written as float by C too (its KL and policy parts
+ * rounded separately), so it is compared against 1e-6 of the case's largest |dlogp|. A bug
+ * in a normaliser, a mask or a bound moves these values by percents. Counts and the M2PO
+ * threshold (a float d itself) must match exactly. */
+#define LOSS_STAT_RTOL 1.5e-7
+#define LOSS_STAT_ATOL 1e-12
+#define DLOGP_RTOL     1e-6
+
+static void test_loss_vs_torch(void **state) {
+  (void)state;
+  lh_safetensors *st = open_ref("rl/loss.safetensors");
+  long n_rows, n_names, n_ss, T;
+  loss_case *cases = ref_copy(st, "case.int", LH_DTYPE_I32, -1, &n_rows);
+  int K = (int)(n_rows / 8);
+  loss_case_cfg *cfgs = ref_copy(st, "case.float", LH_DTYPE_F32, (long)K * 8, NULL);
+  float *want_stats = ref_copy(st, "case.stats", LH_DTYPE_F32, (long)K * N_LOSS_STATS, NULL);
+  int32_t *want_counts = ref_copy(st, "case.counts", LH_DTYPE_I32, (long)K * 3, NULL);
+  char *names = ref_copy(st, "case.name", LH_DTYPE_U8, -1, &n_names);
+  int32_t *ss = ref_copy(st, "seq_start", LH_DTYPE_I32, -1, &n_ss);
+  float *weight = ref_copy(st, "weight", LH_DTYPE_F32, -1, &T);
+  float *adv = ref_copy(st, "adv", LH_DTYPE_F32, T, NULL);
+  float *logp = ref_copy(st, "logp", LH_DTYPE_F32, T, NULL);
+  float *mu = ref_copy(st, "mu", LH_DTYPE_F32, T, NULL);
+  float *old = ref_copy(st, "old", LH_DTYPE_F32, T, NULL);
+  float *ref = ref_copy(st, "ref", LH_DTYPE_F32, T, NULL);
+  float *want_d = ref_copy(st, "dlogp", LH_DTYPE_F32, T, NULL);
+  float *d = malloc((size_t)(T > 0 ? T : 1) * sizeof *d);
+  assert_true(K >= 30 && n_names > 0 && names[n_names - 1] == '\0');
+
+  worst w_stat[N_LOSS_STATS], w_d = {.what = "dlogp"};
+  for (int k = 0; k < N_LOSS_STATS; k++)
+    w_stat[k] = (worst){.what = loss_stat_names[k]};
+  const char *name = names;
+  int kinds_seen = 0, masked = 0, clipped = 0;
+  for (int c = 0; c < K; c++, name += strlen(name) + 1) {
+    assert_true(name < names + n_names);
+    const loss_case *lc = &cases[c];
+    const loss_case_cfg *f = &cfgs[c];
+    lh_loss_config cfg = lh_loss_defaults();
+    cfg.kind = (lh_loss_kind)lc->kind;
+    cfg.agg = (lh_loss_agg)lc->agg;
+    cfg.prox_mask = lc->prox_mask;
+    cfg.eps_low = f->eps_low, cfg.eps_high = f->eps_high, cfg.C = f->C;
+    cfg.lo = f->lo, cfg.hi = f->hi, cfg.m2po_tau = f->m2po_tau;
+    cfg.constant = f->constant, cfg.kl_beta = f->kl_beta;
+    const int *seq = ss + lc->seq_row;
+    int a = lc->first_token, ns = lc->n_seqs;
+    assert_true(lc->seq_row + ns < n_ss && a + seq[ns] <= T);
+    lh_loss_input in = {.n_seqs = ns,
+                        .seq_start = seq,
+                        .weight = weight + a,
+                        .adv = adv + a,
+                        .logp = logp + a,
+                        .mu = mu + a,
+                        .old = lc->has_old ? old + a : NULL,
+                        .ref = lc->has_ref ? ref + a : NULL};
+    lh_loss_stats s;
+    if (lh_loss_compute(&cfg, &in, d, &s)) fail_msg("%s: %s", name, lh_last_error());
+
+    const int32_t *want_n = want_counts + (size_t)c * 3;
+    if (s.n_valid != want_n[0] || s.n_masked != want_n[1] || s.n_clipped != want_n[2])
+      fail_msg("%s: valid/masked/clipped %d/%d/%d, torch %d/%d/%d", name, s.n_valid, s.n_masked,
+               s.n_clipped, want_n[0], want_n[1], want_n[2]);
+    const double got[] = {s.loss,       s.pg_loss,   s.kl_loss,     s.clip_frac, s.ratio_min,
+                          s.ratio_mean, s.ratio_max, s.masked_frac, s.kl_mu_pi,  s.m2po_threshold};
+    _Static_assert(sizeof got / sizeof got[0] == N_LOSS_STATS, "one value per column");
+    const float *want = want_stats + (size_t)c * N_LOSS_STATS;
+    for (int k = 0; k < N_LOSS_STATS; k++) {
+      int exact = k == N_LOSS_STATS - 1; /* the threshold is one of the float d values */
+      double tol = exact ? 0.0 : LOSS_STAT_ATOL + LOSS_STAT_RTOL * fabs(want[k]);
+      track(&w_stat[k], got[k], want[k], tol, name, -1);
+    }
+    int n = seq[ns];
+    double scale = 0.0;
+    for (int i = 0; i < n; i++)
+      scale = fmax(scale, fabs(want_d[a + i]));
+    for (int i = 0; i < n; i++)
+      track(&w_d, d[i], want_d[a + i], DLOGP_RTOL * scale, name, i);
+    kinds_seen |= 1 << cfg.kind;
+    masked += s.n_masked, clipped += s.n_clipped;
+  }
+  printf("  %d loss cases, %ld tokens (%d masked, %d clipped) against torch:\n", K, T, masked,
+         clipped);
+  for (int k = 0; k < N_LOSS_STATS; k++)
+    report(&w_stat[k]);
+  report(&w_d);
+  assert_int_equal(kinds_seen, 0xf); /* the fixture holds every kind */
+  assert_true(masked > 0 && clipped > 0);
+
+  free(d);
+  free(want_d);
+  free(ref);
+  free(old);
+  free(mu);
+  free(logp);
+  free(adv);
+  free(weight);
+  free(ss);
+  free(names);
+  free(want_counts);
+  free(want_stats);
+  free(cfgs);
+  free(cases);
+  lh_safetensors_close(st);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_loss_vs_torch),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
