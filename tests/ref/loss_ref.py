@@ -5,6 +5,7 @@ policy_loss() restates the documented formulas in float64 torch, token by token 
 (no loop shared with the C code), and the gradient in logp comes from torch.autograd, not
 from the documented derivative. The M2PO mask is the greedy rule itself (sort, drop the
 largest value and its ties until the mean is <= tau), not the C bisection.
+tests/ref/rl_update_ref.py uses the same function for the end-to-end update fixture.
 
     python3 tests/ref/loss_ref.py OUT_FILE      # tests/fixtures/rl/loss.safetensors
 

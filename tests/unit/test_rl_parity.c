@@ -1,7 +1,9 @@
-/* Parity of the policy loss against PyTorch (tests/ref/README.md, "RL fixtures").
- * tests/fixtures/rl/loss.safetensors (tests/ref/loss_ref.py) holds loss cases with float64
- * torch's loss, autograd dlogp and statistics. Every value is compared; the worst errors are
- * printed. */
+/* Parity of the policy loss and of one RL update against PyTorch (tests/ref/README.md).
+ * tests/fixtures/rl/loss.safetensors (tests/ref/loss_ref.py): loss cases with float64 torch's
+ * loss, autograd dlogp and statistics. tests/fixtures/rl/update/ (tests/ref/rl_update_ref.py):
+ * a tiny model, a batch, and the weights, first Adam moments and statistics that float64 torch
+ * (torch.optim.AdamW, clip_grad_norm_) reaches after one lh_rl_update in each of several
+ * settings. Every value is compared; the worst errors are printed. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -202,9 +204,169 @@ static void test_loss_vs_torch(void **state) {
   lh_safetensors_close(st);
 }
 
+/* ---------------------------------------------------------------- one RL update */
+
+/* <scenario>.setup and .hparams, in the order tests/ref/rl_update_ref.py writes them. */
+typedef struct {
+  int32_t kind, agg, prox_mask, minibatches;
+  int32_t batch_old; /* the batch carries `old` */
+} update_setup;
+typedef struct {
+  float eps_low, eps_high, C, lo, hi, kl_beta;          /* lh_loss_config */
+  float lr, beta1, beta2, eps, weight_decay, grad_clip; /* lh_adamw_config */
+} update_hparams;
+_Static_assert(sizeof(update_setup) == 5 * 4 && sizeof(update_hparams) == 12 * 4, "no padding");
+
+/* <scenario>.stats columns; .counts: n_updates n_valid n_masked n_clipped. */
+static const char *const update_stat_names[] = {"loss",      "pg_loss",    "kl_loss",
+                                                "clip_frac", "ratio_mean", "grad_norm"};
+#define N_UPDATE_STATS ((int)(sizeof update_stat_names / sizeof update_stat_names[0]))
+
+/* Tolerances. C runs the forward and backward in float32, torch in float64 from the same
+ * float32 weights: log-probs agree to ~1e-6, so the losses and the gradient norm get 2e-5
+ * relative. rl_update_ref.py keeps every ratio 1e-3 (in log) from the clip and mask bounds,
+ * every gradient norm 1% from the clip threshold and every gradient element above 1e-6 of the
+ * step's largest, so no branch differs and AdamW's division by |g| amplifies no noise. The
+ * first moment is linear in the clipped gradients: 2e-5 of the tensor's largest |m|, as
+ * test_parity allows gradients. A step moves a weight by about lr = 1e-2; they must agree to
+ * 1e-5. Measured errors are at least 15 times below these. A gradient three times too large moves
+ * the gradient norm by 200%, and m by 200% where no step is clipped; the wrong proximal or old
+ * log-probs change the clipped counts, m and the weights by ten times their tolerance or more
+ * (tests/ref/README.md, "Update fixture"). */
+#define UPD_STAT_RTOL  2e-5
+#define UPD_STAT_ATOL  1e-7
+#define ADAM_M_RTOL    2e-5
+#define UPD_PARAM_ATOL 1e-5
+
+static void check_update(lh_safetensors *ref, const char *dir, const char *name, lh_rl_batch *b,
+                         worst *w_param, worst *w_m, worst *w_stat) {
+  char key[256];
+  snprintf(key, sizeof key, "%s.setup", name);
+  update_setup *su = ref_copy(ref, key, LH_DTYPE_I32, 5, NULL);
+  snprintf(key, sizeof key, "%s.hparams", name);
+  update_hparams *hp = ref_copy(ref, key, LH_DTYPE_F32, 12, NULL);
+  snprintf(key, sizeof key, "%s.stats", name);
+  float *want_s = ref_copy(ref, key, LH_DTYPE_F32, N_UPDATE_STATS, NULL);
+  snprintf(key, sizeof key, "%s.counts", name);
+  int32_t *want_n = ref_copy(ref, key, LH_DTYPE_I32, 4, NULL);
+
+  lh_model *m = NULL;
+  if (lh_model_load(dir, &m)) fail_msg("%s", lh_last_error());
+  int max_len = 0;
+  for (int s = 0; s < b->n_seqs; s++)
+    if (b->seq_start[s + 1] - b->seq_start[s] > max_len)
+      max_len = b->seq_start[s + 1] - b->seq_start[s];
+  lh_train *t = NULL;
+  assert_int_equal(lh_train_create(m, b->seq_start[b->n_seqs], max_len, &t), LH_ERR_OK);
+  lh_adamw_config ac = lh_adamw_defaults(); /* constant schedule, no warmup */
+  ac.lr = hp->lr, ac.beta1 = hp->beta1, ac.beta2 = hp->beta2, ac.eps = hp->eps;
+  ac.weight_decay = hp->weight_decay, ac.grad_clip = hp->grad_clip;
+  lh_adamw *opt = NULL;
+  assert_int_equal(lh_adamw_create(&m->cfg, &ac, &opt), LH_ERR_OK);
+  lh_loss_config lc = lh_loss_defaults();
+  lc.kind = (lh_loss_kind)su->kind, lc.agg = (lh_loss_agg)su->agg;
+  lc.prox_mask = su->prox_mask;
+  lc.eps_low = hp->eps_low, lc.eps_high = hp->eps_high, lc.C = hp->C;
+  lc.lo = hp->lo, lc.hi = hp->hi, lc.kl_beta = hp->kl_beta;
+
+  /* The batch carries old only where the scenario says; ref only with a KL penalty (as
+   * lh_rl_run fills them). */
+  float *old = b->old, *kl_ref = b->ref;
+  if (!su->batch_old) b->old = NULL;
+  if (!(lc.kl_beta > 0.0f)) b->ref = NULL;
+  lh_rl_step_stats st;
+  lh_err e = lh_rl_update(t, opt, m, &lc, su->minibatches, b, &st);
+  b->old = old, b->ref = kl_ref;
+  if (e) fail_msg("%s: %s", name, lh_last_error());
+
+  if (st.n_updates != want_n[0] || st.loss.n_valid != want_n[1] || st.loss.n_masked != want_n[2] ||
+      st.loss.n_clipped != want_n[3])
+    fail_msg("%s: updates/valid/masked/clipped %d/%d/%d/%d, torch %d/%d/%d/%d", name, st.n_updates,
+             st.loss.n_valid, st.loss.n_masked, st.loss.n_clipped, want_n[0], want_n[1], want_n[2],
+             want_n[3]);
+  const double got_s[] = {st.loss.loss,      st.loss.pg_loss,    st.loss.kl_loss,
+                          st.loss.clip_frac, st.loss.ratio_mean, st.grad_norm};
+  _Static_assert(sizeof got_s / sizeof got_s[0] == N_UPDATE_STATS, "one value per column");
+  for (int k = 0; k < N_UPDATE_STATS; k++)
+    track(&w_stat[k], got_s[k], want_s[k], UPD_STAT_ATOL + UPD_STAT_RTOL * fabs(want_s[k]), name,
+          -1);
+
+  /* Every tensor: the weights after the update and AdamW's first moment. */
+  int nt = lh_model_tensors(&m->cfg, NULL, 0);
+  lh_tensor_info *ti = malloc((size_t)nt * sizeof *ti);
+  lh_model_tensors(&m->cfg, ti, nt);
+  for (int i = 0; i < nt; i++) {
+    long n = (long)ti[i].numel;
+    snprintf(key, sizeof key, "%s.param.%s", name, ti[i].name);
+    float *want_p = ref_copy(ref, key, LH_DTYPE_F32, n, NULL);
+    snprintf(key, sizeof key, "%s.adam_m.%s", name, ti[i].name);
+    float *want_m = ref_copy(ref, key, LH_DTYPE_F32, n, NULL);
+    double scale = 0.0;
+    for (long j = 0; j < n; j++)
+      scale = fmax(scale, fabs(want_m[j]));
+    char where[200];
+    snprintf(where, sizeof where, "%s: %s", name, ti[i].name);
+    for (long j = 0; j < n; j++) {
+      track(w_param, m->params[ti[i].offset + j], want_p[j], UPD_PARAM_ATOL, where, (int)j);
+      track(w_m, opt->m[ti[i].offset + j], want_m[j], ADAM_M_RTOL * scale, where, (int)j);
+    }
+    free(want_p);
+    free(want_m);
+  }
+  free(ti);
+  lh_adamw_free(opt);
+  lh_train_free(t);
+  lh_model_free(m);
+  free(want_n);
+  free(want_s);
+  free(hp);
+  free(su);
+}
+
+static void test_update_vs_torch(void **state) {
+  (void)state;
+  char dir[512];
+  snprintf(dir, sizeof dir, "%s/tests/fixtures/rl/update", LH_SOURCE_DIR);
+  lh_safetensors *ref = open_ref("rl/update/reference.safetensors");
+  long n_ss, N, n_names;
+  lh_rl_batch b = {0};
+  b.seq_start = ref_copy(ref, "seq_start", LH_DTYPE_I32, -1, &n_ss);
+  b.n_seqs = (int)n_ss - 1;
+  b.group = ref_copy(ref, "group", LH_DTYPE_I32, b.n_seqs, NULL);
+  b.tokens = ref_copy(ref, "tokens", LH_DTYPE_I32, -1, &N);
+  assert_int_equal(N, b.seq_start[b.n_seqs]);
+  b.weight = ref_copy(ref, "weight", LH_DTYPE_F32, N, NULL);
+  b.adv = ref_copy(ref, "adv", LH_DTYPE_F32, N, NULL);
+  b.mu = ref_copy(ref, "mu", LH_DTYPE_F32, N, NULL);
+  b.old = ref_copy(ref, "old", LH_DTYPE_F32, N, NULL);
+  b.ref = ref_copy(ref, "ref", LH_DTYPE_F32, N, NULL);
+  char *names = ref_copy(ref, "scenarios", LH_DTYPE_U8, -1, &n_names);
+  assert_true(n_names > 0 && names[n_names - 1] == '\0');
+
+  worst w_param = {.what = "weights"}, w_m = {.what = "adam m"}, w_stat[N_UPDATE_STATS];
+  for (int k = 0; k < N_UPDATE_STATS; k++)
+    w_stat[k] = (worst){.what = update_stat_names[k]};
+  int scenarios = 0;
+  for (const char *name = names; name < names + n_names; name += strlen(name) + 1) {
+    check_update(ref, dir, name, &b, &w_param, &w_m, w_stat);
+    scenarios++;
+  }
+  printf("  %d lh_rl_update scenarios against torch (%d sequences, %ld tokens):\n", scenarios,
+         b.n_seqs, N);
+  for (int k = 0; k < N_UPDATE_STATS; k++)
+    report(&w_stat[k]);
+  report(&w_m);
+  report(&w_param);
+  assert_true(scenarios >= 3);
+  free(names);
+  lh_rl_batch_free(&b);
+  lh_safetensors_close(ref);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_loss_vs_torch),
+      cmocka_unit_test(test_update_vs_torch),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
