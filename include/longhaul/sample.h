@@ -43,7 +43,9 @@ typedef struct lh_sample_scratch lh_sample_scratch;
 lh_sample_scratch *lh_sample_scratch_create(int V);
 void lh_sample_scratch_free(lh_sample_scratch *s);
 
-/* Chooses a token from logits (V) with uniform u. Does not allocate. */
+/* Chooses a token from logits (V) with uniform u in [0, 1) (lh_sample_uniform); a u outside
+ * [0, 1) or NaN is a caller's bug and aborts with a message, as do missing arguments, invalid
+ * parameters and V beyond the scratch. Does not allocate. */
 lh_sample_result lh_sample(const float *logits, int V, const lh_sample_params *p, double u,
                            lh_sample_scratch *s);
 
@@ -57,7 +59,7 @@ typedef enum {
 
 /* The verifier's check: given the logits it recomputed, the parameters, the uniform number and
  * the submitted token, is the token the one that had to be chosen? tol is an absolute
- * tolerance on the CDF (e.g. 1e-4). */
+ * tolerance on the CDF (e.g. 1e-4). u must be in [0, 1), as for lh_sample (else it aborts). */
 lh_sample_verdict lh_sample_check(const float *logits, int V, const lh_sample_params *p, double u,
                                   int32_t token, double tol, lh_sample_scratch *s);
 

@@ -273,6 +273,8 @@ lh_sample_verdict lh_sample_check(const float *logits, int V, const lh_sample_pa
   LH_CHECK(V > 0 && V <= s->V, "lh_sample_check: V = %d, scratch was created for %d", V, s->V);
   LH_CHECK(lh_sample_params_validate(p) == LH_ERR_OK, "lh_sample_check: %s", lh_last_error());
   LH_CHECK(tol >= 0.0 && tol < 1.0, "lh_sample_check: tol = %g, expected [0, 1)", tol);
+  LH_CHECK(u >= 0.0 && u < 1.0, "lh_sample_check: u = %.17g, expected [0, 1) (lh_sample_uniform)",
+           u);
   if (token < 0 || token >= V) return LH_SAMPLE_INCONSISTENT;
   lh__logits g;
   lh__sample_scan(logits, V, s, &g);

@@ -572,6 +572,7 @@ lh_sample_result lh_sample(const float *logits, int V, const lh_sample_params *p
   LH_CHECK(logits && p && s, "lh_sample: logits, params and scratch are required");
   LH_CHECK(V > 0 && V <= s->V, "lh_sample: V = %d, scratch was created for %d", V, s->V);
   LH_CHECK(lh_sample_params_validate(p) == LH_ERR_OK, "lh_sample: %s", lh_last_error());
+  LH_CHECK(u >= 0.0 && u < 1.0, "lh_sample: u = %.17g, expected [0, 1) (lh_sample_uniform)", u);
   lh__logits g;
   lh__sample_scan(logits, V, s, &g);
   lh_sample_result r;

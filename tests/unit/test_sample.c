@@ -3,13 +3,17 @@
  * full-sort reference at large V, and the checker on honest, perturbed and forged tokens. */
 #include <math.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "longhaul/sample.h"
 #include "near.h"
@@ -134,6 +138,69 @@ static void test_uniform_depends_only_on_its_key(void **state) {
   assert_true(lh_sample_uniform(99 + (1ull << 32), 2, 10) != base);
   assert_true(lh_sample_uniform(99, 2 + (1ull << 32), 10) != base);
   assert_true(lh_sample_uniform(99, 2, 10 + (1ull << 32)) != base);
+}
+
+/* Runs f(u) in a child process; true if the child aborted (an LH_CHECK) and wrote `want` to
+ * stderr. */
+static bool aborts_with(void (*f)(double), double u, const char *want) {
+  int fd[2];
+  assert_int_equal(pipe(fd), 0);
+  fflush(NULL);
+  pid_t child = fork();
+  assert_true(child >= 0);
+  if (child == 0) {
+    dup2(fd[1], 2);
+    close(fd[0]);
+    f(u);
+    _exit(0);
+  }
+  close(fd[1]);
+  char msg[1024];
+  size_t n = 0;
+  ssize_t got;
+  while (n < sizeof msg - 1 && (got = read(fd[0], msg + n, sizeof msg - 1 - n)) > 0)
+    n += (size_t)got;
+  msg[n] = 0;
+  close(fd[0]);
+  int status = 0;
+  assert_int_equal(waitpid(child, &status, 0), child);
+  return WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT && strstr(msg, want);
+}
+
+static void sample_top2(double u) {
+  float l[] = {-INFINITY, 0.0f, 1.0f, 0.5f};
+  lh_sample_params k2 = params(1, 2, 1, 0);
+  (void)lh_sample(l, 4, &k2, u, scratch);
+}
+
+static void sample_plain(double u) {
+  float l[] = {-INFINITY, 0.0f, 1.0f, 0.5f};
+  (void)lh_sample(l, 4, &(lh_sample_params){1, 0, 1, 0}, u, scratch);
+}
+
+static void check_plain(double u) {
+  float l[] = {-INFINITY, 0.0f, 1.0f, 0.5f};
+  (void)lh_sample_check(l, 4, &(lh_sample_params){1, 0, 1, 0}, u, 2, 1e-4, scratch);
+}
+
+/* u outside [0, 1) is a caller's bug: it once gave token -1 (and read logits[-1]) under top-k
+ * and a masked token without filters. Both functions refuse it by name. */
+static void test_uniform_out_of_range(void **state) {
+  double bad[] = {-0.1, -1e-300, 1.0, 1.5, NAN, INFINITY, -INFINITY};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    assert_true(aborts_with(sample_top2, bad[i], "lh_sample: u = "));
+    assert_true(aborts_with(sample_plain, bad[i], "expected [0, 1)"));
+    assert_true(aborts_with(check_plain, bad[i], "lh_sample_check: u = "));
+  }
+  /* the ends of the range are fine */
+  float l[] = {-INFINITY, 0.0f, 1.0f, 0.5f};
+  lh_sample_params k2 = params(1, 2, 1, 0), p = lh_sample_defaults();
+  assert_int_equal(pick(l, 4, k2, 0.0), 2);
+  assert_int_equal(pick(l, 4, k2, -0.0), 2);
+  assert_int_equal(pick(l, 4, k2, nextafter(1.0, 0.0)), 3);
+  assert_int_equal(pick(l, 4, p, 0.0), 1);
+  assert_int_equal(pick(l, 4, p, nextafter(1.0, 0.0)), 3);
+  assert_int_not_equal(check(l, 4, p, 0.0, 1, 1e-4), LH_SAMPLE_INCONSISTENT);
 }
 
 /* ---- greedy ---- */
@@ -767,6 +834,7 @@ int main(void) {
       cmocka_unit_test(test_params_validate),
       cmocka_unit_test(test_uniform_from_philox),
       cmocka_unit_test(test_uniform_depends_only_on_its_key),
+      cmocka_unit_test(test_uniform_out_of_range),
       cmocka_unit_test(test_greedy),
       cmocka_unit_test(test_temperature_one),
       cmocka_unit_test(test_temperature_scaling),
