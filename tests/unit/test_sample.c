@@ -391,6 +391,20 @@ static void test_top_p(void **state) {
   assert_int_equal(pick(lt, 4, p7, 0.61), 2);
   assert_int_equal(pick(lt, 4, p7, 0.99), 2);
   assert_int_equal(pick(lt, 4, p3, 0.99), 0);
+  /* the token whose p makes the sum reach top_p exactly is kept, and the next one is not:
+   * flat weights, top-p 0.5 sums .25 .5 and keeps {0, 1}, so u = 0.9 picks 1 (a rule that
+   * needs the sum to exceed top_p would keep 2 as well and pick it) */
+  float flat[] = {0.0f, 0.0f, 0.0f, 0.0f};
+  lh_sample_params p5f = params(1, 0, 0.5f, 0);
+  assert_int_equal(pick(flat, 4, p5f, 0.9), 1);
+  assert_int_equal(pick(flat, 4, p5f, 0.4), 0);
+  /* -0 and +0 are one logit: they tie and the lower id ranks first, so top-p 0.5 keeps only
+   * id 0 whichever sign it carries */
+  float z[] = {-0.0f, +0.0f}, zr[] = {+0.0f, -0.0f};
+  for (double u = 0.05; u < 1; u += 0.1) {
+    assert_int_equal(pick(z, 2, p5f, u), 0);
+    assert_int_equal(pick(zr, 2, p5f, u), 0);
+  }
 }
 
 static void test_top_k_then_top_p_uses_original_p(void **state) {
