@@ -279,6 +279,8 @@ lh_sample_verdict lh_sample_check(const float *logits, int V, const lh_sample_pa
   lh__logits g;
   lh__sample_scan(logits, V, s, &g);
   if (p->temperature == 0.0f) return check_greedy(&g, V, token, tol);
+  /* logit -inf or NaN: weight 0 on every machine, never chosen */
+  if (g.l[token] == -INFINITY) return LH_SAMPLE_INCONSISTENT;
 
   bool plain = !(p->top_k > 0 && p->top_k < V) && !(p->top_p < 1.0f);
   lh__sample_weights(&g, V, p->temperature, plain ? p->min_p : 0.0, s);

@@ -502,6 +502,23 @@ static void test_non_finite_logits(void **state) {
   assert_int_equal(pick(n, 4, p, 0.8), 3);
   assert_int_equal(check(l, 5, p, 0.5, 0, 1e-4), LH_SAMPLE_INCONSISTENT);
   assert_int_equal(check(l, 5, p, 0.5, 3, 1e-4), LH_SAMPLE_CONSISTENT);
+  /* a token of weight 0 (logit -inf or NaN) is never chosen, on any machine: INCONSISTENT
+   * even where u sits on the boundary between its neighbours (0 0 -inf 0: 2/3) */
+  float z[] = {0.0f, 0.0f, -INFINITY, 0.0f}, zn[] = {0.0f, 0.0f, NAN, 0.0f};
+  float m[] = {-INFINITY, 1.0f, 2.0f};
+  lh_sample_params k3 = params(1, 3, 1, 0), p9 = params(1, 0, 0.99f, 0),
+                   mp = params(1, 0, 1, 0.01f);
+  for (int i = -3; i <= 3; i++) {
+    double u = 2.0 / 3 + i * 2e-5;
+    assert_int_equal(check(z, 4, p, u, 2, 1e-4), LH_SAMPLE_INCONSISTENT);
+    assert_int_equal(check(zn, 4, p, u, 2, 1e-4), LH_SAMPLE_INCONSISTENT);
+    assert_int_equal(check(z, 4, k3, u, 2, 1e-4), LH_SAMPLE_INCONSISTENT);
+    assert_int_equal(check(z, 4, p9, u, 2, 1e-4), LH_SAMPLE_INCONSISTENT);
+    assert_int_equal(check(z, 4, mp, u, 2, 1e-4), LH_SAMPLE_INCONSISTENT);
+    assert_int_not_equal(check(z, 4, p, u, pick(z, 4, p, u), 1e-4), LH_SAMPLE_INCONSISTENT);
+  }
+  assert_int_equal(check(m, 3, p, 0.0, 0, 1e-4), LH_SAMPLE_INCONSISTENT);
+  assert_int_equal(check(m, 3, p, 5e-5, 0, 1e-4), LH_SAMPLE_INCONSISTENT);
 }
 
 /* ---- distribution ---- */
