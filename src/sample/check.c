@@ -136,7 +136,7 @@ static lh_sample_verdict check_greedy(const lh__logits *g, int V, int32_t token,
 /* Where the token sits: its canonical CDF interval and the mass that surely or possibly lies
  * before and after it. */
 typedef struct {
-  bool in, poss;                   /* canonically kept; possibly kept */
+  bool in, poss, sure;             /* canonically kept; possibly kept; surely kept */
   double c_before, c_after, total; /* canonical, added as the sampler adds them */
   double sb, ub, sa, ua;           /* sure and uncertain mass before (b) and after (a) */
 } place;
@@ -173,6 +173,7 @@ static void place_plain(const double *w, const double *bs, int V, double minp, d
   double wt = w[token];
   pl->in = wt >= minp;
   pl->poss = pl->in || (minp > 0.0 && fabs(wt - minp) <= tol);
+  pl->sure = minp == 0.0 || (pl->in && !(fabs(wt - minp) <= tol));
   double sb = 0.0, ub = 0.0, sa = 0.0, ua = 0.0;
   if (minp > 0.0) {
     for (int i = 0; i < token; i++) {
@@ -228,6 +229,7 @@ static void place_flags(const lh__logits *g, int V, const lh_sample_params *p, d
   }
   pl->in = flags[token] & LH__IN;
   pl->poss = flags[token] & LH__POSS;
+  pl->sure = flags[token] & LH__SURE;
   /* canonical sums: blocks in order, each by lh__tree64 over its kept ids */
   int tb = token / B, ot = token % B;
   double total = 0.0, P_tok = 0.0, x[B], xt[B];
@@ -303,7 +305,7 @@ lh_sample_verdict lh_sample_check(const float *logits, int V, const lh_sample_pa
   /* the ends of the CDF are no boundary when no token can possibly lie beyond them */
   bool first = sb + ub == 0.0, last = sa + ua == 0.0;
   if (u < lo_min - tol || u >= hi_max + tol) return LH_SAMPLE_INCONSISTENT;
-  if (pl.in && (first || u >= lo_max + tol) && (last || u < hi_min - tol))
+  if (pl.sure && (first || u >= lo_max + tol) && (last || u < hi_min - tol))
     return LH_SAMPLE_CONSISTENT;
   return LH_SAMPLE_BORDERLINE;
 }

@@ -769,13 +769,20 @@ static void test_check_near_thresholds(void **state) {
   float l[8];
   logits_of(w8, 8, l);
   double tol = 1e-4;
-  /* top-k 5: tokens 3 and 7 tie (weight 2) at the boundary; 7 is dropped by id. Were it kept,
-   * it would hold [26/28, 1): BORDERLINE there, INCONSISTENT elsewhere */
+  /* top-k 5: tokens 3 and 7 tie (weight 2) at the boundary and 3 is kept by id. On a machine
+   * whose logit 7 is one ulp higher, 7 is kept instead: K = {0, 2, 4, 5, 7}, total 26, 4 holds
+   * [13/26, 21/26) and 7 [24/26, 1). So 7 is BORDERLINE where u would pick it, and 3 (where
+   * kept, [13/26, 15/26)) is never CONSISTENT: u = 0.52 picks 3 here and 4 there */
   lh_sample_params k5 = params(1, 5, 1, 0);
+  float l7[8];
+  memcpy(l7, l, sizeof l7);
+  l7[7] = nextafterf(l[7], 1.0f);
+  assert_int_equal(pick(l, 8, k5, 0.52), 3);
+  assert_int_equal(pick(l7, 8, k5, 0.52), 4);
   assert_int_equal(check(l, 8, k5, 0.95, 7, tol), LH_SAMPLE_BORDERLINE);
   assert_int_equal(check(l, 8, k5, 0.30, 7, tol), LH_SAMPLE_INCONSISTENT);
-  /* 3 holds [15/28 or 13/26 .. 15/28 or 15/26) depending on 7: sure inside [.5, .5357) */
-  assert_int_equal(check(l, 8, k5, 0.52, 3, tol), LH_SAMPLE_CONSISTENT);
+  assert_int_equal(check(l, 8, k5, 0.52, 3, tol), LH_SAMPLE_BORDERLINE);
+  assert_int_equal(check(l, 8, k5, 0.52, 4, tol), LH_SAMPLE_BORDERLINE);
   assert_int_equal(check(l, 8, k5, 0.55, 3, tol), LH_SAMPLE_BORDERLINE);
   assert_int_equal(check(l, 8, k5, 0.40, 3, tol), LH_SAMPLE_INCONSISTENT);
 
