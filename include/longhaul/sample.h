@@ -49,18 +49,25 @@ void lh_sample_scratch_free(lh_sample_scratch *s);
 lh_sample_result lh_sample(const float *logits, int V, const lh_sample_params *p, double u,
                            lh_sample_scratch *s);
 
+/* lh_sample_check's answer. "Every machine" means every worker whose logits differ from the
+ * verifier's by at most logit_tol each (and that runs lh_sample on them). */
 typedef enum {
-  LH_SAMPLE_CONSISTENT = 0,   /* the token is the one u selects, with margin > tol */
-  LH_SAMPLE_INCONSISTENT = 1, /* u selects another token (or the token was filtered out) */
-  LH_SAMPLE_BORDERLINE = 2,   /* u lies within tol of a boundary of the token's CDF interval (or
-                                 the token sits within tol of a filter threshold): floating-point
-                                 noise between machines could flip the choice */
+  LH_SAMPLE_CONSISTENT = 0,   /* every machine chooses the token, the verifier's own lh_sample
+                                 included */
+  LH_SAMPLE_INCONSISTENT = 1, /* no machine chooses it: u selects another token, or a filter
+                                 drops it, or its weight is 0 */
+  LH_SAMPLE_BORDERLINE = 2,   /* some machines may choose it and others not: u lies near a
+                                 boundary of its CDF interval, or it sits near a filter threshold,
+                                 within what logit_tol can move */
 } lh_sample_verdict;
 
 /* The verifier's check: given the logits it recomputed, the parameters, the uniform number and
- * the submitted token, is the token the one that had to be chosen? tol is an absolute
- * tolerance on the CDF (e.g. 1e-4). u must be in [0, 1), as for lh_sample (else it aborts). */
+ * the submitted token, is the token the one that had to be chosen? logit_tol, in [0, 1), is the
+ * most any one logit may differ between the worker's machine and the verifier's, in logit units
+ * (1e-4 covers BLAS blocking and thread-count noise comfortably); every bound of the check is
+ * derived from it (docs/ALGORITHMS.md, "The check"). u must be in [0, 1), as for lh_sample
+ * (else it aborts). O(V) plus a sort of the top-k / top-p candidates; does not allocate. */
 lh_sample_verdict lh_sample_check(const float *logits, int V, const lh_sample_params *p, double u,
-                                  int32_t token, double tol, lh_sample_scratch *s);
+                                  int32_t token, double logit_tol, lh_sample_scratch *s);
 
 #endif

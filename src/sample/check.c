@@ -1,60 +1,115 @@
 /* The verifier's side of sampling: recompute the canonical kept set and the submitted token's
- * CDF interval, and say whether u selects it with a margin, misses it, or lies within tol of a
- * boundary that floating-point noise could move. Never allocates; O(V) plus a candidate sort. */
+ * CDF interval, and say whether the token is chosen on every machine whose logits differ from
+ * the verifier's by at most logit_tol each, on none of them, or on some (docs/ALGORITHMS.md,
+ * "The check"). Never allocates; O(V) plus a candidate sort. */
 #include <math.h>
 
 #include "sample_impl.h"
 
-/* Narrows a token's flags by one filter: `in` canonical membership, `unc` within tol of it. */
-static inline void narrow(uint8_t *f, bool in, bool unc) {
+/* What the noise model allows, in the numbers every test uses. A worker's logits l' differ
+ * from the verifier's l by at most tol each. A difference of two logits then moves by at most
+ * 2 tol; the ratio of two weights w = exp((l - l_max) / T) by at most a factor exp(2 tol / T),
+ * and so does w_i = p_i / max p, the ratio min-p tests. Each comparison of one sum of weights
+ * with another is a ratio too (the common factor exp(-(l'_max - l_max) / T) cancels), so the
+ * bounds below take each weight independently within a factor exp(tol / T) of the others'
+ * scale, i.e. the weights on one side against those on the other within r = exp(2 tol / T). */
+typedef struct {
+  double tol2; /* 2 tol, a hair wider so that the float differences compared with it are safe */
+  double r;    /* exp(2 tol / T), raised by eps */
+  double eps;  /* relative rounding allowance: 8 (V + 2048) 2^-53, where (V + 713) 2^-53 bounds
+                  the relative error of any weight (exp's argument and result) and sum of weights
+                  (up to V terms) on either machine */
+} noise;
+
+static noise noise_of(double tol, double T, int V) {
+  noise nz;
+  nz.tol2 = 2.0 * tol * (1.0 + 0x1p-40);
+  nz.eps = ((double)V + 2048.0) * 0x1p-50;
+  double x = T > 0.0 ? nz.tol2 * (1.0 / T) : INFINITY;  /* as the sampler scales: * (1 / T) */
+  nz.r = x < 300.0 ? exp(x) * (1.0 + nz.eps) : 0x1p432; /* beyond: nothing is sure */
+  return nz;
+}
+
+/* l_a - l_b; equal logits (-inf included) differ by 0. Exact for floats unless their exponents
+ * are far apart, and then the difference dwarfs any tol. */
+static inline double gap(float a, float b) {
+  return a == b ? 0.0 : (double)a - (double)b;
+}
+
+/* a ranks above b (logit descending, id ascending) on every machine */
+static inline bool above_always(const float *l, int32_t a, int32_t b, double tol2) {
+  double d = gap(l[a], l[b]);
+  return d > tol2 || (d == tol2 && a < b);
+}
+
+/* a ranks above b on some machine (a == b included when tol > 0) */
+static inline bool above_maybe(const float *l, int32_t a, int32_t b, double tol2) {
+  double d = gap(l[a], l[b]);
+  return d > -tol2 || (d == -tol2 && a < b);
+}
+
+/* Narrows a token's flags by one filter: `in` its canonical membership, `sure` that every
+ * machine agrees with it (keeps it if in, drops it if not). */
+static inline void narrow(uint8_t *f, bool in, bool sure) {
   uint8_t x = *f;
   if (!in) x &= (uint8_t)~LH__IN;
-  if (!in && !unc) x &= (uint8_t)~LH__POSS;
-  if (!in || unc) x &= (uint8_t)~LH__SURE;
+  if (!in && sure) x &= (uint8_t)~LH__POSS;
+  if (!in || !sure) x &= (uint8_t)~LH__SURE;
   *f = x;
 }
 
-/* Top-k: a kept token may drop out only if a dropped token lies within tol below or above it
- * (its logit <= the best dropped logit + tol); a dropped token may come in only if it lies
- * within tol of the k-th best. */
-static void check_topk(const lh__logits *g, int V, int k, double tol, lh_sample_scratch *s) {
+/* Min-p keeps w >= min_p; w moves by at most a factor r. */
+static inline void minp_class(double w, double minp, double r, bool *in, bool *sure) {
+  *in = w >= minp;
+  *sure = *in ? w >= minp * r : w * r < minp;
+}
+
+/* Top-k: the tokens that rank above a given one on some machine (or on every machine) are a
+ * prefix of the rank order. A kept token stays kept on every machine iff the best dropped one
+ * cannot rank above it; a dropped token stays out iff the k-th best always ranks above it. */
+static void check_topk(const lh__logits *g, int V, int k, const noise *nz, lh_sample_scratch *s) {
   const float *l = g->l;
   uint8_t *flags = s->flags;
   lh__sample_topk(l, V, k, s->heap);
-  int32_t kid = s->heap[0]; /* the k-th best */
-  float lk = l[kid], out_best = -INFINITY;
+  int32_t kid = s->heap[0], out = -1; /* the k-th best; the best dropped */
+  float lk = l[kid];
   for (int i = 0; i < V; i++) {
     bool in = l[i] > lk || (l[i] == lk && i <= kid);
     flags[i] = in ? flags[i] : (uint8_t)(flags[i] & ~LH__IN);
-    out_best = !in && l[i] > out_best ? l[i] : out_best;
+    out = !in && (out < 0 || l[i] > l[out]) ? i : out;
   }
   for (int i = 0; i < V; i++) {
     bool in = flags[i] & LH__IN;
-    bool unc = in ? (double)l[i] <= (double)out_best + tol : (double)l[i] >= (double)lk - tol;
-    narrow(&flags[i], in, unc);
+    bool sure = in ? above_always(l, i, out, nz->tol2) : above_always(l, kid, i, nz->tol2);
+    narrow(&flags[i], in, sure);
   }
 }
 
-/* Top-p over the tokens the top-k step left possible. For the candidate at rank q: canonically
- * kept iff the canonical mass ranked before it is below top_p*S; surely kept iff the mass of
- * every possible token with a logit >= l_q - tol is below (top_p - tol)*S; surely dropped iff
- * the mass of the sure tokens with a logit > l_q + tol reaches (top_p + tol)*S. Past the first
- * candidate that is surely dropped (after the canonical crossing), all are dropped. The scan
- * starts from the tokens whose w exceeds (1 - top_p - tol) S / (4V) (together they hold more
- * than (top_p + tol) S) and falls back to every possible token if that is not enough. */
-static void check_topp(const lh__logits *g, int V, double T, double top_p, double tol,
+/* Top-p over the tokens the top-k step left possible. The candidate at rank q (id i) is kept
+ * iff the weight of the kept tokens ranked above it is below top_p * S: canonically, with the
+ * sampler's own sum; on every machine if P, the weight of the possible tokens that may rank
+ * above it, has P r < top_p S (with eps S for rounding); on no machine if Q, the weight of the
+ * sure tokens that always rank above it, has Q >= top_p S r. Past the first candidate dropped
+ * on every machine, all are. The scan starts from the tokens whose w exceeds
+ * (1 - top_p r) S / (4V) (together they hold more than top_p r S) and falls back to every
+ * possible token if that is not enough. */
+static void check_topp(const lh__logits *g, int V, double T, double top_p, const noise *nz,
                        lh_sample_scratch *s) {
   const float *l = g->l;
   const double *w = s->w;
   uint8_t *flags = s->flags;
   int32_t *cand = s->heap;
   uint64_t *keys = s->keys, *res = s->tmp;
-  double S = g->S, target = top_p * S, hi_t = (top_p + tol) * S, lo_t = (top_p - tol) * S;
+  double S = g->S, target = top_p * S, r = nz->r, tol2 = nz->tol2;
+  double drop_at = target * r, slack = nz->eps * S;
   int ib = s->idbits;
-  float fl0 = lh__sample_logit_floor(g, T, (1.0 - top_p - tol) * S / (4.0 * V));
+  float fl0 = lh__sample_logit_floor(g, T, (1.0 - top_p * r) * S / (4.0 * V));
   size_t nc = lh__sample_above(l, V, fl0, cand);
-  /* one bucket more than the mass needs, for the tol band below the last token scanned */
-  float fl1 = lh__sample_narrow_floor(g, T, w, cand, nc, hi_t, 1, fl0);
+  /* the stop lies up to 2 tol below the crossing, and its band 2 tol below that: buckets
+   * of a power of two in w */
+  double span = 2.0 * tol2 / (T * 0.6931471805599453);
+  int extra = 1 + (span < 60.0 ? (int)ceil(span) : 60);
+  float fl1 = lh__sample_narrow_floor(g, T, w, cand, nc, drop_at, extra, fl0);
   size_t n = 0, stop = 0;
   for (int tries = 0;; tries++) {
     /* 0: the histogram's choice; 1: every candidate; 2: every possible id */
@@ -76,19 +131,18 @@ static void check_topp(const lh__logits *g, int V, double T, double top_p, doubl
     stop = n;
     for (size_t q = 0; q < n; q++) {
       int32_t id = lh__key_id(keys[q], ib);
-      double lq = l[id];
-      for (; r1 < q; r1++) {
+      for (; r1 < q; r1++) { /* Q: always above id */
         int32_t j = lh__key_id(keys[r1], ib);
-        if (!((double)l[j] > lq + tol)) break;
+        if (!above_always(l, j, id, tol2)) break;
         if (flags[j] & LH__SURE) sure += w[j];
       }
-      if (crossed && sure >= hi_t) {
+      if (crossed && sure >= drop_at) {
         stop = q;
         break;
       }
-      for (; r2 < n; r2++) {
+      for (; r2 < n; r2++) { /* P: maybe above id, id itself included when tol > 0 */
         int32_t j = lh__key_id(keys[r2], ib);
-        if (!((double)l[j] >= lq - tol)) break;
+        if (!above_maybe(l, j, id, tol2)) break;
         poss += w[j];
       }
       if (r2 == n && !complete) { /* the band below l_q may hold tokens not gathered */
@@ -100,8 +154,9 @@ static void check_topp(const lh__logits *g, int V, double T, double top_p, doubl
         cum += w[id];
         crossed = cum >= target;
       }
-      bool unc = !(poss - w[id] < lo_t) && !(sure >= hi_t);
-      res[q] = (uint64_t)in | (uint64_t)unc << 1;
+      double P = r2 > q ? poss - w[id] : poss;
+      bool sure_q = in ? (P + slack) * r < target : sure >= drop_at;
+      res[q] = (uint64_t)in | (uint64_t)sure_q << 1;
     }
     if (complete || (ok && stop < n)) break;
   }
@@ -122,14 +177,17 @@ static inline double ratio(double a, double b) {
   return b > 0.0 ? a / b : 0.0;
 }
 
-static lh_sample_verdict check_greedy(const lh__logits *g, int V, int32_t token, double tol) {
+/* Greedy: every machine picks its argmax, ties to the lowest id. The best other token (in rank
+ * order) decides: the token is chosen everywhere iff it always ranks above that one, nowhere
+ * iff that one always ranks above it. */
+static lh_sample_verdict check_greedy(const lh__logits *g, int V, int32_t token, double tol2) {
   const float *l = g->l;
-  double other = -INFINITY;
-  for (int i = 0; i < V; i++)
-    if (i != token && l[i] > other) other = l[i];
-  double margin = (double)l[token] - other;
-  if (margin > tol) return LH_SAMPLE_CONSISTENT;
-  if (-margin > tol) return LH_SAMPLE_INCONSISTENT;
+  int32_t o = token == 0 ? 1 : 0;
+  if (o >= V) return LH_SAMPLE_CONSISTENT; /* V = 1 */
+  for (int i = o + 1; i < V; i++)
+    if (i != token && l[i] > l[o]) o = i;
+  if (above_always(l, token, o, tol2)) return LH_SAMPLE_CONSISTENT;
+  if (above_always(l, o, token, tol2)) return LH_SAMPLE_INCONSISTENT;
   return LH_SAMPLE_BORDERLINE;
 }
 
@@ -158,11 +216,11 @@ static void canonical_c(const double *bs, const double *x, int32_t token, place 
 
 /* No top-k or top-p: the kept set is w >= min_p, and the block sums of lh__sample_weights are
  * the sampler's. */
-static void place_plain(const double *w, const double *bs, int V, double minp, double tol,
+static void place_plain(const double *w, const double *bs, int V, double minp, const noise *nz,
                         int32_t token, place *pl) {
   enum { B = LH__SAMPLE_BLOCK };
   int nb = (V + B - 1) / B;
-  double total = 0.0, x[B];
+  double total = 0.0, x[B], r = nz->r;
   for (int b = 0; b < nb; b++)
     total += bs[b];
   pl->total = total;
@@ -170,23 +228,20 @@ static void place_plain(const double *w, const double *bs, int V, double minp, d
   for (int o = 0; o < B; o++)
     x[o] = b0 + o < V && w[b0 + o] >= minp ? w[b0 + o] : 0.0;
   canonical_c(bs, x, token, pl);
-  double wt = w[token];
-  pl->in = wt >= minp;
-  pl->poss = pl->in || (minp > 0.0 && fabs(wt - minp) <= tol);
-  pl->sure = minp == 0.0 || (pl->in && !(fabs(wt - minp) <= tol));
+  minp_class(w[token], minp, r, &pl->in, &pl->sure);
+  pl->poss = pl->in || !pl->sure;
   double sb = 0.0, ub = 0.0, sa = 0.0, ua = 0.0;
-  if (minp > 0.0) {
+  if (minp > 0.0) { /* minp_class, without branches */
+    double keep = minp * r;
     for (int i = 0; i < token; i++) {
       double v = w[i];
-      bool unc = fabs(v - minp) <= tol;
-      sb += v >= minp && !unc ? v : 0.0;
-      ub += unc ? v : 0.0;
+      sb += v >= keep ? v : 0.0;
+      ub += !(v >= keep) && !(v * r < minp) ? v : 0.0;
     }
     for (int i = token + 1; i < V; i++) {
       double v = w[i];
-      bool unc = fabs(v - minp) <= tol;
-      sa += v >= minp && !unc ? v : 0.0;
-      ua += unc ? v : 0.0;
+      sa += v >= keep ? v : 0.0;
+      ua += !(v >= keep) && !(v * r < minp) ? v : 0.0;
     }
   } else {
     for (int i = 0; i < token; i++)
@@ -198,14 +253,14 @@ static void place_plain(const double *w, const double *bs, int V, double minp, d
 }
 
 /* With top-k or top-p: per-token flags, then sums over the possibly kept ids only. */
-static void place_flags(const lh__logits *g, int V, const lh_sample_params *p, double tol,
+static void place_flags(const lh__logits *g, int V, const lh_sample_params *p, const noise *nz,
                         int32_t token, lh_sample_scratch *s, place *pl) {
   enum { B = LH__SAMPLE_BLOCK };
   const double *w = s->w;
   uint8_t *flags = s->flags;
   memset(flags, LH__IN | LH__POSS | LH__SURE, (size_t)V);
-  if (p->top_k > 0 && p->top_k < V) check_topk(g, V, p->top_k, tol, s);
-  if (p->top_p < 1.0f) check_topp(g, V, p->temperature, p->top_p, tol, s);
+  if (p->top_k > 0 && p->top_k < V) check_topk(g, V, p->top_k, nz, s);
+  if (p->top_p < 1.0f) check_topp(g, V, p->temperature, p->top_p, nz, s);
   int32_t *ids = s->heap; /* the possibly kept ids, ascending */
   size_t n = 0;
   int i = 0;
@@ -223,8 +278,9 @@ static void place_flags(const lh__logits *g, int V, const lh_sample_params *p, d
   if (p->min_p > 0.0f) {
     double minp = p->min_p;
     for (size_t j = 0; j < n; j++) {
-      double v = w[ids[j]];
-      narrow(&flags[ids[j]], v >= minp, fabs(v - minp) <= tol);
+      bool in, sure;
+      minp_class(w[ids[j]], minp, nz->r, &in, &sure);
+      narrow(&flags[ids[j]], in, sure);
     }
   }
   pl->in = flags[token] & LH__IN;
@@ -270,42 +326,47 @@ static void place_flags(const lh__logits *g, int V, const lh_sample_params *p, d
 }
 
 lh_sample_verdict lh_sample_check(const float *logits, int V, const lh_sample_params *p, double u,
-                                  int32_t token, double tol, lh_sample_scratch *s) {
+                                  int32_t token, double logit_tol, lh_sample_scratch *s) {
   LH_CHECK(logits && p && s, "lh_sample_check: logits, params and scratch are required");
   LH_CHECK(V > 0 && V <= s->V, "lh_sample_check: V = %d, scratch was created for %d", V, s->V);
   LH_CHECK(lh_sample_params_validate(p) == LH_ERR_OK, "lh_sample_check: %s", lh_last_error());
-  LH_CHECK(tol >= 0.0 && tol < 1.0, "lh_sample_check: tol = %g, expected [0, 1)", tol);
+  LH_CHECK(logit_tol >= 0.0 && logit_tol < 1.0,
+           "lh_sample_check: logit_tol = %g, expected [0, 1) (logit units)", logit_tol);
   LH_CHECK(u >= 0.0 && u < 1.0, "lh_sample_check: u = %.17g, expected [0, 1) (lh_sample_uniform)",
            u);
   if (token < 0 || token >= V) return LH_SAMPLE_INCONSISTENT;
   lh__logits g;
   lh__sample_scan(logits, V, s, &g);
-  if (p->temperature == 0.0f) return check_greedy(&g, V, token, tol);
-  /* logit -inf or NaN: weight 0 on every machine, never chosen */
-  if (g.l[token] == -INFINITY) return LH_SAMPLE_INCONSISTENT;
+  double T = p->temperature;
+  noise nz = noise_of(logit_tol, T, V);
+  if (T == 0.0) return check_greedy(&g, V, token, nz.tol2);
+  /* weight 0 on every machine (logit -inf or NaN, or so far below the maximum that exp gives 0
+   * even 2 tol higher): never chosen */
+  if (((double)g.l[token] - g.lmax + nz.tol2) / T < -708.000001) return LH_SAMPLE_INCONSISTENT;
 
   bool plain = !(p->top_k > 0 && p->top_k < V) && !(p->top_p < 1.0f);
-  lh__sample_weights(&g, V, p->temperature, plain ? p->min_p : 0.0, s);
+  lh__sample_weights(&g, V, T, plain ? p->min_p : 0.0, s);
   place pl;
   if (plain)
-    place_plain(s->w, s->blocks, V, p->min_p, tol, token, &pl);
+    place_plain(s->w, s->blocks, V, p->min_p, &nz, token, &pl);
   else
-    place_flags(&g, V, p, tol, token, s, &pl);
+    place_flags(&g, V, p, &nz, token, s, &pl);
   if (!pl.poss) return LH_SAMPLE_INCONSISTENT;
 
-  double sb = pl.sb, ub = pl.ub, sa = pl.sa, ua = pl.ua, wt = s->w[token];
-  double lo_min = ratio(sb, sb + wt + sa + ua), lo_max = ratio(sb + ub, sb + ub + wt + sa);
-  double hi_min = ratio(sb + wt, sb + wt + sa + ua),
-         hi_max = ratio(sb + ub + wt, sb + ub + wt + sa);
-  if (pl.in) { /* the canonical interval lies within the bounds; keep it so under rounding */
-    double lo = pl.c_before / pl.total, hi = pl.c_after / pl.total;
-    lo_min = fmin(lo_min, lo), lo_max = fmax(lo_max, lo);
-    hi_min = fmin(hi_min, hi), hi_max = fmax(hi_max, hi);
-  }
-  /* the ends of the CDF are no boundary when no token can possibly lie beyond them */
-  bool first = sb + ub == 0.0, last = sa + ua == 0.0;
-  if (u < lo_min - tol || u >= hi_max + tol) return LH_SAMPLE_INCONSISTENT;
-  if (pl.sure && (first || u >= lo_max + tol) && (last || u < hi_min - tol))
+  /* the verifier's own choice, decided as lh_sample decides it */
+  double thr = u * pl.total;
+  bool pick = pl.in && pl.c_before <= thr && thr < pl.c_after;
+  /* the token's interval [lo, hi) over every kept set between the sure and the possible ones
+   * and every admissible weight: the weight on one side of a boundary against the other's
+   * within the factor r */
+  double r = nz.r, e = nz.eps, wt = s->w[token];
+  double sb = pl.sb, sa = pl.sa, B = pl.sb + pl.ub, A = pl.sa + pl.ua;
+  double lo_min = ratio(sb, sb + (wt + A) * r), hi_max = ratio((B + wt) * r, (B + wt) * r + sa);
+  if (!pick && (u < lo_min * (1.0 - e) || u >= hi_max * (1.0 + e))) return LH_SAMPLE_INCONSISTENT;
+  double lo_max = ratio(B * r, B * r + wt + sa), hi_min = ratio(sb + wt, sb + wt + A * r);
+  /* the ends of the CDF are no boundary when no weight can lie beyond them */
+  if (pick && pl.sure && (B == 0.0 || u >= lo_max * (1.0 + e)) &&
+      (A == 0.0 || u < hi_min * (1.0 - e)))
     return LH_SAMPLE_CONSISTENT;
   return LH_SAMPLE_BORDERLINE;
 }

@@ -718,26 +718,43 @@ static void test_check_adversarial(void **state) {
   /* u = 0.7 picks the most likely (3); the second most likely (2) is a forgery */
   assert_int_equal(check(l, 4, p, 0.7, 3, tol), LH_SAMPLE_CONSISTENT);
   assert_int_equal(check(l, 4, p, 0.7, 2, tol), LH_SAMPLE_INCONSISTENT);
-  /* u within tol of the boundary at 0.3 between 1 and 2 */
+  /* Logits within tol = 1e-4 of these move a boundary c of the CDF by at most
+   * c (1 - c) (exp(2 tol / T) - 1), about 2 tol c (1 - c) / T: the weight before it one way, the
+   * weight after it the other. The boundary at 0.3 between 1 and 2 moves within 4.2e-5 */
   assert_int_equal(check(l, 4, p, 0.3 + 3e-5, 2, tol), LH_SAMPLE_BORDERLINE);
   assert_int_equal(check(l, 4, p, 0.3 + 3e-5, 1, tol), LH_SAMPLE_BORDERLINE);
   assert_int_equal(check(l, 4, p, 0.3 - 3e-5, 2, tol), LH_SAMPLE_BORDERLINE);
   assert_int_equal(check(l, 4, p, 0.3 + 3e-5, 3, tol), LH_SAMPLE_INCONSISTENT);
+  assert_int_equal(check(l, 4, p, 0.3 + 4.1e-5, 2, tol), LH_SAMPLE_BORDERLINE);
+  assert_int_equal(check(l, 4, p, 0.3 + 4.3e-5, 2, tol), LH_SAMPLE_CONSISTENT);
+  assert_int_equal(check(l, 4, p, 0.3 + 4.3e-5, 1, tol), LH_SAMPLE_INCONSISTENT);
+  assert_int_equal(check(l, 4, p, 0.3 - 4.1e-5, 2, tol), LH_SAMPLE_BORDERLINE);
+  assert_int_equal(check(l, 4, p, 0.3 - 4.3e-5, 2, tol), LH_SAMPLE_INCONSISTENT);
+  assert_int_equal(check(l, 4, p, 0.3 - 4.3e-5, 1, tol), LH_SAMPLE_CONSISTENT);
+  /* the boundary at 0.6 between 2 and 3 moves within 4.8e-5 */
+  assert_int_equal(check(l, 4, p, 0.6 + 4.7e-5, 2, tol), LH_SAMPLE_BORDERLINE);
+  assert_int_equal(check(l, 4, p, 0.6 + 4.9e-5, 2, tol), LH_SAMPLE_INCONSISTENT);
+  assert_int_equal(check(l, 4, p, 0.6 - 4.7e-5, 3, tol), LH_SAMPLE_BORDERLINE);
+  assert_int_equal(check(l, 4, p, 0.6 - 4.9e-5, 3, tol), LH_SAMPLE_INCONSISTENT);
   assert_int_equal(check(l, 4, p, 0.3 + 3e-4, 2, tol), LH_SAMPLE_CONSISTENT);
   assert_int_equal(check(l, 4, p, 0.3 + 3e-4, 1, tol), LH_SAMPLE_INCONSISTENT);
-  /* just beyond tol on either side of token 2's interval [.3, .6) */
   assert_int_equal(check(l, 4, p, 0.3 - 1.5e-4, 2, tol), LH_SAMPLE_INCONSISTENT);
   assert_int_equal(check(l, 4, p, 0.6 + 1.5e-4, 2, tol), LH_SAMPLE_INCONSISTENT);
-  assert_int_equal(check(l, 4, p, 0.3 - 0.5e-4, 2, tol), LH_SAMPLE_BORDERLINE);
-  assert_int_equal(check(l, 4, p, 0.6 + 0.5e-4, 2, tol), LH_SAMPLE_BORDERLINE);
+  /* the band scales with tol */
+  assert_int_equal(check(l, 4, p, 0.3 + 4.3e-5, 2, 1.1e-4), LH_SAMPLE_BORDERLINE);
+  assert_int_equal(check(l, 4, p, 0.3 + 4.3e-6, 2, 1e-5), LH_SAMPLE_CONSISTENT);
+  assert_int_equal(check(l, 4, p, 0.3 + 4.1e-6, 2, 1e-5), LH_SAMPLE_BORDERLINE);
   /* the ends of the CDF are not boundaries */
   assert_int_equal(check(l, 4, p, 0.0, 0, tol), LH_SAMPLE_CONSISTENT);
   assert_int_equal(check(l, 4, p, 1.0 - 1e-9, 3, tol), LH_SAMPLE_CONSISTENT);
-  /* the interval at temperature 0.5: token 1 holds [1/30, 5/30) */
+  /* at temperature 0.5 the same logits move the weights twice as much: token 1 holds
+   * [1/30, 5/30), and 5/30 moves within 4 tol (1/6) (5/6) = 5.56e-5 */
   lh_sample_params h = params(0.5f, 0, 1, 0);
   assert_int_equal(check(l, 4, h, 0.1, 1, tol), LH_SAMPLE_CONSISTENT);
   assert_int_equal(check(l, 4, h, 0.2, 1, tol), LH_SAMPLE_INCONSISTENT);
   assert_int_equal(check(l, 4, h, 5.0 / 30 - 1e-5, 1, tol), LH_SAMPLE_BORDERLINE);
+  assert_int_equal(check(l, 4, h, 5.0 / 30 - 5.4e-5, 1, tol), LH_SAMPLE_BORDERLINE);
+  assert_int_equal(check(l, 4, h, 5.0 / 30 - 5.7e-5, 1, tol), LH_SAMPLE_CONSISTENT);
 }
 
 static void test_check_filtered_tokens(void **state) {
@@ -754,11 +771,13 @@ static void test_check_filtered_tokens(void **state) {
     /* min-p 0.5 needs weight >= 4: 5 (weight 3) is dropped */
     assert_int_equal(check(l, 8, m5, u, 5, tol), LH_SAMPLE_INCONSISTENT);
   }
-  /* just beyond tol of the interval of 2 under top-k 3, [5/21, 13/21) */
+  /* well beyond the interval of 2 under top-k 3, [5/21, 13/21) */
   assert_int_equal(check(l, 8, k3, 5.0 / 21 - 1.5e-4, 2, tol), LH_SAMPLE_INCONSISTENT);
   assert_int_equal(check(l, 8, k3, 13.0 / 21 + 1.5e-4, 2, tol), LH_SAMPLE_INCONSISTENT);
   assert_int_equal(check(l, 8, k3, 5.0 / 21 + 1.5e-4, 2, tol), LH_SAMPLE_CONSISTENT);
-  assert_int_equal(check(l, 8, k3, 13.0 / 21 - 0.5e-4, 2, tol), LH_SAMPLE_BORDERLINE);
+  /* 13/21 moves within 2 tol (13/21) (8/21) = 4.72e-5 */
+  assert_int_equal(check(l, 8, k3, 13.0 / 21 - 4.6e-5, 2, tol), LH_SAMPLE_BORDERLINE);
+  assert_int_equal(check(l, 8, k3, 13.0 / 21 - 4.8e-5, 2, tol), LH_SAMPLE_CONSISTENT);
   /* the same tokens are fine without the filter when u selects them */
   lh_sample_params none = lh_sample_defaults();
   assert_int_equal(check(l, 8, none, 0.85, 5, tol), LH_SAMPLE_CONSISTENT);
@@ -786,8 +805,8 @@ static void test_check_near_thresholds(void **state) {
   assert_int_equal(check(l, 8, k5, 0.55, 3, tol), LH_SAMPLE_BORDERLINE);
   assert_int_equal(check(l, 8, k5, 0.40, 3, tol), LH_SAMPLE_INCONSISTENT);
 
-  /* top-p 0.8 over p = .5 .3 .2: the cumulative .8 meets the threshold within tol, so 2 may
-   * or may not be kept: 0 holds [0, .5) or [0, .625) */
+  /* top-p 0.8 over p = .5 .3 .2: the cumulative .8 meets the threshold, and logits within tol
+   * move it either way, so 2 may or may not be kept: 0 holds [0, .5) or [0, .625) */
   double w3[] = {5, 3, 2};
   float l3[3];
   logits_of(w3, 3, l3);
@@ -814,20 +833,49 @@ static void test_check_near_thresholds(void **state) {
   assert_int_equal(check(l4, 4, m5, 0.95, 2, tol), LH_SAMPLE_INCONSISTENT); /* far below */
 }
 
-/* Honest samples checked against logits that differ by up to 1e-6 (another machine's
- * floating point) are never INCONSISTENT, including parameters placed exactly on a threshold;
- * forged tokens still are. */
+/* l + d as a float no further than tol from l (-inf and NaN stay: noise does not move them) */
+static float nudge(float l, double d, double tol) {
+  if (!isfinite(l)) return l;
+  float x = (float)((double)l + d);
+  while (fabs((double)x - (double)l) > tol)
+    x = nextafterf(x, l);
+  return x;
+}
+
+/* Another machine's logits: each within tol of l, in one of the shapes that move a choice the
+ * most (every weight below a pivot id one way and the rest the other, which slides the CDF;
+ * every logit above a pivot logit one way, which slides the filter thresholds) or at random. */
+static void perturb(const float *l, int V, double tol, int shape, float *out) {
+  int32_t m = (int32_t)(rnd() * V);
+  float pivot = l[(int32_t)(rnd() * V)];
+  double sign = rnd() < 0.5 ? -tol : tol;
+  for (int i = 0; i < V; i++) {
+    double d = l[i] >= pivot ? sign : -sign; /* shape 3 */
+    if (shape % 4 == 0) d = (2 * rnd() - 1) * tol;
+    if (shape % 4 == 1) d = rnd() < 0.5 ? -tol : tol;
+    if (shape % 4 == 2) d = i < m ? sign : -sign;
+    out[i] = nudge(l[i], d, tol);
+  }
+}
+
+/* The noise model, both ways. (a) A worker whose logits differ from the verifier's by at most
+ * tol each, and that samples honestly, is never INCONSISTENT, thresholds placed exactly on a
+ * token included, down to T = 0.05 where tol moves the weights the most. (b) A CONSISTENT
+ * token is the verifier's own choice and the choice of every such worker. Forged tokens are
+ * still INCONSISTENT. */
 static void test_check_perturbed(void **state) {
   static float l[VMAX], lp[VMAX];
   static double w[VMAX];
-  int inconsistent_forged = 0, forged = 0, consistent = 0, n = 0;
+  static const double tols[] = {1e-4, 1e-4, 1e-3, 1e-6, 0.0};
+  int inconsistent_forged = 0, forged = 0, consistent = 0, n = 0, moved = 0;
   for (int c = 0; c < 6000; c++) {
     int V = c % 10 == 9 ? 3000 : 2 + (int)(rnd() * 40);
+    double tol = tols[c % 5];
     random_logits(l, V, c % 4);
     lh_sample_params p = random_params(V);
-    if (p.temperature == 0) p.temperature = 1;
+    if (p.temperature == 0 && c % 3) p.temperature = (float)(0.05 + 0.25 * rnd());
     /* place min-p or top-p exactly on a token's threshold in half of the cases */
-    if (c % 2) {
+    if (c % 2 && p.temperature > 0) {
       int32_t am = 0;
       for (int i = 1; i < V; i++)
         if (l[i] > l[am]) am = i;
@@ -844,27 +892,155 @@ static void test_check_perturbed(void **state) {
         if (above / S < 1 && above > 0) p.top_p = (float)(above / S);
       }
     }
-    for (int i = 0; i < V; i++)
-      lp[i] = l[i] + (float)(2e-6 * rnd() - 1e-6);
     double u = lh_sample_uniform(31337, (uint64_t)c, 0);
     int32_t tok = lh_sample(l, V, &p, u, scratch).token;
-    lh_sample_verdict v = check(lp, V, p, u, tok, 1e-4);
-    if (v == LH_SAMPLE_INCONSISTENT)
-      fail_msg("case %d V=%d (T=%g k=%d p=%.9g min_p=%.9g u=%.17g): honest token %d judged "
-               "INCONSISTENT on perturbed logits",
-               c, V, (double)p.temperature, p.top_k, (double)p.top_p, (double)p.min_p, u, tok);
+    lh_sample_verdict v = check(l, V, p, u, tok, tol);
+    assert_int_not_equal(v, LH_SAMPLE_INCONSISTENT);
     consistent += v == LH_SAMPLE_CONSISTENT;
     n++;
+    for (int shape = 0; shape < 8; shape++) {
+      perturb(l, V, tol, shape, lp);
+      int32_t t2 = lh_sample(lp, V, &p, u, scratch).token;
+      moved += t2 != tok;
+      /* the worker on lp, checked by the verifier on l, and the other way round */
+      lh_sample_verdict a = check(l, V, p, u, t2, tol), b = check(lp, V, p, u, tok, tol);
+      if (a == LH_SAMPLE_INCONSISTENT || b == LH_SAMPLE_INCONSISTENT)
+        fail_msg("case %d V=%d shape %d tol %g (T=%g k=%d p=%.9g min_p=%.9g u=%.17g): honest "
+                 "tokens %d (verifier) and %d (worker) judged %d and %d",
+                 c, V, shape, tol, (double)p.temperature, p.top_k, (double)p.top_p, (double)p.min_p,
+                 u, tok, t2, b, a);
+      if (v == LH_SAMPLE_CONSISTENT && t2 != tok)
+        fail_msg("case %d V=%d shape %d tol %g: token %d CONSISTENT, but a worker within tol "
+                 "picks %d",
+                 c, V, shape, tol, tok, t2);
+      if (t2 != tok) assert_int_not_equal(a, LH_SAMPLE_CONSISTENT);
+    }
     /* a forgery: the most likely token other than the one chosen */
     int32_t f = tok == 0 ? 1 : 0;
     for (int i = 0; i < V; i++)
       if (i != tok && l[i] > l[f]) f = i;
-    forged++;
-    inconsistent_forged += check(lp, V, p, u, f, 1e-4) == LH_SAMPLE_INCONSISTENT;
+    if (f < V) {
+      forged++;
+      inconsistent_forged += check(l, V, p, u, f, tol) == LH_SAMPLE_INCONSISTENT;
+    }
   }
   assert_true(consistent > n * 9 / 10);
+  assert_true(moved > 0); /* the perturbations do move some choices */
   assert_true(forged > 2000);
   assert_true(inconsistent_forged > forged * 95 / 100);
+}
+
+/* Logits within tol of l that make lh_sample pick j, if the shape that slides j's interval
+ * finds them: the logits before j moved by s, j's by +tol, those after by -s. At s = -tol the
+ * interval starts lowest, at s = tol it ends highest, and it slides monotonically in between,
+ * so bisection on s meets every u the interval can cover. */
+static bool realised(const float *l, int V, lh_sample_params p, double u, int32_t j, double tol,
+                     float *lp) {
+  double lo = -tol, hi = tol;
+  for (int it = 0; it < 80; it++) {
+    double sft = it == 0 ? -tol : it == 1 ? tol : (lo + hi) / 2;
+    for (int i = 0; i < V; i++)
+      lp[i] = nudge(l[i], i < j ? sft : i == j ? tol : -sft, tol);
+    int32_t t = pick(lp, V, p, u);
+    if (t == j) return true;
+    if (it == 0 && t < j) return false; /* j's lowest start lies above u */
+    if (it == 1 && t > j) return false; /* its highest end lies at or below u */
+    if (it >= 2) *(t > j ? &lo : &hi) = sft;
+  }
+  return false;
+}
+
+/* BORDERLINE is no wider than the noise model makes it: without filters, every token the check
+ * does not call INCONSISTENT is one that lh_sample picks on some logits within tol of the
+ * verifier's, and the nearest ones it calls INCONSISTENT are not. (Tokens of p well above the
+ * float spacing of the logits, so that such logits exist as floats.) */
+static void test_check_tight(void **state) {
+  static float l[2000], lp[2000];
+  int others = 0;
+  for (int c = 0; c < 40; c++) {
+    int V = c % 2 ? 2000 : 300;
+    for (int i = 0; i < V; i++)
+      l[i] = (float)(3 * rnd());
+    double tol = c % 4 < 2 ? 1e-3 : 1e-4;
+    lh_sample_params p = params((float)(0.5 + rnd()), 0, 1, 0);
+    /* u near the boundary after a random token k, within about the band of the noise */
+    double S = 0, ck = 0, T = p.temperature;
+    int32_t k = (int32_t)(rnd() * (V - 1));
+    for (int i = 0; i < V; i++) {
+      S += exp(l[i] / T);
+      ck += i <= k ? exp(l[i] / T) : 0;
+    }
+    ck /= S;
+    double u = ck + (2 * rnd() - 1) * 3 * tol / T * ck * (1 - ck);
+    int32_t tok = pick(l, V, p, u);
+    assert_true(realised(l, V, p, u, tok, tol, lp));
+    for (int dir = -1; dir <= 1; dir += 2)
+      for (int32_t j = tok + dir; j >= 0 && j < V; j += dir) {
+        lh_sample_verdict v = check(l, V, p, u, j, tol);
+        if (v == LH_SAMPLE_INCONSISTENT) {
+          assert_false(realised(l, V, p, u, j, tol, lp)); /* and the first one out is not */
+          break;
+        }
+        if (!realised(l, V, p, u, j, tol, lp))
+          fail_msg("case %d V=%d tol %g T=%g u=%.17g: token %d judged %d, but no logits within "
+                   "tol pick it (honest %d)",
+                   c, V, tol, (double)p.temperature, u, j, v, tok);
+        others++;
+      }
+  }
+  printf("test_check_tight: %d tokens besides the honest ones, each picked within tol\n", others);
+  assert_true(others > 20); /* the bands did hold other tokens */
+}
+
+/* The reviewer's tail: a vocabulary of bulk logits N(0, 2.5^2) and 20 tokens near the top, no
+ * filters, T = 1. At a position where the honest token is BORDERLINE, counts the other tokens
+ * around it that are not INCONSISTENT. */
+static void tail_counts(const float *l, int V, double tol, int N, int *borderline, double *mean,
+                        int *max) {
+  lh_sample_params p = lh_sample_defaults();
+  long others = 0;
+  *borderline = *max = 0;
+  for (int c = 0; c < N; c++) {
+    double u = lh_sample_uniform(5, 0, (uint64_t)c);
+    int32_t t = pick(l, V, p, u);
+    lh_sample_verdict v = check(l, V, p, u, t, tol);
+    assert_int_not_equal(v, LH_SAMPLE_INCONSISTENT);
+    if (v != LH_SAMPLE_BORDERLINE) continue;
+    ++*borderline;
+    int f = 0;
+    for (int32_t j = t - 1; j >= 0 && check(l, V, p, u, j, tol) != LH_SAMPLE_INCONSISTENT; j--)
+      f++;
+    for (int32_t j = t + 1; j < V && check(l, V, p, u, j, tol) != LH_SAMPLE_INCONSISTENT; j++)
+      f++;
+    others += f;
+    *max = f > *max ? f : *max;
+  }
+  *mean = *borderline ? (double)others / *borderline : 0;
+}
+
+/* How selective BORDERLINE is on a language model's shape. The band of a boundary c is about
+ * 2 tol c (1 - c) / T wide on each side (test_check_tight: no narrower is sound), so the tail
+ * tokens inside it, each of p ~ 1e-5 here, are BORDERLINE with the honest one: a handful at
+ * tol = 1e-6 and 1e-5, more at 1e-4. */
+static void test_check_tail(void **state) {
+  static float l[VMAX];
+  int V = VMAX, N = 200;
+  for (int i = 0; i < V; i++)
+    l[i] = (float)(2.5 * rnd_normal());
+  for (int j = 0; j < 20; j++)
+    l[(int)(rnd() * V)] = (float)(14 - 0.7 * j);
+  static const double tols[] = {1e-6, 1e-5, 1e-4};
+  int bl[3], mx[3];
+  double mean[3];
+  for (int k = 0; k < 3; k++) {
+    tail_counts(l, V, tols[k], N, &bl[k], &mean[k], &mx[k]);
+    printf("test_check_tail: V=%d tol %g: honest BORDERLINE %d/%d; other tokens not INCONSISTENT "
+           "there: mean %.1f, max %d\n",
+           V, tols[k], bl[k], N, mean[k], mx[k]);
+  }
+  assert_true(bl[0] <= N / 20 && mean[0] <= 4 && mx[0] <= 6);
+  assert_true(bl[1] <= N / 10 && mean[1] <= 10 && mx[1] <= 30);
+  assert_true(bl[2] <= N / 5 && mean[2] <= 30 && mx[2] <= 80);
 }
 
 int main(void) {
@@ -890,6 +1066,8 @@ int main(void) {
       cmocka_unit_test(test_check_filtered_tokens),
       cmocka_unit_test(test_check_near_thresholds),
       cmocka_unit_test(test_check_perturbed),
+      cmocka_unit_test(test_check_tight),
+      cmocka_unit_test(test_check_tail),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
