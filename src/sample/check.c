@@ -191,6 +191,16 @@ static lh_sample_verdict check_greedy(const lh__logits *g, int V, int32_t token,
   return LH_SAMPLE_BORDERLINE;
 }
 
+/* A token whose weight is 0 here but may be positive on another machine: a finite logit within
+ * 2 tol of where exp gives 0 (about 708 T below the maximum). Its weight there, near 1e-308,
+ * moves no bound by anything the rounding allowance does not cover, unless u is that small. */
+static bool faint_weights(const lh__logits *g, const double *w, int V, double T, double tol2) {
+  for (int i = 0; i < V; i++)
+    if (w[i] == 0.0 && g->l[i] > -INFINITY && ((double)g->l[i] - g->lmax + tol2) / T >= -708.000001)
+      return true;
+  return false;
+}
+
 /* Where the token sits: its canonical CDF interval and the mass that surely or possibly lies
  * before and after it. */
 typedef struct {
@@ -353,6 +363,8 @@ lh_sample_verdict lh_sample_check(const float *logits, int V, const lh_sample_pa
     place_flags(&g, V, p, &nz, token, s, &pl);
   if (!pl.poss) return LH_SAMPLE_INCONSISTENT;
 
+  /* u near 0 picks the first token of any weight, which a faint one may be on another machine */
+  if (u < 0x1p-900 && faint_weights(&g, s->w, V, T, nz.tol2)) return LH_SAMPLE_BORDERLINE;
   /* the verifier's own choice, decided as lh_sample decides it */
   double thr = u * pl.total;
   bool pick = pl.in && pl.c_before <= thr && thr < pl.c_after;

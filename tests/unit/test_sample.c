@@ -519,6 +519,18 @@ static void test_non_finite_logits(void **state) {
   }
   assert_int_equal(check(m, 3, p, 0.0, 0, 1e-4), LH_SAMPLE_INCONSISTENT);
   assert_int_equal(check(m, 3, p, 5e-5, 0, 1e-4), LH_SAMPLE_INCONSISTENT);
+  /* a finite logit just below where exp gives 0 (708 below the maximum at T = 1) weighs 0 here
+   * and about 1e-308 on a machine whose logit is an ulp (6e-5) higher; u = 0 then picks it
+   * there and the next token here, so neither is decided; u = 0.5 never picks it */
+  float f[] = {nextafterf(-708.0f, -INFINITY), 0.0f}, f2[] = {-708.0f, 0.0f};
+  assert_int_equal(pick(f, 2, p, 0.0), 1);
+  assert_int_equal(pick(f2, 2, p, 0.0), 0);
+  assert_int_equal(check(f, 2, p, 0.0, 0, 1e-4), LH_SAMPLE_BORDERLINE);
+  assert_int_equal(check(f, 2, p, 0.0, 1, 1e-4), LH_SAMPLE_BORDERLINE);
+  assert_int_equal(check(f, 2, p, 0.5, 0, 1e-4), LH_SAMPLE_INCONSISTENT);
+  assert_int_equal(check(f, 2, p, 0.5, 1, 1e-4), LH_SAMPLE_CONSISTENT);
+  assert_int_equal(check(f, 2, p, 0.0, 0, 1e-5), LH_SAMPLE_INCONSISTENT); /* 2 tol short */
+  assert_int_equal(check(f, 2, p, 0.0, 1, 1e-5), LH_SAMPLE_CONSISTENT);
 }
 
 /* ---- distribution ---- */
