@@ -376,9 +376,9 @@ lh_sample_verdict lh_sample_check(const float *logits, int V, const lh_sample_pa
   double lo_min = ratio(sb, sb + (wt + A) * r), hi_max = ratio((B + wt) * r, (B + wt) * r + sa);
   if (!pick && (u < lo_min * (1.0 - e) || u >= hi_max * (1.0 + e))) return LH_SAMPLE_INCONSISTENT;
   double lo_max = ratio(B * r, B * r + wt + sa), hi_min = ratio(sb + wt, sb + wt + A * r);
-  /* the ends of the CDF are no boundary when no weight can lie beyond them */
-  if (pick && pl.sure && (B == 0.0 || u >= lo_max * (1.0 + e)) &&
-      (A == 0.0 || u < hi_min * (1.0 - e)))
+  /* the end 1 of the CDF is no boundary when no weight can lie after the token (nor is the
+   * start 0: lo_max is 0 when none can lie before it) */
+  if (pick && pl.sure && u >= lo_max * (1.0 + e) && (A == 0.0 || u < hi_min * (1.0 - e)))
     return LH_SAMPLE_CONSISTENT;
   return LH_SAMPLE_BORDERLINE;
 }

@@ -759,6 +759,8 @@ static void test_check_adversarial(void **state) {
   /* the ends of the CDF are not boundaries */
   assert_int_equal(check(l, 4, p, 0.0, 0, tol), LH_SAMPLE_CONSISTENT);
   assert_int_equal(check(l, 4, p, 1.0 - 1e-9, 3, tol), LH_SAMPLE_CONSISTENT);
+  assert_int_equal(check(l, 4, p, nextafter(1.0, 0.0), 3, tol), LH_SAMPLE_CONSISTENT);
+  assert_int_equal(check(l, 4, p, nextafter(1.0, 0.0), 3, 0.0), LH_SAMPLE_CONSISTENT);
   /* at temperature 0.5 the same logits move the weights twice as much: token 1 holds
    * [1/30, 5/30), and 5/30 moves within 4 tol (1/6) (5/6) = 5.56e-5 */
   lh_sample_params h = params(0.5f, 0, 1, 0);
