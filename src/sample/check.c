@@ -89,8 +89,10 @@ static void check_topk(const lh__logits *g, int V, int k, const noise *nz, lh_sa
  * iff the weight of the kept tokens ranked above it is below top_p * S: canonically, with the
  * sampler's own sum; on every machine if P, the weight of the possible tokens that may rank
  * above it, has P r < top_p S (with eps S for rounding); on no machine if Q, the weight of the
- * sure tokens that always rank above it, has Q >= top_p S r. Past the first candidate dropped
- * on every machine, all are. The scan starts from the tokens whose w exceeds
+ * possible tokens that always rank above it, has Q >= top_p S r. (Q need not be surely kept by
+ * top-k: top-k keeps a prefix of the rank order, so on a machine where i survives top-k, so do
+ * they; where it does not, it is dropped anyway.) Past the first candidate dropped on every
+ * machine, all are. The scan starts from the tokens whose w exceeds
  * (1 - top_p r) S / (4V) (together they hold more than top_p r S) and falls back to every
  * possible token if that is not enough. */
 static void check_topp(const lh__logits *g, int V, double T, double top_p, const noise *nz,
@@ -125,7 +127,7 @@ static void check_topp(const lh__logits *g, int V, double T, double top_p, const
         if (flags[i] & LH__POSS) keys[n++] = lh__rank_key(l[i], i, ib);
     }
     lh__sample_sort(keys, res, n, 32 + ib);
-    double cum = 0.0, sure = 0.0, poss = 0.0;
+    double cum = 0.0, always = 0.0, poss = 0.0;
     bool crossed = false, ok = true;
     size_t r1 = 0, r2 = 0;
     stop = n;
@@ -134,9 +136,9 @@ static void check_topp(const lh__logits *g, int V, double T, double top_p, const
       for (; r1 < q; r1++) { /* Q: always above id */
         int32_t j = lh__key_id(keys[r1], ib);
         if (!above_always(l, j, id, tol2)) break;
-        if (flags[j] & LH__SURE) sure += w[j];
+        always += w[j];
       }
-      if (crossed && sure >= drop_at) {
+      if (crossed && always >= drop_at) {
         stop = q;
         break;
       }
@@ -155,7 +157,7 @@ static void check_topp(const lh__logits *g, int V, double T, double top_p, const
         crossed = cum >= target;
       }
       double P = r2 > q ? poss - w[id] : poss;
-      bool sure_q = in ? (P + slack) * r < target : sure >= drop_at;
+      bool sure_q = in ? (P + slack) * r < target : always >= drop_at;
       res[q] = (uint64_t)in | (uint64_t)sure_q << 1;
     }
     if (complete || (ok && stop < n)) break;

@@ -835,6 +835,19 @@ static void test_check_near_thresholds(void **state) {
   assert_int_equal(check(l3, 3, p9, 0.55, 1, tol), LH_SAMPLE_CONSISTENT);
   assert_int_equal(check(l3, 3, p9, 0.55, 0, tol), LH_SAMPLE_INCONSISTENT);
 
+  /* top-k 3 then top-p: 1 is kept by top-k but may drop out (its logit is 1.9e-4 above 3's),
+   * and 4 dropped but may come in (1e-4 below 2's). Wherever 4 survives top-k, 1 does too: it
+   * ranks 2.5e-4 above 4 on every machine. The top-p sum before 4 then holds 0 and 1, about
+   * e^2 + 1 out of S = e^2 + 4, past top_p = (e^2 + 0.5) / S: 4 is dropped on every machine */
+  float c5[] = {2.0f, 1.5e-4f, 0.0f, -0.4e-4f, -1e-4f};
+  double S5 = 0;
+  for (int i = 0; i < 5; i++)
+    S5 += exp(c5[i]);
+  lh_sample_params kp = params(1, 3, (float)((exp(2.0) + 0.5) / S5), 0);
+  assert_int_equal(pick(c5, 5, kp, 0.95), 1);
+  assert_int_equal(check(c5, 5, kp, 0.95, 4, tol), LH_SAMPLE_INCONSISTENT);
+  assert_int_not_equal(check(c5, 5, kp, 0.95, 1, tol), LH_SAMPLE_INCONSISTENT);
+
   /* min-p 0.5 over weights 8 4 2 1: token 1 sits on the bound */
   double w4[] = {8, 4, 2, 1};
   float l4[4];
