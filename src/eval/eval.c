@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "longhaul/eval.h"
 
@@ -12,8 +13,8 @@ double lh_eval_pass_at_k(int n, int c, int k) {
   if (n - c < k) return 1.0;
   /* C(n-c, k) / C(n, k) = prod_{i=n-c+1}^{n} (1 - k/i): each factor in [0, 1) */
   double miss = 1.0;
-  for (int i = n - c + 1; i <= n; i++)
-    miss *= 1.0 - (double)k / i;
+  for (int64_t i = (int64_t)n - c + 1; i <= n; i++) /* 64-bit: i reaches n + 1 = INT_MAX + 1 */
+    miss *= 1.0 - (double)k / (double)i;
   return 1.0 - miss;
 }
 

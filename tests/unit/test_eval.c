@@ -2,6 +2,7 @@
  * k-subset, the Wilson interval, the mean interval of non-binary values (with clamping) and the
  * paired difference. Expected numbers were worked by hand or with /usr/bin/python3 (math.comb,
  * statistics.stdev, z = 1.96); each says how. */
+#include <limits.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -43,6 +44,12 @@ static void test_pass_at_k_by_hand(void **state) {
   /* large n: the product form neither overflows nor loses the answer (C(1000, 500) would) */
   double big = lh_eval_pass_at_k(1000, 1, 500); /* = 500/1000 exactly */
   near(big, 0.5, 1e-15, "n1000 c1 k500");
+  /* n = INT_MAX: the product's counter reaches n without overflowing (undefined behaviour that
+   * UBSan reports, make asan). python3: 1 - comb(n - c, k) / comb(n, k) with fractions.Fraction;
+   * the product form is exact to about 1e-16 absolute (1 - (1 - 1/n) rounds) */
+  near(lh_eval_pass_at_k(INT_MAX, 1, 1), 4.656612875245797e-10, 1e-15, "n INT_MAX c1 k1");
+  near(lh_eval_pass_at_k(INT_MAX, 3, 2), 2.7939677238464355e-09, 1e-15, "n INT_MAX c3 k2");
+  assert_true(lh_eval_pass_at_k(INT_MAX, INT_MAX, 1) == 1.0);
   /* outside the domain */
   assert_true(isnan(lh_eval_pass_at_k(5, 6, 1)));
   assert_true(isnan(lh_eval_pass_at_k(5, -1, 1)));
