@@ -38,8 +38,9 @@ lh_eval_ci lh_eval_mean(const double *v, int n);
 
 /* Paired difference of two models on the same n tasks: d_i = a[i] - b[i], mean d with
  * mean -+ z s_d / sqrt(n), s_d the sample standard deviation of d (n - 1 denominator), clamped
- * to [-1, 1] (values are in [0, 1]). Identical arrays give exactly {0, 0, 0, n}; n = 1 gives
- * [-1, 1] around d_0; n = 0 gives {0, -1, 1, 0}. */
+ * to [-1, 1] (values are in [0, 1]). n = 1 gives {d_0, -1, 1, 1}: one difference says nothing
+ * about the spread, so even identical arrays give {0, -1, 1, 1}; for n >= 2 identical arrays
+ * give exactly {0, 0, 0, n}. n = 0 gives {0, -1, 1, 0}. */
 lh_eval_ci lh_eval_paired(const double *a, const double *b, int n);
 
 #endif

@@ -133,6 +133,9 @@ static void test_paired(void **state) {
   const double x[2] = {1, 0}, y[2] = {0, 1};
   near_ci(lh_eval_paired(x, y, 2), 0, -1, 1, 2, "clamped");
   near_ci(lh_eval_paired(a, b, 1), 1, -1, 1, 1, "one pair");
+  /* one pair of identical values: still [-1, 1] (eval.h), not the zero width of n >= 2 */
+  lh_eval_ci one = lh_eval_paired(a, a, 1);
+  assert_true(one.mean == 0.0 && one.lo == -1.0 && one.hi == 1.0 && one.n == 1);
   lh_eval_ci e = lh_eval_paired(a, b, 0);
   assert_true(e.mean == 0 && e.lo == -1 && e.hi == 1 && e.n == 0);
 }
