@@ -32,7 +32,9 @@ lh_eval_ci lh_eval_wilson(double successes, int n);
  *  - when every value is exactly 0 or 1 (a proportion: pass@1 with one sample per task), the
  *    Wilson score interval of sum(v) successes in n;
  *  - otherwise the normal interval mean -+ z s / sqrt(n), s the sample standard deviation (n - 1
- *    denominator), clamped to [0, 1]; with n = 1 the interval is [0, 1].
+ *    denominator), clamped to [0, 1]; with n = 1 the interval is [0, 1]. It has zero width (up
+ *    to rounding) when n >= 2 and every value is the same number in (0, 1): s = 0 says the
+ *    values do not vary, not that the mean is exact (docs/ALGORITHMS.md, "Evaluation").
  * n = 0 gives {0, 0, 1, 0}. */
 lh_eval_ci lh_eval_mean(const double *v, int n);
 
@@ -40,7 +42,11 @@ lh_eval_ci lh_eval_mean(const double *v, int n);
  * mean -+ z s_d / sqrt(n), s_d the sample standard deviation of d (n - 1 denominator), clamped
  * to [-1, 1] (values are in [0, 1]). n = 1 gives {d_0, -1, 1, 1}: one difference says nothing
  * about the spread, so even identical arrays give {0, -1, 1, 1}; for n >= 2 identical arrays
- * give exactly {0, 0, 0, n}. n = 0 gives {0, -1, 1, 0}. */
+ * give exactly {0, 0, 0, n}. n = 0 gives {0, -1, 1, 0}. For n >= 2 the interval collapses to
+ * the point mean d (up to rounding) whenever every d_i is the same, whether or not a and b come
+ * from the same model: two models that both fail (or both solve) every task, or one that solves
+ * every task the other fails. That is s_d = 0, not certainty (docs/ALGORITHMS.md, "The paired
+ * difference"). */
 lh_eval_ci lh_eval_paired(const double *a, const double *b, int n);
 
 #endif

@@ -18,6 +18,9 @@
 #define CMD       "eval"
 #define MAX_KS    16 /* pass@k columns: 1, powers of two below K, K */
 #define BAR_WIDTH 28 /* characters of the progress bar */
+/* a paired interval narrower than this has collapsed: every task's difference is the same (up to
+ * rounding), docs/ALGORITHMS.md "The paired difference" */
+#define ZERO_WIDTH 1e-9
 
 static const lh__flag flags[] = {
     {"model", "DIR", true, "model directory with a tokenizer.json"},
@@ -249,7 +252,16 @@ static lh_eval_ci stat(const setup *s, const run *a, const run *b, const int *ta
 typedef struct {
   int *tasks; /* (n) scratch */
   double *va, *vb;
+  char zero[1024]; /* paired rows whose interval has zero width, comma-separated */
 } scratch;
+
+/* Adds the row to w->zero when c, a paired interval over two or more tasks, has zero width. */
+static void note_zero_width(scratch *w, const char *row, lh_eval_ci c) {
+  if (c.n < 2 || c.hi - c.lo >= ZERO_WIDTH) return;
+  size_t used = strlen(w->zero);
+  if (used + 1 < sizeof w->zero)
+    snprintf(w->zero + used, sizeof w->zero - used, "%s%s", used ? ", " : "", row);
+}
 
 static json_t *ci_json(lh_eval_ci c) {
   return json_pack("{s:f, s:f, s:f, s:i}", "mean", c.mean, "lo", c.lo, "hi", c.hi, "tasks", c.n);
@@ -275,6 +287,7 @@ static int report_rows(const setup *s, const run *a, const run *b, scratch *w, j
     char name[32];
     snprintf(name, sizeof name, "pass@%d", s->ks[j]);
     print_row(name, c, b);
+    if (b) note_zero_width(w, name, c);
     snprintf(name, sizeof name, "%d", s->ks[j]);
     json_object_set_new(pk, name, ci_json(c));
     if (s->ks[j] == 1) json_object_set_new(o, "pass_at_1", ci_json(c));
@@ -282,6 +295,7 @@ static int report_rows(const setup *s, const run *a, const run *b, scratch *w, j
   json_object_set_new(o, "pass_at_k", pk);
   lh_eval_ci rw = stat(s, a, b, w->tasks, m, 0, w->va, w->vb);
   print_row("mean reward", rw, b);
+  if (b) note_zero_width(w, "mean reward", rw);
   json_object_set_new(o, "mean_reward", ci_json(rw));
   json_t *by = json_array();
   if (s->n_levels > 0)
@@ -293,6 +307,11 @@ static int report_rows(const setup *s, const run *a, const run *b, scratch *w, j
     char name[48];
     snprintf(name, sizeof name, "%-23s %6d ", s->levels[l], ml);
     print_row(name, c, b);
+    if (b) {
+      char row[96];
+      snprintf(row, sizeof row, "pass@1 of %s", s->levels[l]);
+      note_zero_width(w, row, c);
+    }
     json_array_append_new(by, json_pack("{s:s, s:i, s:o, s:o}", "level", s->levels[l], "tasks", ml,
                                         "pass_at_1", ci_json(c), "mean_reward", ci_json(cr)));
   }
@@ -321,19 +340,35 @@ static json_t *report_model(const setup *s, const run *r, const char *role, scra
   return o;
 }
 
-/* Prints the paired difference a - b and returns its JSON object. */
-static json_t *report_paired(const setup *s, const run *a, const run *b, scratch *w) {
+/* Prints the paired difference a - b and returns its JSON object. `same`: a and b are one model
+ * directory, whose zero-width intervals need no note. */
+static json_t *report_paired(const setup *s, const run *a, const run *b, bool same, scratch *w) {
   const run *rs[2] = {a, b};
   int m = select_tasks(s, rs, 2, NULL, w->tasks);
   printf("paired difference (model - compare) on the %d tasks both scored, same sampler "
          "streams:\n",
          m);
   json_t *o = json_pack("{s:i}", "tasks", m);
+  w->zero[0] = '\0';
   report_rows(s, a, b, w, o);
+  if (!same && w->zero[0])
+    printf("  note: zero width for %s: the two models' difference is the same on every task "
+           "there, so the normal interval has no spread to measure; it is not certainty that "
+           "they differ by exactly that (docs/ALGORITHMS.md, \"The paired difference\")\n",
+           w->zero);
   return o;
 }
 
 /* ---------------------------------------------------------------- the command */
+
+/* Whether two paths name one directory. */
+static bool same_dir(const char *x, const char *y) {
+  char *rx = realpath(x, NULL), *ry = realpath(y, NULL);
+  bool same = rx && ry ? !strcmp(rx, ry) : !strcmp(x, y);
+  free(rx);
+  free(ry);
+  return same;
+}
 
 static int cmp_str(const void *x, const void *y) {
   return strcmp(*(const char *const *)x, *(const char *const *)y);
@@ -467,7 +502,7 @@ int lh__cmd_eval(int argc, char **argv) {
   json_object_set_new(root, "model", report_model(&s, &ra, "model", &w));
   if (dir2) {
     json_object_set_new(root, "compare", report_model(&s, &rb, "compare", &w));
-    json_object_set_new(root, "paired", report_paired(&s, &ra, &rb, &w));
+    json_object_set_new(root, "paired", report_paired(&s, &ra, &rb, same_dir(dir, dir2), &w));
   }
   fflush(stdout);
   if (json_path) {

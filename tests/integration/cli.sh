@@ -638,7 +638,22 @@ d = r["paired"]
 assert d["tasks"] == 24 and d["pass_at_1"]["mean"] == 0 and d["pass_at_1"]["lo"] == 0 and d["pass_at_1"]["hi"] == 0, d
 assert r["model"]["per_task"] == r["compare"]["per_task"]
 ' "$TMP/eval-self.json"
+  grep -q 'note:' "$TMP/eval-self.out" && fail "eval --compare itself: a note on zero-width intervals"
 }
+# two different untrained models that both solve no task: every paired difference is 0, so the
+# normal interval has zero width, and eval says why (docs/ALGORITHMS.md, "The paired difference")
+run eval-zero "$BIN" eval --model "$TMP/gen" --compare "$TMP/chars-model" --env arith:digits=1 --n 8 \
+  --max-new 4 --json "$TMP/eval-zero.json"
+expect_rc eval-zero 0 && py eval-zero-note '
+import json, sys
+r = json.load(open(sys.argv[1]))
+out = open(sys.argv[2]).read()
+assert r["model"]["pass_at_1"]["mean"] == 0 and r["compare"]["pass_at_1"]["mean"] == 0, "a model solved a task"
+p = r["paired"]["pass_at_1"]
+assert p["lo"] == p["hi"] == 0, p
+notes = [l for l in out.splitlines() if l.startswith("  note:")]
+assert len(notes) == 1 and "zero width" in notes[0] and "pass@1" in notes[0], out
+' "$TMP/eval-zero.json" "$TMP/eval-zero.out"
 # an exec environment is asked for each task once, however many models run on it; the task it
 # fails on (index 2 answers garbage) is skipped for both models and counted
 rm -f "$TMP/exec.log"
