@@ -253,7 +253,23 @@ typedef struct {
   int *tasks; /* (n) scratch */
   double *va, *vb;
   char zero[1024]; /* paired rows whose interval has zero width, comma-separated */
+  bool json_bad;   /* a JSON value could not be built or added (out of memory) */
 } scratch;
+
+/* Sets o[key] = v (v is taken; NULL or a NULL o count as a failure) and records a failure. */
+static void set_json(scratch *w, json_t *o, const char *key, json_t *v) {
+  if (json_object_set_new(o, key, v)) w->json_bad = true;
+}
+
+static void append_json(scratch *w, json_t *a, json_t *v) {
+  if (json_array_append_new(a, v)) w->json_bad = true;
+}
+
+/* A JSON string of a user's text (a path, an environment spec, a label): bytes that are not
+ * UTF-8 become U+FFFD. */
+static json_t *text_json(const char *t) {
+  return lh_json_text(t, strlen(t));
+}
 
 /* Adds the row to w->zero when c, a paired interval over two or more tasks, has zero width. */
 static void note_zero_width(scratch *w, const char *row, lh_eval_ci c) {
@@ -289,14 +305,14 @@ static int report_rows(const setup *s, const run *a, const run *b, scratch *w, j
     print_row(name, c, b);
     if (b) note_zero_width(w, name, c);
     snprintf(name, sizeof name, "%d", s->ks[j]);
-    json_object_set_new(pk, name, ci_json(c));
-    if (s->ks[j] == 1) json_object_set_new(o, "pass_at_1", ci_json(c));
+    set_json(w, pk, name, ci_json(c));
+    if (s->ks[j] == 1) set_json(w, o, "pass_at_1", ci_json(c));
   }
-  json_object_set_new(o, "pass_at_k", pk);
+  set_json(w, o, "pass_at_k", pk);
   lh_eval_ci rw = stat(s, a, b, w->tasks, m, 0, w->va, w->vb);
   print_row("mean reward", rw, b);
   if (b) note_zero_width(w, "mean reward", rw);
-  json_object_set_new(o, "mean_reward", ci_json(rw));
+  set_json(w, o, "mean_reward", ci_json(rw));
   json_t *by = json_array();
   if (s->n_levels > 0)
     printf("  %-23s %6s  %s\n", "difficulty", "tasks", b ? "pass@1 difference" : "pass@1");
@@ -312,10 +328,11 @@ static int report_rows(const setup *s, const run *a, const run *b, scratch *w, j
       snprintf(row, sizeof row, "pass@1 of %s", s->levels[l]);
       note_zero_width(w, row, c);
     }
-    json_array_append_new(by, json_pack("{s:s, s:i, s:o, s:o}", "level", s->levels[l], "tasks", ml,
-                                        "pass_at_1", ci_json(c), "mean_reward", ci_json(cr)));
+    append_json(w, by,
+                json_pack("{s:o, s:i, s:o, s:o}", "level", text_json(s->levels[l]), "tasks", ml,
+                          "pass_at_1", ci_json(c), "mean_reward", ci_json(cr)));
   }
-  json_object_set_new(o, "by_level", by);
+  set_json(w, o, "by_level", by);
   return m;
 }
 
@@ -327,16 +344,17 @@ static json_t *report_model(const setup *s, const run *r, const char *role, scra
   printf("%s %s: %d tasks scored", role, r->dir, m);
   if (m < s->n) printf(", %d skipped (the environment failed on them)", s->n - m);
   printf(", %.1f s, %.0f tokens/s\n", r->seconds, r->seconds > 0 ? r->tokens / r->seconds : 0.0);
-  json_t *o =
-      json_pack("{s:s, s:i, s:i, s:f, s:I}", "dir", r->dir, "tasks_scored", m, "tasks_skipped",
-                s->n - m, "seconds", r->seconds, "generated_tokens", (json_int_t)r->tokens);
+  json_t *o = json_pack("{s:o, s:i, s:i, s:f, s:I}", "dir", text_json(r->dir), "tasks_scored", m,
+                        "tasks_skipped", s->n - m, "seconds", r->seconds, "generated_tokens",
+                        (json_int_t)r->tokens);
   report_rows(s, r, NULL, w, o);
   json_t *per = json_array();
   for (int i = 0; i < s->n; i++)
-    json_array_append_new(per, json_pack("{s:i, s:s, s:b, s:i, s:f}", "index", i, "level",
-                                         s->task[i].level, "ok", r->ok[i], "correct", r->correct[i],
-                                         "reward", r->reward[i]));
-  json_object_set_new(o, "per_task", per);
+    append_json(w, per,
+                json_pack("{s:i, s:o, s:b, s:i, s:f}", "index", i, "level",
+                          text_json(s->task[i].level), "ok", r->ok[i], "correct", r->correct[i],
+                          "reward", r->reward[i]));
+  set_json(w, o, "per_task", per);
   return o;
 }
 
@@ -495,18 +513,23 @@ int lh__cmd_eval(int argc, char **argv) {
     snprintf(sampling, sizeof sampling, "temperature %g, top-p %g", temperature, top_p);
   printf("eval %s, %s split: %d tasks x %ld sample%s (%s), max-new %ld, seed %llu\n", s.env_spec,
          splits[split], s.n, K, K == 1 ? "" : "s", sampling, max_new, (unsigned long long)seed);
-  root =
-      json_pack("{s:s, s:s, s:s, s:i, s:i, s:f, s:f, s:i, s:I}", "command", "eval", "env",
-                s.env_spec, "split", splits[split], "tasks", s.n, "samples", (int)K, "temperature",
-                temperature, "top_p", top_p, "max_new", (int)max_new, "seed", (json_int_t)seed);
-  json_object_set_new(root, "model", report_model(&s, &ra, "model", &w));
+  root = json_pack("{s:s, s:o, s:s, s:i, s:i, s:f, s:f, s:i, s:I}", "command", "eval", "env",
+                   text_json(s.env_spec), "split", splits[split], "tasks", s.n, "samples", (int)K,
+                   "temperature", temperature, "top_p", top_p, "max_new", (int)max_new, "seed",
+                   (json_int_t)seed);
+  set_json(&w, root, "model", report_model(&s, &ra, "model", &w));
   if (dir2) {
-    json_object_set_new(root, "compare", report_model(&s, &rb, "compare", &w));
-    json_object_set_new(root, "paired", report_paired(&s, &ra, &rb, same_dir(dir, dir2), &w));
+    set_json(&w, root, "compare", report_model(&s, &rb, "compare", &w));
+    set_json(&w, root, "paired", report_paired(&s, &ra, &rb, same_dir(dir, dir2), &w));
   }
   fflush(stdout);
   if (json_path) {
-    char *text = json_dumps(root, JSON_INDENT(1) | JSON_REAL_PRECISION(10));
+    char *text = w.json_bad ? NULL : json_dumps(root, JSON_INDENT(1) | JSON_REAL_PRECISION(10));
+    if (!text) {
+      rc = lh__cli_error(CMD, LH__EXIT_FAIL, "--json %s: cannot encode the results as JSON",
+                         json_path);
+      goto out;
+    }
     size_t len = strlen(text);
     text[len] = '\n'; /* json_dumps allocates len + 1 bytes: the NUL becomes the newline */
     lh_err e = lh_file_write_atomic(json_path, text, len + 1);

@@ -654,6 +654,20 @@ assert p["lo"] == p["hi"] == 0, p
 notes = [l for l in out.splitlines() if l.startswith("  note:")]
 assert len(notes) == 1 and "zero width" in notes[0] and "pass@1" in notes[0], out
 ' "$TMP/eval-zero.json" "$TMP/eval-zero.out"
+# paths that are not UTF-8 (a jsonl file, model directories) reach the --json file with U+FFFD
+# for the bad bytes
+bad=$(printf '\xe9')
+printf '{"prompt":"1+1=","answer":"2"}\n{"prompt":"2+2=","answer":"4"}\n' >"$TMP/d$bad.jsonl"
+cp -r "$TMP/gen" "$TMP/m$bad" && cp -r "$TMP/chars-model" "$TMP/c$bad"
+run eval-utf8 "$BIN" eval --model "$TMP/m$bad" --compare "$TMP/c$bad" --n 3 --max-new 4 \
+  --env "jsonl:path=$TMP/d$bad.jsonl,test_fraction=0.5" --json "$TMP/eval-utf8.json"
+expect_rc eval-utf8 0 && py eval-utf8-json '
+import json, sys
+r = json.load(open(sys.argv[1], encoding="utf-8"))
+assert r["env"].endswith("/d\ufffd.jsonl,test_fraction=0.5"), r["env"]
+assert r["model"]["dir"].endswith("/m\ufffd") and r["compare"]["dir"].endswith("/c\ufffd"), r
+assert r["tasks"] == 2 and r["paired"]["tasks"] == 2, r
+' "$TMP/eval-utf8.json"
 # an exec environment is asked for each task once, however many models run on it; the task it
 # fails on (index 2 answers garbage) is skipped for both models and counted
 rm -f "$TMP/exec.log"
