@@ -47,16 +47,18 @@ static const char *const adv_names[] = {"grpo", "rloo"};
 /* ---------------------------------------------------------------- settings (run.json) */
 
 /* The settings a run's results depend on; --steps, logging and checkpoint cadence may change
- * on resume. */
+ * on resume. Paths that are not UTF-8 are recorded with U+FFFD for the bad bytes. NULL when out
+ * of memory. */
 static json_t *settings_json(const lh_rl_run_config *c) {
   const lh_loss_config *l = &c->loss;
   const lh_adamw_config *o = &c->opt;
   return json_pack(
-      "{s:i, s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:I,"
+      "{s:i, s:o, s:o, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:I,"
       " s:{s:s, s:f, s:f, s:f, s:f, s:f, s:b, s:f, s:s, s:f},"
       " s:{s:s, s:b, s:f},"
       " s:{s:f, s:f, s:f, s:f, s:f, s:f, s:i}}",
-      "format", STATE_FORMAT, "model", c->model_dir, "env", c->env_spec, "group", c->group,
+      "format", STATE_FORMAT, "model", lh_json_text(c->model_dir, strlen(c->model_dir)), "env",
+      lh_json_text(c->env_spec, strlen(c->env_spec)), "group", c->group,
       "prompts", c->prompts, "max_new", c->max_new, "max_prompt", c->max_prompt, "staleness", c->staleness, "minibatches",
       c->minibatches, "slots", c->slots, "seed", (json_int_t)c->seed, "loss", "kind",
       loss_names[l->kind], "eps_low", (double)l->eps_low, "eps_high", (double)l->eps_high, "C",
@@ -77,6 +79,10 @@ static lh_err settings_check(const lh_rl_run_config *c) {
   lh_err e = LH_ERR_OK;
   if (!c->resume) {
     char *text = json_dumps(now, JSON_INDENT(2) | JSON_SORT_KEYS);
+    if (!text) {
+      json_decref(now);
+      return lh_errorf(LH_ERR_NOMEM, "rl: cannot encode the run settings");
+    }
     size_t len = strlen(text);
     text[len] = '\n';
     e = lh_file_write_atomic(path, text, len + 1);
@@ -653,6 +659,10 @@ lh_err lh_rl_run(const lh_rl_run_config *c) {
     set_num(o, "train_tokens_per_s", t2 > t1 ? ss.tokens / (t2 - t1) : 0.0);
     char *line = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6));
     json_decref(o);
+    if (!line) {
+      e = lh_errorf(LH_ERR_NOMEM, "rl: step %lld: cannot encode its metrics", (long long)step);
+      break;
+    }
     int wrote = fprintf(metrics, "%s\n", line) >= 0 && fflush(metrics) == 0;
     free(line);
     if (!wrote) { /* a full disk: stop before steps go unrecorded */

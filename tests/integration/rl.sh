@@ -3,8 +3,8 @@
 # model, reward on 1-digit arithmetic rises within a bounded number of steps), the run directory
 # (metrics.jsonl fields, Hugging Face checkpoints, latest), exact --resume with staleness and
 # minibatches, --keep (checkpoint rotation), resuming a run.json written before --max-prompt,
-# and refusals (different settings on resume, a prompt and completion longer than the context,
-# bad flags, a missing checkpoint).
+# refusals (different settings on resume, a prompt and completion longer than the context,
+# bad flags, a missing checkpoint), and paths that are not UTF-8 in run.json.
 # Usage: bash rl.sh LONGHAUL_BIN SOURCE_DIR. Prints every failed check; exits 1 if any failed.
 set -uo pipefail
 
@@ -147,6 +147,24 @@ done
 "$BIN" rl --model "$TMP/sft" --env nosuchenv --out "$TMP/x" >/dev/null 2>"$TMP/env.err"
 rc=$?
 [ $rc -eq 1 ] && grep -q "unknown environment" "$TMP/env.err" || fail "bad env: exit $rc"
+
+# 5. Paths that are not UTF-8 (the model directory, a jsonl file) go into run.json with U+FFFD
+# for the bad bytes, and the run resumes against them.
+bad=$(printf '\xe9')
+cp -r "$TMP/sft" "$TMP/s$bad"
+for i in 1 2 3 4 5 6 7 8; do printf '{"prompt":"%d+1=","answer":"%d"}\n' $i $((i + 1)); done >"$TMP/d$bad.jsonl"
+UTF8=(--model "$TMP/s$bad" --env "jsonl:path=$TMP/d$bad.jsonl" --out "$TMP/utf8" --prompts 2 --group 2
+  --max-new 4 --threads 2)
+if "$BIN" rl "${UTF8[@]}" --steps 1 >/dev/null 2>"$TMP/utf8.err" &&
+  "$BIN" rl "${UTF8[@]}" --steps 2 --resume >/dev/null 2>>"$TMP/utf8.err"; then
+  $PY - "$TMP/utf8/run.json" <<'PYEOF' || fail "run.json of non-UTF-8 paths"
+import json, sys
+r = json.load(open(sys.argv[1], encoding="utf-8"))
+assert r["model"].endswith("/s\ufffd") and r["env"].endswith("/d\ufffd.jsonl"), r
+PYEOF
+else
+  fail "rl with non-UTF-8 paths: $(cat "$TMP/utf8.err")"
+fi
 
 if [ $FAILED -gt 0 ]; then
   echo "rl.sh: $FAILED check(s) failed"
