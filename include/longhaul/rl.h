@@ -245,7 +245,7 @@ typedef struct lh_rl_run_config {
   int save_every;        /* checkpoint every N updates (and at the end); 0: only at the end */
   int keep;              /* keep the newest N checkpoints, delete older ones; 0: keep all */
   int log_every;         /* progress line on stderr every N updates */
-  uint64_t seed;
+  uint64_t seed;         /* at most INT64_MAX: run.json records it as a JSON integer */
   lh_loss_config loss;
   lh_adv_config adv;
   lh_adamw_config opt;

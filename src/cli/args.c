@@ -170,7 +170,7 @@ int lh__args_int(const lh__args *a, const char *name, long lo, long hi, long def
   return LH__ARGS_CONTINUE;
 }
 
-int lh__args_u64(const lh__args *a, const char *name, uint64_t def, uint64_t *out) {
+int lh__args_u64(const lh__args *a, const char *name, uint64_t hi, uint64_t def, uint64_t *out) {
   const char *v = a->values[flag_index(a, name)];
   if (!v) {
     *out = def;
@@ -182,11 +182,15 @@ int lh__args_u64(const lh__args *a, const char *name, uint64_t def, uint64_t *ou
   bool ok = v[0] >= '0' && v[0] <= '9';
   if (ok) {
     x = strtoull(v, &end, 10);
-    ok = errno == 0 && *end == '\0';
+    ok = *end == '\0';
   }
   if (!ok)
     return lh__cli_error(a->cmd, LH__EXIT_USAGE,
                          "--%s: expected a non-negative integer, got \"%s\"", name, v);
+  if (errno == ERANGE || x > hi)
+    return lh__cli_error(a->cmd, LH__EXIT_USAGE,
+                         "--%s: expected an integer in [0, %llu], got \"%s\"", name,
+                         (unsigned long long)hi, v);
   *out = (uint64_t)x;
   return LH__ARGS_CONTINUE;
 }

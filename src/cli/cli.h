@@ -49,7 +49,11 @@ void lh__args_usage(const lh__args *a);
 bool lh__args_has(const lh__args *a, const char *name);
 const char *lh__args_str(const lh__args *a, const char *name, const char *def);
 int lh__args_int(const lh__args *a, const char *name, long lo, long hi, long def, long *out);
-int lh__args_u64(const lh__args *a, const char *name, uint64_t def, uint64_t *out);
+/* An integer in [0, hi]. */
+int lh__args_u64(const lh__args *a, const char *name, uint64_t hi, uint64_t def, uint64_t *out);
+/* Seeds are recorded as JSON integers (eval --json, rl's run.json), which are signed 64-bit:
+ * every command's --seed is at most this. */
+#define LH__SEED_MAX ((uint64_t)INT64_MAX)
 int lh__args_double(const lh__args *a, const char *name, double lo, double hi, double def,
                     double *out);
 /* `choices` is NULL-terminated; *out is the index of the match. */

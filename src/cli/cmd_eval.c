@@ -438,7 +438,7 @@ int lh__cmd_eval(int argc, char **argv) {
           LH__ARGS_CONTINUE ||
       (rc = lh__args_double(&a, "top-p", 1e-9, 1, 1.0, &top_p)) != LH__ARGS_CONTINUE ||
       (rc = lh__args_int(&a, "max-new", 1, 1 << 20, 64, &max_new)) != LH__ARGS_CONTINUE ||
-      (rc = lh__args_u64(&a, "seed", 0, &seed)) != LH__ARGS_CONTINUE ||
+      (rc = lh__args_u64(&a, "seed", LH__SEED_MAX, 0, &seed)) != LH__ARGS_CONTINUE ||
       (rc = lh__args_int(&a, "batch", 1, 4096, 64, &batch)) != LH__ARGS_CONTINUE ||
       (rc = lh__args_int(&a, "threads", 0, 1024, 0, &threads)) != LH__ARGS_CONTINUE ||
       (rc = lh__args_choice(&a, "split", splits, LH_SPLIT_TEST, &split)) != LH__ARGS_CONTINUE)

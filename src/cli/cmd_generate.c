@@ -71,7 +71,7 @@ int lh__cmd_generate(int argc, char **argv) {
       (rc = lh__args_double(&a, "top-p", 1e-9, 1, 1.0, &top_p)) != LH__ARGS_CONTINUE ||
       (rc = lh__args_int(&a, "top-k", 0, 1 << 30, 0, &top_k)) != LH__ARGS_CONTINUE ||
       (rc = lh__args_double(&a, "min-p", 0, 0.999999, 0.0, &min_p)) != LH__ARGS_CONTINUE ||
-      (rc = lh__args_u64(&a, "seed", 0, &seed)) != LH__ARGS_CONTINUE ||
+      (rc = lh__args_u64(&a, "seed", LH__SEED_MAX, 0, &seed)) != LH__ARGS_CONTINUE ||
       (rc = lh__args_int(&a, "n", 1, 1 << 20, 1, &n)) != LH__ARGS_CONTINUE ||
       (rc = lh__args_int(&a, "threads", 0, 1024, 0, &threads)) != LH__ARGS_CONTINUE)
     return rc;

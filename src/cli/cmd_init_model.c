@@ -280,7 +280,7 @@ int lh__cmd_init_model(int argc, char **argv) {
   int arch_i = 0, dtype_i = 0;
   uint64_t seed = 0;
   if ((rc = lh__args_choice(&a, "arch", arch_names, 0, &arch_i)) != LH__ARGS_CONTINUE) return rc;
-  if ((rc = lh__args_u64(&a, "seed", 0, &seed)) != LH__ARGS_CONTINUE) return rc;
+  if ((rc = lh__args_u64(&a, "seed", LH__SEED_MAX, 0, &seed)) != LH__ARGS_CONTINUE) return rc;
   if ((rc = lh__args_choice(&a, "dtype", dtype_names, 0, &dtype_i)) != LH__ARGS_CONTINUE) return rc;
   const char *preset = lh__args_str(&a, "preset", NULL);
   const char *out_dir = lh__args_str(&a, "out", NULL);

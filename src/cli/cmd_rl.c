@@ -81,7 +81,7 @@ int lh__cmd_rl(int argc, char **argv) {
       (rc = lh__args_double(&a, "is-cap", 1e-6, 1e6, c.loss.C, &cap)) != LH__ARGS_CONTINUE ||
       (rc = lh__args_double(&a, "lr", 0, 1, c.opt.lr, &lr)) != LH__ARGS_CONTINUE ||
       (rc = lh__args_double(&a, "kl-beta", 0, 1e3, 0, &kl_beta)) != LH__ARGS_CONTINUE ||
-      (rc = lh__args_u64(&a, "seed", 0, &c.seed)) != LH__ARGS_CONTINUE ||
+      (rc = lh__args_u64(&a, "seed", LH__SEED_MAX, 0, &c.seed)) != LH__ARGS_CONTINUE ||
       (rc = lh__args_choice(&a, "loss", loss_names, (int)c.loss.kind, &loss_i)) !=
           LH__ARGS_CONTINUE ||
       (rc = lh__args_choice(&a, "adv", adv_names, 0, &adv_i)) != LH__ARGS_CONTINUE ||

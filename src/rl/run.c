@@ -488,6 +488,9 @@ lh_err lh_rl_run(const lh_rl_run_config *c) {
                                    "group >= 2, staleness, save_every, keep >= 0 required");
   if (c->staleness > 64)
     return lh_errorf(LH_ERR_LIMIT, "rl: staleness %d, at most 64", c->staleness);
+  if (c->seed > (uint64_t)INT64_MAX) /* run.json's integers are signed 64-bit */
+    return lh_errorf(LH_ERR_LIMIT, "rl: seed %llu, at most %lld", (unsigned long long)c->seed,
+                     (long long)INT64_MAX);
   lh_env_config ecfg;
   lh_env *env = NULL;
   lh_model *m = NULL;

@@ -668,6 +668,23 @@ assert r["env"].endswith("/d\ufffd.jsonl,test_fraction=0.5"), r["env"]
 assert r["model"]["dir"].endswith("/m\ufffd") and r["compare"]["dir"].endswith("/c\ufffd"), r
 assert r["tasks"] == 2 and r["paired"]["tasks"] == 2, r
 ' "$TMP/eval-utf8.json"
+# seeds are recorded as JSON integers (signed 64-bit): every command refuses 2^63 and above, and
+# eval records the largest accepted one exactly
+for cmd in "init-model --arch qwen2 --preset tiny --out $TMP/x" "generate --model $TMP/gen --prompt 1" \
+  "eval --model $TMP/gen --env arith" "rl --model $TMP/gen --env arith --out $TMP/x"; do
+  for seed in 9223372036854775808 18446744073709551616; do
+    # shellcheck disable=SC2086
+    run seed-big "$BIN" $cmd --seed $seed
+    expect_rc seed-big 2 &&
+      expect_one_line_error seed-big "--seed: expected an integer in \[0, 9223372036854775807\], got \"$seed\"\$"
+  done
+done
+run eval-seed "$BIN" eval --model "$TMP/gen" --env arith:digits=1 --n 2 --max-new 2 \
+  --seed 9223372036854775807 --json "$TMP/eval-seed.json"
+expect_rc eval-seed 0 && py eval-seed-json '
+import json, sys
+assert json.load(open(sys.argv[1]))["seed"] == 2**63 - 1
+' "$TMP/eval-seed.json"
 # an exec environment is asked for each task once, however many models run on it; the task it
 # fails on (index 2 answers garbage) is skipped for both models and counted
 rm -f "$TMP/exec.log"

@@ -238,6 +238,29 @@ static void test_update_empty(void **state) {
   assert_int_equal(st.n_updates, 0);
 }
 
+/* A seed above INT64_MAX cannot be recorded in run.json (signed 64-bit JSON integers): refused
+ * before the run directory is created. */
+static void test_run_seed_limit(void **state) {
+  (void)state;
+  char out[64];
+  snprintf(out, sizeof out, "/tmp/longhaul-test-rl-seed.%d", (int)getpid());
+  lh_rl_run_config c = lh_rl_run_defaults();
+  c.model_dir = "/nonexistent-model";
+  c.env_spec = "arith";
+  c.out_dir = out;
+  c.seed = (uint64_t)INT64_MAX + 1;
+  lh_err e = lh_rl_run(&c);
+  bool created = access(out, F_OK) == 0;
+  if (created) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/run.json", out);
+    remove(path);
+    rmdir(out);
+  }
+  assert_int_equal(e, LH_ERR_LIMIT);
+  assert_false(created);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_rollout_prompts),
@@ -245,6 +268,7 @@ int main(void) {
       cmocka_unit_test(test_update_ppo),
       cmocka_unit_test(test_update_decoupled_minibatches),
       cmocka_unit_test(test_update_empty),
+      cmocka_unit_test(test_run_seed_limit),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
