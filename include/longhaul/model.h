@@ -159,6 +159,10 @@ lh_err lh_model_load(const char *dir, lh_model **out);
  * its config: BF16 tensors are copied bit for bit, F32/F16 ones rounded to nearest even. The
  * same checks and messages as lh_model_load; no fp32 copy is ever held. */
 lh_err lh_model_load_bf16(const char *dir, lh_config *cfg, uint16_t **slab);
+/* Checks DIR as lh_model_load does (config.json, generation_config.json, every tensor's presence,
+ * dtype and shape in the safetensors headers) without reading or allocating the weights, and
+ * fills *cfg: a directory that passes loads unless memory runs out. */
+lh_err lh_model_check(const char *dir, lh_config *cfg);
 /* Writes DIR/config.json and DIR/model.safetensors (creating DIR), each atomically. */
 typedef enum { LH_SAVE_F32 = 0, LH_SAVE_BF16 = 1 } lh_save_dtype;
 lh_err lh_model_save(const lh_model *m, const char *dir, lh_save_dtype dtype);

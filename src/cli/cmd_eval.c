@@ -104,16 +104,54 @@ static lh_err load_tokenizer(const char *dir, lh_tokenizer **tok) {
   return lh_tokenizer_load(path, tok);
 }
 
-/* Fails early, before any generation, on a model directory that cannot be loaded. */
+/* Fails early, before the tasks are fetched and any model generates, on a model directory that
+ * cannot be loaded: config, weights (every tensor present with its dtype and shape) and
+ * tokenizer. */
 static lh_err check_model_dir(const char *dir) {
-  char path[4096];
   lh_config c;
   lh_tokenizer *tok = NULL;
-  snprintf(path, sizeof path, "%s/config.json", dir);
-  lh_err e = lh_config_load(path, &c);
+  lh_err e = lh_model_check(dir, &c);
   if (!e) e = load_tokenizer(dir, &tok);
   lh_tokenizer_free(tok);
   return e;
+}
+
+/* Checks, before any model generates, that every prompt leaves room for --max-new tokens in the
+ * context of the model in dir, so no sample is cut short; sets *max_prompt to the longest prompt
+ * in its tokens (at least 1: it sizes the KV cache). Returns an exit code. */
+static int fit_prompts(const setup *s, const char *dir, int *max_prompt) {
+  char path[4096];
+  lh_config c;
+  lh_tokenizer *tok = NULL;
+  int rc = LH__EXIT_OK;
+  *max_prompt = 1;
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  if (lh_config_load(path, &c) || load_tokenizer(dir, &tok)) {
+    rc = lh__cli_fail(CMD);
+    goto out;
+  }
+  for (int i = 0; i < s->n; i++) {
+    const char *p = s->task[i].prompt;
+    if (!p) continue;
+    int32_t *ids = NULL;
+    size_t len = 0;
+    if (lh_tokenizer_encode(tok, p, strlen(p), true, &ids, &len)) {
+      rc = lh__cli_fail(CMD);
+      goto out;
+    }
+    free(ids);
+    if ((long)len + s->gc.max_new > c.max_positions) {
+      rc = lh__cli_error(CMD, LH__EXIT_FAIL,
+                         "%s: task %d: the prompt has %zu tokens and --max-new is %d; the "
+                         "model's context is %d tokens",
+                         dir, i, len, s->gc.max_new, c.max_positions);
+      goto out;
+    }
+    if ((int)len > *max_prompt) *max_prompt = (int)len;
+  }
+out:
+  lh_tokenizer_free(tok);
+  return rc;
 }
 
 /* Fails early on a --json path whose directory cannot be written. */
@@ -129,8 +167,9 @@ static bool json_dir_writable(const char *path) {
   return access(dir, W_OK | X_OK) == 0;
 }
 
-/* Generates and scores every task with the model in dir; fills r. Returns an exit code. */
-static int run_model(const setup *s, const char *dir, run *r) {
+/* Generates and scores every task with the model in dir, whose longest prompt has max_prompt
+ * tokens (fit_prompts); fills r. Returns an exit code. */
+static int run_model(const setup *s, const char *dir, int max_prompt, run *r) {
   memset(r, 0, sizeof *r);
   r->dir = dir;
   r->ok = lh_xcalloc((size_t)s->n, 1);
@@ -144,29 +183,6 @@ static int run_model(const setup *s, const char *dir, run *r) {
   if (lh_infer_load(dir, &m) || load_tokenizer(dir, &tok)) {
     rc = lh__cli_fail(CMD);
     goto out;
-  }
-  const lh_config *c = lh_infer_config(m);
-  /* the longest prompt sizes the KV cache; one that leaves no room for --max-new tokens in the
-   * model's context is an error */
-  int max_prompt = 1;
-  for (int i = 0; i < s->n; i++) {
-    const char *p = s->task[i].prompt;
-    if (!p) continue;
-    int32_t *ids = NULL;
-    size_t len = 0;
-    if (lh_tokenizer_encode(tok, p, strlen(p), true, &ids, &len)) {
-      rc = lh__cli_fail(CMD);
-      goto out;
-    }
-    free(ids);
-    if ((long)len + s->gc.max_new > c->max_positions) {
-      rc = lh__cli_error(CMD, LH__EXIT_FAIL,
-                         "%s: task %d: the prompt has %zu tokens and --max-new is %d; the "
-                         "model's context is %d tokens",
-                         dir, i, len, s->gc.max_new, c->max_positions);
-      goto out;
-    }
-    if ((int)len > max_prompt) max_prompt = (int)len;
   }
   int max_seq = max_prompt + s->gc.max_new;
   long want = (long)s->n * s->K;
@@ -500,8 +516,13 @@ int lh__cmd_eval(int argc, char **argv) {
   if (K > 1) s.ks[s.n_ks++] = (int)K;
   fetch_tasks(&s);
 
-  if ((rc = run_model(&s, dir, &ra)) != LH__EXIT_OK) goto out;
-  if (dir2 && (rc = run_model(&s, dir2, &rb)) != LH__EXIT_OK) goto out;
+  /* every model is checked before any generates */
+  int max_prompt = 1, max_prompt2 = 1;
+  if ((rc = fit_prompts(&s, dir, &max_prompt)) != LH__EXIT_OK ||
+      (dir2 && (rc = fit_prompts(&s, dir2, &max_prompt2)) != LH__EXIT_OK))
+    goto out;
+  if ((rc = run_model(&s, dir, max_prompt, &ra)) != LH__EXIT_OK) goto out;
+  if (dir2 && (rc = run_model(&s, dir2, max_prompt2, &rb)) != LH__EXIT_OK) goto out;
 
   w.tasks = lh_xmalloc((size_t)s.n * sizeof *w.tasks);
   w.va = lh_xmalloc((size_t)s.n * sizeof *w.va);

@@ -335,7 +335,8 @@ typedef struct {
 } source;
 
 /* Loads DIR into a new slab of fp32 (an lh_model, *out) or, with bf16_slab, of bf16 values
- * (*bf16_slab, its config in *bf16_cfg): F32 tensors are rounded, BF16 ones copied. */
+ * (*bf16_slab, its config in *bf16_cfg): F32 tensors are rounded, BF16 ones copied. With neither
+ * out nor bf16_slab, only checks DIR and sets *bf16_cfg (lh_model_check). */
 static lh_err load_dir(const char *dir, lh_model **out, uint16_t **bf16_slab, lh_config *bf16_cfg) {
   lh_err e = LH_ERR_OK;
   uint16_t *slab16 = NULL;
@@ -376,7 +377,7 @@ static lh_err load_dir(const char *dir, lh_model **out, uint16_t **bf16_slab, lh
   lh_model_tensors(&cfg, info, n);
 
   /* Everything is checked before the slab is allocated, so a config that promises more than
-   * the files hold is refused without reserving memory for it. */
+   * the files hold is refused without reserving memory for it. lh_model_check stops here. */
   for (int i = 0; i < n; i++) {
     char want[96], have[256];
     shape_str(want, sizeof want, info[i].shape, info[i].ndim);
@@ -399,6 +400,10 @@ static lh_err load_dir(const char *dir, lh_model **out, uint16_t **bf16_slab, lh
     }
   }
 
+  if (!out && !bf16_slab) { /* lh_model_check */
+    *bf16_cfg = cfg;
+    goto out;
+  }
   if (bf16_slab) {
     size_t n_params = lh_config_n_params(&cfg);
     char what[4200];
@@ -462,6 +467,11 @@ lh_err lh_model_load_bf16(const char *dir, lh_config *cfg, uint16_t **slab) {
   if (!dir || !cfg || !slab) return lh_errorf(LH_ERR_INVAL, "lh_model_load_bf16: NULL argument");
   *slab = NULL;
   return load_dir(dir, NULL, slab, cfg);
+}
+
+lh_err lh_model_check(const char *dir, lh_config *cfg) {
+  if (!dir || !cfg) return lh_errorf(LH_ERR_INVAL, "lh_model_check: NULL argument");
+  return load_dir(dir, NULL, NULL, cfg);
 }
 
 lh_err lh_model_save(const lh_model *m, const char *dir, lh_save_dtype dtype) {

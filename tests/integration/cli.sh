@@ -585,6 +585,17 @@ expect_rc eval-notok 1 && expect_one_line_error eval-notok 'tokenizer.json'
 run eval-nocompare "$BIN" eval --model "$TMP/gen" --env arith --n 2 --compare "$TMP/nowhere"
 expect_rc eval-nocompare 1 && expect_one_line_error eval-nocompare 'nowhere' &&
   { [ -s "$TMP/eval-nocompare.out" ] && fail "eval: printed results before rejecting --compare"; }
+# a --compare model that cannot run is refused before the first model generates anything: a
+# context too small for a prompt and --max-new, or no weights
+printf '{"max_position_embeddings": 16}\n' >"$TMP/ctx16.json"
+run eval-ctx16-init "$BIN" init-model --arch qwen2 --preset "$TMP/ctx16.json" --seed 3 --tokenizer chars --out "$TMP/ctx16"
+expect_rc eval-ctx16-init 0
+run eval-ctx2 "$BIN" eval --model "$TMP/gen" --compare "$TMP/ctx16" --env arith:digits=1 --n 2 --max-new 14
+expect_rc eval-ctx2 1 && expect_one_line_error eval-ctx2 'ctx16: task 0: the prompt has [0-9]+ tokens and --max-new is 14; the model.s context is 16 tokens' &&
+  { [ -s "$TMP/eval-ctx2.out" ] && fail "eval: printed results before rejecting --compare"; }
+mkdir -p "$TMP/noweights" && cp "$TMP/gen/config.json" "$TMP/gen/tokenizer.json" "$TMP/noweights/"
+run eval-noweights "$BIN" eval --model "$TMP/gen" --compare "$TMP/noweights" --env arith:digits=1 --n 2 --max-new 4
+expect_rc eval-noweights 1 && expect_one_line_error eval-noweights 'noweights/model.safetensors'
 EVAL_MODEL=$TMP/sft-out
 [ -d "$EVAL_MODEL" ] || EVAL_MODEL=$TMP/gen
 run eval "$BIN" eval --model "$EVAL_MODEL" --env arith:digits=1 --n 40 --json "$TMP/eval.json"

@@ -588,6 +588,11 @@ static void test_model_load_errors(void **state) {
   assert_int_equal(lh_model_load(dir, &back), LH_ERR_OK);
   assert_memory_equal(back->params, m->params, m->n_params * sizeof(float));
   lh_model_free(back);
+  /* lh_model_check agrees with lh_model_load on every case below, without loading */
+  lh_config checked;
+  assert_int_equal(lh_model_check(dir, &checked), LH_ERR_OK);
+  assert_int_equal(checked.hidden_size, m->cfg.hidden_size);
+  assert_int_equal(checked.max_positions, m->cfg.max_positions);
 
   /* missing tensor: named */
   int up = tensor_index(&m->cfg, "model.layers.1.mlp.up_proj.weight");
@@ -597,6 +602,8 @@ static void test_model_load_errors(void **state) {
   assert_null(back);
   assert_non_null(strstr(lh_last_error(), "model.layers.1.mlp.up_proj.weight"));
   assert_non_null(strstr(lh_last_error(), "missing"));
+  assert_int_equal(lh_model_check(dir, &checked), LH_ERR_NOTFOUND);
+  assert_non_null(strstr(lh_last_error(), "model.layers.1.mlp.up_proj.weight"));
 
   /* transposed tensor: both shapes in the message */
   write_weights(m, st_path, -1, up, NULL);
@@ -605,6 +612,8 @@ static void test_model_load_errors(void **state) {
   snprintf(want, sizeof want,
            "model.safetensors: tensor model.layers.1.mlp.up_proj.weight: shape [128, 384], "
            "config.json says [384, 128]");
+  assert_non_null(strstr(lh_last_error(), want));
+  assert_int_equal(lh_model_check(dir, &checked), LH_ERR_MISMATCH);
   assert_non_null(strstr(lh_last_error(), want));
 
   /* untied config needs lm_head */
@@ -625,6 +634,8 @@ static void test_model_load_errors(void **state) {
   /* no weights at all; no config */
   unlink(st_path);
   assert_int_equal(lh_model_load(dir, &back), LH_ERR_IO);
+  assert_non_null(strstr(lh_last_error(), "model.safetensors"));
+  assert_int_equal(lh_model_check(dir, &checked), LH_ERR_IO);
   assert_non_null(strstr(lh_last_error(), "model.safetensors"));
   unlink(cfgp);
   assert_int_equal(lh_model_load(dir, &back), LH_ERR_IO);
