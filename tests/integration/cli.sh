@@ -596,6 +596,89 @@ expect_rc eval-ctx2 1 && expect_one_line_error eval-ctx2 'ctx16: task 0: the pro
 mkdir -p "$TMP/noweights" && cp "$TMP/gen/config.json" "$TMP/gen/tokenizer.json" "$TMP/noweights/"
 run eval-noweights "$BIN" eval --model "$TMP/gen" --compare "$TMP/noweights" --env arith:digits=1 --n 2 --max-new 4
 expect_rc eval-noweights 1 && expect_one_line_error eval-noweights 'noweights/model.safetensors'
+# check_eval NAME FILE: every number of an eval --json file, recomputed from its per_task results
+# with exact binomials (pass@k of Chen et al.), Wilson and normal intervals and the paired
+# difference (docs/ALGORITHMS.md, "Evaluation"), agrees with the file's to 1e-9.
+cat >"$TMP/check_eval.py" <<'PYEOF'
+import json, math, statistics, sys
+from fractions import Fraction
+
+Z, TOL = 1.96, 1e-9
+r = json.load(open(sys.argv[1], encoding="utf-8"))
+K, n = r["samples"], r["tasks"]
+ks = [1] + [2**j for j in range(1, 13) if 2**j < K] + ([K] if K > 1 else [])
+
+
+def pass_at_k(c, k):  # 1 - C(K - c, k) / C(K, k), exactly
+    return float(1 - Fraction(math.comb(K - c, k), math.comb(K, k)))
+
+
+def normal(v, lo, hi):
+    m = statistics.fmean(v)
+    if len(v) == 1:
+        return m, lo, hi
+    h = Z * statistics.stdev(v) / math.sqrt(len(v))
+    return m, max(lo, m - h), min(hi, m + h)
+
+
+def mean_ci(v):
+    if not v:
+        return 0.0, 0.0, 1.0
+    if any(x not in (0.0, 1.0) for x in v):
+        return normal(v, 0.0, 1.0)
+    m, d = len(v), 1 + Z * Z / len(v)
+    p = sum(v) / m
+    centre = (p + Z * Z / (2 * m)) / d
+    half = Z / d * math.sqrt(p * (1 - p) / m + Z * Z / (4 * m * m))
+    return p, max(0.0, centre - half), min(1.0, centre + half)
+
+
+def paired_ci(a, b):
+    return normal([x - y for x, y in zip(a, b)], -1.0, 1.0) if a else (0.0, -1.0, 1.0)
+
+
+def value(who, i, k):  # pass@k of task i (k >= 1), or its mean reward (k = 0)
+    t = who["per_task"][i]
+    assert t["index"] == i and 0 <= t["correct"] <= K, t
+    return pass_at_k(t["correct"], k) if k else t["reward"]
+
+
+def check_block(what, block, a, b=None):
+    """block holds a's numbers (b None) or the paired difference a - b"""
+    scored = [i for i in range(n) if a["per_task"][i]["ok"] and (b is None or b["per_task"][i]["ok"])]
+
+    def same(row, got, tasks, k):
+        va = [value(a, i, k) for i in tasks]
+        want = mean_ci(va) if b is None else paired_ci(va, [value(b, i, k) for i in tasks])
+        g = (got["mean"], got["lo"], got["hi"])
+        assert got["tasks"] == len(tasks), f"{what} {row}: {got['tasks']} tasks, want {len(tasks)}"
+        assert max(abs(x - y) for x, y in zip(g, want)) <= TOL, f"{what} {row}: {g}, recomputed {want}"
+
+    assert sorted(block["pass_at_k"], key=int) == [str(k) for k in ks], (what, list(block["pass_at_k"]))
+    for k in ks:
+        same(f"pass@{k}", block["pass_at_k"][str(k)], scored, k)
+    same("pass_at_1", block["pass_at_1"], scored, 1)
+    same("mean reward", block["mean_reward"], scored, 0)
+    levels = sorted({t["level"] for t in a["per_task"] if t["level"]})
+    assert [l["level"] for l in block["by_level"]] == levels, (what, block["by_level"])
+    for l in block["by_level"]:
+        tasks = [i for i in scored if a["per_task"][i]["level"] == l["level"]]
+        same(f"{l['level']} pass@1", l["pass_at_1"], tasks, 1)
+        same(f"{l['level']} mean reward", l["mean_reward"], tasks, 0)
+    return len(scored)
+
+
+for who in ("model", "compare"):
+    if who in r:
+        m = r[who]
+        assert len(m["per_task"]) == n and m["tasks_scored"] == check_block(who, m, m), who
+if "compare" in r:
+    assert r["paired"]["tasks"] == check_block("paired", r["paired"], r["model"], r["compare"])
+PYEOF
+check_eval() {
+  py "$1" "$(cat "$TMP/check_eval.py")" "$2"
+}
+
 EVAL_MODEL=$TMP/sft-out
 [ -d "$EVAL_MODEL" ] || EVAL_MODEL=$TMP/gen
 run eval "$BIN" eval --model "$EVAL_MODEL" --env arith:digits=1 --n 40 --json "$TMP/eval.json"
@@ -651,6 +734,20 @@ assert r["model"]["per_task"] == r["compare"]["per_task"]
 ' "$TMP/eval-self.json"
   grep -q 'note:' "$TMP/eval-self.out" && fail "eval --compare itself: a note on zero-width intervals"
 }
+# two different models: the briefly sft-trained one, which solves some tasks with some of its
+# samples, and the untrained one it started from (its numbers are checked against per_task below)
+run eval-cmp "$BIN" eval --model "$TMP/sft-out" --compare "$TMP/gen" --env arith:digits=1 --n 24 \
+  --samples 4 --max-new 6 --json "$TMP/eval-cmp.json"
+expect_rc eval-cmp 0 && py eval-cmp-json '
+import json, sys
+r = json.load(open(sys.argv[1]))
+m, p = r["model"], r["paired"]
+assert any(0 < t["correct"] < 4 for t in m["per_task"]), "the sft model solved no task with 1-3 of 4 samples"
+assert m["per_task"] != r["compare"]["per_task"], "the two models gave the same results"
+pk = m["pass_at_k"]
+assert pk["1"]["mean"] < pk["2"]["mean"] < pk["4"]["mean"], pk
+assert p["pass_at_1"]["mean"] > 0 and p["pass_at_k"]["4"]["mean"] > p["pass_at_1"]["mean"], p
+' "$TMP/eval-cmp.json"
 # two different untrained models that both solve no task: every paired difference is 0, so the
 # normal interval has zero width, and eval says why (docs/ALGORITHMS.md, "The paired difference")
 run eval-zero "$BIN" eval --model "$TMP/gen" --compare "$TMP/chars-model" --env arith:digits=1 --n 8 \
@@ -712,6 +809,14 @@ for who in ("model", "compare"):
     assert r[who]["tasks_scored"] == 5 and r[who]["tasks_skipped"] == 1, r[who]
     assert not r[who]["per_task"][2]["ok"], r[who]["per_task"][2]
 ' "$TMP/exec.log" "$TMP/eval-exec.json"
+# every --json file above: its numbers recomputed from its per-task results
+for name in eval eval-k eval-k2 eval-self eval-cmp eval-zero eval-utf8 eval-seed eval-exec; do
+  if [ -f "$TMP/$name.json" ]; then
+    check_eval "$name-stats" "$TMP/$name.json"
+  else
+    fail "$name: no --json file to check"
+  fi
+done
 
 echo "cli.sh: $CHECKS checks passed, $FAILED failed"
 [ "$FAILED" -eq 0 ]
