@@ -226,7 +226,7 @@ lh_err lh_rl_update(lh_train *t, lh_adamw *opt, lh_model *m, const lh_loss_confi
 /* ---------------------------------------------------------------- the single-process loop
  * `longhaul rl`: sample, score, assemble, update, repeat, with a delay queue of `staleness`
  * rollout batches between the policy that generates and the policy that trains. Update s
- * (1-based) trains on the batch generated K generations earlier; the first K batches are
+ * (1-based) trains on the batch generated K generations earlier; the first K + 1 batches are
  * generated before the first update, so the staleness of update s is min(s - 1, K). Generation g
  * uses train tasks g*prompts .. g*prompts + prompts - 1 and sampler streams from
  * g * prompts * group, with the run's seed: the run is a pure function of its settings. */

@@ -31,7 +31,9 @@ static const lh__flag flags[] = {
     {"kl-beta", "B", false, "k3 KL penalty to the starting model, weight B (default 0: off)"},
     {"minibatches", "M", false, "optimiser steps per batch, split by group (default 1)"},
     {"lr", "LR", false, "learning rate (default 1e-4, constant)"},
-    {"warmup", "N", false, "linear learning-rate warmup steps (default 0)"},
+    {"warmup", "N", false,
+     "linear learning-rate warmup, in optimiser steps: --minibatches of them per update (default "
+     "0)"},
     {"seed", "S", false, "sampling seed (default 0)"},
     {"slots", "N", false, "sequences generated concurrently (default 64)"},
     {"save-every", "N", false, "checkpoint every N steps and at the end (default 50; 0: end)"},

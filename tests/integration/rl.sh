@@ -4,7 +4,8 @@
 # (metrics.jsonl fields, Hugging Face checkpoints, latest), exact --resume with staleness and
 # minibatches, --keep (checkpoint rotation), resuming a run.json written before --max-prompt,
 # refusals (different settings on resume, a prompt and completion longer than the context,
-# bad flags, a missing checkpoint), and paths that are not UTF-8 in run.json.
+# bad flags, a missing checkpoint), paths that are not UTF-8 in run.json, and what a kill leaves
+# (temporary checkpoint files, metrics past 1 GiB, a NaN Adam moment, null statistics).
 # Usage: bash rl.sh LONGHAUL_BIN SOURCE_DIR. Prints every failed check; exits 1 if any failed.
 set -uo pipefail
 
@@ -165,6 +166,91 @@ PYEOF
 else
   fail "rl with non-UTF-8 paths: $(cat "$TMP/utf8.err")"
 fi
+
+# 6. Checkpoints and metrics after a kill. SMALL runs are 2 prompts x 2 completions.
+SMALL=(--model "$TMP/sft" --env arith:digits=1 --prompts 2 --group 2 --max-new 4 --threads 2)
+# 6a. A run killed while writing step 2 left step-000002.tmp with a partial temporary file: the
+# resumed run neither renames it into step 2 nor leaves it for --keep to trip on.
+"$BIN" rl "${SMALL[@]}" --out "$TMP/kp" --steps 1 --save-every 1 --keep 1 2>"$TMP/kp.err" ||
+  fail "kp run: $(tail -n 2 "$TMP/kp.err")"
+mkdir -p "$TMP/kp/checkpoints/step-000002.tmp"
+head -c 3000 /dev/urandom >"$TMP/kp/checkpoints/step-000002.tmp/model.safetensors.tmp.99999"
+"$BIN" rl "${SMALL[@]}" --out "$TMP/kp" --steps 4 --save-every 1 --keep 1 --resume 2>"$TMP/kp2.err" ||
+  fail "kp resume: $(tail -n 2 "$TMP/kp2.err")"
+[ "$(ls "$TMP/kp/checkpoints")" = "step-000004" ] ||
+  fail "--keep 1 after a killed write left: $(ls "$TMP/kp/checkpoints" | tr '\n' ' ')"
+grep -q "cannot remove" "$TMP/kp2.err" && fail "--keep warned: $(grep "cannot remove" "$TMP/kp2.err")"
+# 6b. A kill after step 2 was renamed into place but before `latest` named it, with a stray
+# temporary file inside: the resumed run replaces step 2 (it used to stop at "Directory not
+# empty" on every later --resume).
+"$BIN" rl "${SMALL[@]}" --out "$TMP/st" --steps 2 --save-every 1 2>"$TMP/st.err" ||
+  fail "st run: $(tail -n 2 "$TMP/st.err")"
+cp "$TMP/st/checkpoints/step-000002/model.safetensors" \
+  "$TMP/st/checkpoints/step-000002/model.safetensors.tmp.12345"
+echo step-000001 >"$TMP/st/latest"
+if "$BIN" rl "${SMALL[@]}" --out "$TMP/st" --steps 3 --save-every 1 --resume 2>"$TMP/st2.err"; then
+  [ -e "$TMP/st/checkpoints/step-000002/model.safetensors.tmp.12345" ] &&
+    fail "the stray temporary file survived the replacement of step 2"
+else
+  fail "resume over a step directory with a stray file: $(tail -n 2 "$TMP/st2.err")"
+fi
+# 6c. Without `latest` the error says why, once.
+rm "$TMP/st/latest"
+"$BIN" rl "${SMALL[@]}" --out "$TMP/st" --steps 4 --resume >/dev/null 2>"$TMP/st3.err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "cannot resume, no checkpoint: $TMP/st/latest: " "$TMP/st3.err" &&
+  [ "$(grep -o "cannot resume" "$TMP/st3.err" | wc -l)" -eq 1 ] ||
+  fail "resume without latest: exit $rc, $(cat "$TMP/st3.err")"
+# 6d. metrics.jsonl past 1 GiB (a sparse hole stands in for a long run) is still cut back to the
+# checkpoint's step on resume: no line is written twice.
+"$BIN" rl "${SMALL[@]}" --out "$TMP/mt" --steps 3 --save-every 2 2>"$TMP/mt.err" ||
+  fail "mt run: $(tail -n 2 "$TMP/mt.err")"
+truncate -s +1100M "$TMP/mt/metrics.jsonl"
+echo step-000002 >"$TMP/mt/latest"
+"$BIN" rl "${SMALL[@]}" --out "$TMP/mt" --steps 4 --save-every 2 --resume 2>"$TMP/mt2.err" ||
+  fail "mt resume: $(tail -n 2 "$TMP/mt2.err")"
+$PY - "$TMP/mt/metrics.jsonl" <<'PYEOF' || fail "metrics after resume of a file past 1 GiB"
+import json, os, sys
+assert os.path.getsize(sys.argv[1]) < 1 << 20, os.path.getsize(sys.argv[1])
+steps = [json.loads(l)["step"] for l in open(sys.argv[1])]
+assert steps == [1, 2, 3, 4], steps
+PYEOF
+# 6e. A NaN Adam moment in the trainer state is refused on resume (it turned every later step
+# to NaN, and the run exited 0).
+$PY - "$TMP/mt/checkpoints/step-000004/trainer_state.safetensors" <<'PYEOF' || fail "could not edit the state"
+import json, struct, sys
+p = sys.argv[1]
+b = bytearray(open(p, "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+start = json.loads(b[8:8 + n])["adam.m"]["data_offsets"][0]
+b[8 + n + start:8 + n + start + 4] = struct.pack("<f", float("nan"))
+open(p, "wb").write(b)
+PYEOF
+echo step-000004 >"$TMP/mt/latest"
+"$BIN" rl "${SMALL[@]}" --out "$TMP/mt" --steps 5 --save-every 2 --resume >/dev/null 2>"$TMP/mt3.err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "adam.m\[0\] is nan" "$TMP/mt3.err" ||
+  fail "resume from a NaN Adam moment: exit $rc, $(cat "$TMP/mt3.err")"
+# 6f. An env without train tasks is refused before step 1.
+: >"$TMP/empty.jsonl"
+printf '{"prompt":"1+1=","answer":"2"}\n' >"$TMP/two.jsonl"
+"$BIN" rl --model "$TMP/sft" --env "jsonl:path=$TMP/empty.jsonl,test=$TMP/two.jsonl" --out "$TMP/et" \
+  >/dev/null 2>"$TMP/et.err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "has no train tasks" "$TMP/et.err" ||
+  fail "rl on an empty train split: exit $rc, $(cat "$TMP/et.err")"
+# 6g. A step that trains on nothing (one-token completions: every sort answer is wrong, so every
+# group is skipped) reports null losses and ratios, not 0.
+"$BIN" rl --model "$TMP/sft" --env sort:count=4,digits=1 --prompts 2 --group 2 --max-new 1 \
+  --threads 2 --steps 1 --out "$TMP/nt" 2>"$TMP/nt.err" || fail "nt run: $(tail -n 2 "$TMP/nt.err")"
+$PY - "$TMP/nt/metrics.jsonl" <<'PYEOF' || fail "metrics of a step that trained on nothing"
+import json, sys
+r = json.loads(open(sys.argv[1]).readline())
+assert r["skipped_groups"] == 2 and r["updates"] == 0, r
+for k in ("loss", "kl_loss", "kl_mu_pi", "clip_frac", "masked_frac", "ratio_min", "ratio_mean",
+          "ratio_max", "grad_norm"):
+    assert r[k] is None, (k, r)
+PYEOF
 
 if [ $FAILED -gt 0 ]; then
   echo "rl.sh: $FAILED check(s) failed"
