@@ -231,6 +231,22 @@ echo step-000004 >"$TMP/mt/latest"
 rc=$?
 [ $rc -eq 1 ] && grep -q "adam.m\[0\] is nan" "$TMP/mt3.err" ||
   fail "resume from a NaN Adam moment: exit $rc, $(cat "$TMP/mt3.err")"
+# A queued batch whose policy version cannot be (99 at step 1 with --staleness 1) is refused too.
+"$BIN" rl "${SMALL[@]}" --staleness 1 --out "$TMP/qv" --steps 1 2>"$TMP/qv.err" ||
+  fail "qv run: $(tail -n 2 "$TMP/qv.err")"
+$PY - "$TMP/qv/checkpoints/step-000001/trainer_state.safetensors" <<'PYEOF' || fail "could not edit the state"
+import json, struct, sys
+p = sys.argv[1]
+b = bytearray(open(p, "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+start = json.loads(b[8:8 + n])["queue.0.version"]["data_offsets"][0]
+b[8 + n + start:8 + n + start + 8] = struct.pack("<q", 99)
+open(p, "wb").write(b)
+PYEOF
+"$BIN" rl "${SMALL[@]}" --staleness 1 --out "$TMP/qv" --steps 2 --resume >/dev/null 2>"$TMP/qv2.err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "queue.0.version 99, expected 0..1" "$TMP/qv2.err" ||
+  fail "resume with a queued version of 99: exit $rc, $(cat "$TMP/qv2.err")"
 # 6f. An env without train tasks is refused before step 1.
 : >"$TMP/empty.jsonl"
 printf '{"prompt":"1+1=","answer":"2"}\n' >"$TMP/two.jsonl"
