@@ -49,8 +49,10 @@ bool lh_tokenizer_is_special(const lh_tokenizer *t, int32_t id);
  * BPE can represent any bytes). *ids is malloc'd; the caller frees it. */
 lh_err lh_tokenizer_encode(const lh_tokenizer *t, const char *text, size_t len, bool allow_special,
                            int32_t **ids, size_t *n);
-/* Decodes ids to bytes (not necessarily valid UTF-8 if cut mid-character). Ids outside the
- * vocabulary give LH_ERR_INVAL. skip_special leaves special tokens out. *text is malloc'd and
+/* Decodes ids to bytes (not necessarily valid UTF-8 if cut mid-character). An id the tokenizer
+ * does not have decodes to nothing, as in Hugging Face (a model's vocab_size may be padded past
+ * its tokenizer, as Qwen's is); a negative id gives LH_ERR_INVAL. skip_special leaves special
+ * tokens out. *text is malloc'd and
  * NUL-terminated; *len excludes the NUL. */
 lh_err lh_tokenizer_decode(const lh_tokenizer *t, const int32_t *ids, size_t n, bool skip_special,
                            char **text, size_t *len);

@@ -70,6 +70,15 @@ static int do_decode(const lh_tokenizer *t, const char *spec, bool skip_special)
   size_t n = 0;
   int rc = lh__parse_ids(CMD, "decode", spec, &ids, &n);
   if (rc != LH__ARGS_CONTINUE) return rc;
+  for (size_t i = 0; i < n; i++) /* the library skips unknown ids; a typed one is a mistake */
+    if (!lh_tokenizer_token(t, ids[i])) {
+      rc = lh__cli_error(CMD, LH__EXIT_FAIL,
+                         "--decode: token id %d at position %zu is not in the vocabulary (ids "
+                         "0..%d)",
+                         ids[i], i, lh_tokenizer_vocab_size(t) - 1);
+      free(ids);
+      return rc;
+    }
   char *text = NULL;
   size_t len = 0;
   if (lh_tokenizer_decode(t, ids, n, skip_special, &text, &len) != LH_ERR_OK) {

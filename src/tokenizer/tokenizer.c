@@ -442,13 +442,14 @@ lh_err lh_tokenizer_decode(const lh_tokenizer *t, const int32_t *ids, size_t n, 
   size_t emitted = 0;
   for (size_t i = 0; i < n && ok; i++) {
     int32_t id = ids[i];
-    if (!valid_id(t, id)) {
+    if (id < 0) {
       free(b.p);
-      return lh_errorf(LH_ERR_INVAL,
-                       "%s: token id %d at position %zu is not in the vocabulary "
-                       "(ids 0..%d)",
-                       t->what, id, i, t->n_ids - 1);
+      return lh_errorf(LH_ERR_INVAL, "%s: token id %d at position %zu is negative", t->what, id,
+                       i);
     }
+    /* an id the model has but the tokenizer does not (Qwen pads vocab_size past its tokenizer,
+     * and a sampler may pick those rows) decodes to nothing, as in Hugging Face */
+    if (!valid_id(t, id)) continue;
     if (skip_special && (t->id_flags[id] & LH__TOK_ID_SPECIAL)) continue;
     ok = put_token(t, &b, id, emitted == 0);
     emitted++;
@@ -465,8 +466,8 @@ lh_err lh_tokenizer_decode(const lh_tokenizer *t, const int32_t *ids, size_t n, 
 
 long lh_tokenizer_token_bytes(const lh_tokenizer *t, int32_t id, bool skip_special, char *buf,
                               size_t cap) {
-  if (!valid_id(t, id)) return -1;
-  if (skip_special && (t->id_flags[id] & LH__TOK_ID_SPECIAL)) return 0;
+  if (id < 0) return -1;
+  if (!valid_id(t, id) || (skip_special && (t->id_flags[id] & LH__TOK_ID_SPECIAL))) return 0;
   bytes b = {buf, 0, cap, true};
   return put_token(t, &b, id, true) ? (long)b.n : -1;
 }
