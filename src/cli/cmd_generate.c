@@ -26,7 +26,9 @@ static const lh__flag flags[] = {
     {"top-p", "P", false, "nucleus sampling threshold in (0, 1] (default 1 = off)"},
     {"top-k", "K", false, "keep the K most likely tokens (default 0 = off)"},
     {"min-p", "P", false, "keep tokens with p >= P * max p (default 0 = off)"},
-    {"stop", "STR", false, "also stop a sample when its text ends with STR (needs tokenizer.json)"},
+    {"stop", "STR", false,
+     "also stop a sample at the token that completes STR in its text; the token's bytes after STR "
+     "stay (needs tokenizer.json)"},
     {"seed", "S", false, "sampling seed (default 0)"},
     {"n", "K", false,
      "number of samples of the prompt (default 1; above 8, weights are also kept in fp32)"},
@@ -236,8 +238,9 @@ static const lh__flag bench_flags[] = {
 int lh__bench_generate(int argc, char **argv) {
   lh__args a = {.cmd = "bench generate",
                 .about = "Prefill and decode throughput of the rollout engine: B random prompts "
-                         "of P tokens, all prefilled in the first forward, then N tokens each "
-                         "sampled at temperature 1 with no stop token. Decode time includes "
+                         "of P tokens, prefilled in forwards of up to 8192 tokens, then N tokens "
+                         "each sampled at temperature 1 with no stop token (N >= 2: the first "
+                         "comes from the prefill, so N - 1 decode forwards). Decode time includes "
                          "sampling. Above 8 sequences the weights are also kept in fp32, as "
                          "generate does.",
                 .flags = bench_flags,
@@ -247,7 +250,7 @@ int lh__bench_generate(int argc, char **argv) {
   long B, P, N, threads;
   if ((rc = lh__args_int(&a, "batch", 1, 4096, 1, &B)) != LH__ARGS_CONTINUE ||
       (rc = lh__args_int(&a, "prompt-len", 1, 1 << 20, 1, &P)) != LH__ARGS_CONTINUE ||
-      (rc = lh__args_int(&a, "new", 1, 1 << 20, 1, &N)) != LH__ARGS_CONTINUE ||
+      (rc = lh__args_int(&a, "new", 2, 1 << 20, 2, &N)) != LH__ARGS_CONTINUE ||
       (rc = lh__args_int(&a, "threads", 0, 1024, 0, &threads)) != LH__ARGS_CONTINUE)
     return rc;
   lh_set_threads((int)threads);

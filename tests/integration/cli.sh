@@ -346,6 +346,8 @@ run tok-none "$BIN" tokenize --tokenizer chars
 expect_rc tok-none 2 && expect_one_line_error tok-none 'exactly one of --text, --file or --decode'
 run tok-two "$BIN" tokenize --tokenizer chars --text a --decode 1
 expect_rc tok-two 2 && expect_one_line_error tok-two 'exactly one'
+run tok-range "$BIN" tokenize --tokenizer chars --decode "1,500"
+expect_rc tok-range 1 && expect_one_line_error tok-range 'token id 500 at position 1 is not in the vocabulary \(ids 0\.\.98\)'
 run tok-badids "$BIN" tokenize --tokenizer chars --decode "1,x"
 expect_rc tok-badids 2 && expect_one_line_error tok-badids '--decode: expected comma-separated token ids'
 run tok-outside "$BIN" tokenize --tokenizer chars --decode "1,99"
@@ -489,6 +491,24 @@ assert any("\ufffd" in r["text"] for r in rows), "no sample with a byte outside 
   2>"$TMP/gen-full.err"
 RC=$?
 expect_rc gen-full 1 && expect_one_line_error gen-full 'cannot write the output'
+# A model whose vocab_size is padded past its tokenizer (as Qwen's: 151936 rows, 151669 ids)
+# samples padding ids now and then; they decode to nothing, as in Hugging Face (generate and rl
+# used to stop there with "token id ... is not in the vocabulary").
+printf '{"vocab_size": 160}\n' >"$TMP/v160.json"
+run gen-pad-init "$BIN" init-model --arch qwen2 --preset "$TMP/v160.json" --seed 3 --tokenizer chars --out "$TMP/pad"
+run gen-pad "$BIN" generate --model "$TMP/pad" --prompt "1+2=" --max-new 16 --n 8 --json
+expect_rc gen-pad 0 && py gen-pad-check '
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert len(rows) == 8, len(rows)
+pad = [t for r in rows for t in r["tokens"] if t >= 99]
+assert pad, "no padding id sampled: the check did not run"
+for r in rows:
+    want = "".join(chr(32 + t - 3) if t < 98 else "\n" for t in r["tokens"] if 3 <= t < 99)
+    assert r["text"] == want, (r["text"], want, r["tokens"])
+' "$TMP/gen-pad.out"
+run rl-pad "$BIN" rl --model "$TMP/pad" --env arith:digits=1 --steps 1 --prompts 2 --group 2 --max-new 16 --out "$TMP/rl-pad"
+expect_rc rl-pad 0
 # greedy is deterministic and text mode prints the completion
 run gen-greedy "$BIN" generate --model "$TMP/gen" --prompt-tokens 5,6,7 --max-new 8 --temperature 0
 run gen-greedy2 "$BIN" generate --model "$TMP/gen" --prompt-tokens 5,6,7 --max-new 8 --temperature 0 --seed 9
@@ -521,6 +541,9 @@ import json, sys
 r = json.loads(open(sys.argv[1]).read())
 assert r["batch"] == 2 and r["decode_tokens_per_s"] > 0 and r["prefill_tokens_per_s"] > 0, r
 ' "$TMP/gen-bench.out"
+# --new 1 has no decode forward to time (it printed sampling alone as decode throughput)
+run gen-bench-new1 "$BIN" bench generate --model "$TMP/gen" --batch 2 --prompt-len 4 --new 1
+expect_rc gen-bench-new1 2 && expect_one_line_error gen-bench-new1 '--new: expected an integer in \[2, '
 
 # ---------------------------------------------------------------- sft
 check_help help-sft model env out steps batch lr max-seq log-every threads -- sft
