@@ -193,13 +193,16 @@ static lh_sample_verdict check_greedy(const lh__logits *g, int V, int32_t token,
   return LH_SAMPLE_BORDERLINE;
 }
 
-/* A token whose weight is 0 here but may be positive on another machine: a finite logit within
- * 2 tol of where exp gives 0 (about 708 T below the maximum). Its weight there, near 1e-308,
- * moves no bound by anything the rounding allowance does not cover, unless u is that small. */
+/* A token whose weight is 0 here but may be positive on another machine (a finite logit within
+ * 2 tol below where exp gives 0, about 708 T below the maximum), or positive here but 0 on
+ * another machine (within 2 tol above that point). Its weight, near 1e-308, moves no bound by
+ * anything the rounding allowance does not cover, unless u is that small. */
 static bool faint_weights(const lh__logits *g, const double *w, int V, double T, double tol2) {
-  for (int i = 0; i < V; i++)
-    if (w[i] == 0.0 && g->l[i] > -INFINITY && ((double)g->l[i] - g->lmax + tol2) / T >= -708.000001)
-      return true;
+  for (int i = 0; i < V; i++) {
+    double d = (double)g->l[i] - g->lmax;
+    if (w[i] == 0.0 && g->l[i] > -INFINITY && (d + tol2) / T >= -708.000001) return true;
+    if (w[i] > 0.0 && (d - tol2) / T < -707.999999) return true;
+  }
   return false;
 }
 

@@ -531,6 +531,20 @@ static void test_non_finite_logits(void **state) {
   assert_int_equal(check(f, 2, p, 0.5, 1, 1e-4), LH_SAMPLE_CONSISTENT);
   assert_int_equal(check(f, 2, p, 0.0, 0, 1e-5), LH_SAMPLE_INCONSISTENT); /* 2 tol short */
   assert_int_equal(check(f, 2, p, 0.0, 1, 1e-5), LH_SAMPLE_CONSISTENT);
+  /* the mirror case: a weight about 1e-308 here (logit -708) that is 0 on a machine whose logit
+   * is an ulp lower; u = 0 picks it here and the next token there */
+  assert_int_equal(check(f2, 2, p, 0.0, 0, 1e-4), LH_SAMPLE_BORDERLINE);
+  assert_int_equal(check(f2, 2, p, 0.0, 1, 1e-4), LH_SAMPLE_BORDERLINE);
+  assert_int_equal(check(f2, 2, p, 0.5, 1, 1e-4), LH_SAMPLE_CONSISTENT);
+  float f3[] = {-707.99f, 0.0f}; /* 2 tol short: positive on every machine */
+  assert_int_equal(check(f3, 2, p, 0.0, 0, 1e-4), LH_SAMPLE_CONSISTENT);
+  /* the same at T = 0.05, where exp gives 0 at 35.4 below the maximum */
+  lh_sample_params c5 = params(0.05f, 0, 1, 0);
+  float g[] = {-35.399f, 0.0f, -1.0f}, gw[] = {-35.399f - 0.00099f, 0.00099f, -1.0f};
+  assert_int_equal(pick(g, 3, c5, 0.0), 0);
+  assert_int_equal(pick(gw, 3, c5, 0.0), 1);
+  assert_int_equal(check(g, 3, c5, 0.0, 0, 1e-3), LH_SAMPLE_BORDERLINE);
+  assert_int_equal(check(g, 3, c5, 0.0, 1, 1e-3), LH_SAMPLE_BORDERLINE);
 }
 
 /* ---- distribution ---- */
