@@ -15,10 +15,12 @@
  * scale, i.e. the weights on one side against those on the other within r = exp(2 tol / T). */
 typedef struct {
   double tol2; /* 2 tol, a hair wider so that the float differences compared with it are safe */
-  double r;    /* exp(2 tol / T), raised by eps */
-  double eps;  /* relative rounding allowance: 8 (V + 2048) 2^-53, where (V + 713) 2^-53 bounds
-                  the relative error of any weight (exp's argument and result) and sum of weights
-                  (up to V terms) on either machine */
+  bool cold;   /* 2 tol / T >= 300: r and the weights computed here bound nothing (check_cold) */
+  double r;    /* exp(2 tol / T), raised by eps (when not cold) */
+  double u_faint; /* below this u, weights near exp's underflow decide (faint_weights) */
+  double eps;     /* relative rounding allowance: 8 (V + 2048) 2^-53, where (V + 713) 2^-53 bounds
+                     the relative error of any weight (exp's argument and result) and sum of weights
+                     (up to V terms) on either machine */
 } noise;
 
 static noise noise_of(double tol, double T, int V) {
@@ -26,7 +28,12 @@ static noise noise_of(double tol, double T, int V) {
   nz.tol2 = 2.0 * tol * (1.0 + 0x1p-40);
   nz.eps = ((double)V + 2048.0) * 0x1p-50;
   double x = T > 0.0 ? nz.tol2 * (1.0 / T) : INFINITY;  /* as the sampler scales: * (1 / T) */
-  nz.r = x < 300.0 ? exp(x) * (1.0 + nz.eps) : 0x1p432; /* beyond: nothing is sure */
+  nz.cold = !(x < 300.0);
+  nz.r = nz.cold ? INFINITY : exp(x) * (1.0 + nz.eps);
+  /* a weight that is 0 on one machine and not on another is below exp(x - 708) of the total
+   * on either, so such weights move each bound by at most f = 2 V exp(x - 708), which the
+   * allowance eps covers unless u < 2 f / eps < 2^53 exp(x - 708) */
+  nz.u_faint = nz.cold ? 1.0 : fmax(0x1p-900, 0x1p53 * exp(x - 708.0));
   return nz;
 }
 
@@ -206,6 +213,26 @@ static bool faint_weights(const lh__logits *g, const double *w, int V, double T,
   return false;
 }
 
+/* 2 tol / T >= 300: a weight ratio moves by up to exp(300) or more, and a weight that is 0 here
+ * (or 1e-300) may be 1 on another machine, so the weights computed here bound nothing. Only what
+ * the logits alone decide: dropped by top-k on every machine, or no other weight positive on any
+ * machine (every other logit more than 2 tol + 708 T below the token's), where every machine keeps
+ * the token and picks it at every u. Everything else is BORDERLINE. */
+static lh_sample_verdict check_cold(const lh__logits *g, int V, const lh_sample_params *p,
+                                    int32_t token, const noise *nz, lh_sample_scratch *s) {
+  const float *l = g->l;
+  if (p->top_k > 0 && p->top_k < V) {
+    memset(s->flags, LH__IN | LH__POSS | LH__SURE, (size_t)V);
+    check_topk(g, V, p->top_k, nz, s);
+    if (!(s->flags[token] & LH__POSS)) return LH_SAMPLE_INCONSISTENT;
+  }
+  double T = p->temperature;
+  for (int i = 0; i < V; i++)
+    if (i != token && !((gap(l[i], l[token]) + nz->tol2) / T < -708.000001))
+      return LH_SAMPLE_BORDERLINE;
+  return LH_SAMPLE_CONSISTENT;
+}
+
 /* Where the token sits: its canonical CDF interval and the mass that surely or possibly lies
  * before and after it. */
 typedef struct {
@@ -358,6 +385,7 @@ lh_sample_verdict lh_sample_check(const float *logits, int V, const lh_sample_pa
   /* weight 0 on every machine (logit -inf or NaN, or so far below the maximum that exp gives 0
    * even 2 tol higher): never chosen */
   if (((double)g.l[token] - g.lmax + nz.tol2) / T < -708.000001) return LH_SAMPLE_INCONSISTENT;
+  if (nz.cold) return check_cold(&g, V, p, token, &nz, s);
 
   bool plain = !(p->top_k > 0 && p->top_k < V) && !(p->top_p < 1.0f);
   lh__sample_weights(&g, V, T, plain ? p->min_p : 0.0, s);
@@ -369,7 +397,7 @@ lh_sample_verdict lh_sample_check(const float *logits, int V, const lh_sample_pa
   if (!pl.poss) return LH_SAMPLE_INCONSISTENT;
 
   /* u near 0 picks the first token of any weight, which a faint one may be on another machine */
-  if (u < 0x1p-900 && faint_weights(&g, s->w, V, T, nz.tol2)) return LH_SAMPLE_BORDERLINE;
+  if (u < nz.u_faint && faint_weights(&g, s->w, V, T, nz.tol2)) return LH_SAMPLE_BORDERLINE;
   /* the verifier's own choice, decided as lh_sample decides it */
   double thr = u * pl.total;
   bool pick = pl.in && pl.c_before <= thr && thr < pl.c_after;

@@ -51,6 +51,13 @@ static lh_sample_verdict check(const float *l, int V, lh_sample_params p, double
   return lh_sample_check(l, V, &p, u, tok, tol, scratch);
 }
 
+/* the worker's logits w are within tol of l */
+static bool within(const float *l, const float *w, int V, double tol) {
+  for (int i = 0; i < V; i++)
+    if (!(fabs((double)w[i] - (double)l[i]) <= tol)) return false;
+  return true;
+}
+
 /* deterministic test randomness from Philox (a stream apart from any sampler stream) */
 static uint64_t rng_pos;
 static double rnd(void) {
@@ -542,9 +549,54 @@ static void test_non_finite_logits(void **state) {
   lh_sample_params c5 = params(0.05f, 0, 1, 0);
   float g[] = {-35.399f, 0.0f, -1.0f}, gw[] = {-35.399f - 0.00099f, 0.00099f, -1.0f};
   assert_int_equal(pick(g, 3, c5, 0.0), 0);
+  assert_true(within(g, gw, 3, 1e-3));
   assert_int_equal(pick(gw, 3, c5, 0.0), 1);
   assert_int_equal(check(g, 3, c5, 0.0, 0, 1e-3), LH_SAMPLE_BORDERLINE);
   assert_int_equal(check(g, 3, c5, 0.0, 1, 1e-3), LH_SAMPLE_BORDERLINE);
+}
+
+/* 2 tol / T large (here 100 to 2000): a weight 0 here may be e^-609 or even 1 on another
+ * machine, and a ratio of weights moves by more than any double factor. */
+static void test_check_cold(void **state) {
+  /* (A) T = 5e-7, tol = 1e-4: the verifier picks 0, a machine with logits {-1e-4, -5e-5} picks
+   * 1; (B) T = 1e-7: token 1 weighs 0 here and as much as token 0 there; (C) T = 1e-3, tol 0.5 */
+  float a[] = {0.0f, -1.5e-4f}, aw[] = {-1e-4f, -5.00000097e-5f};
+  float b[] = {0.0f, -1e-4f}, bw[] = {-0.5e-4f, -0.4e-4f};
+  float c[] = {0.0f, -0.6f}, cw[] = {-0.5f, -0.2f};
+  lh_sample_params pa = params(5e-7f, 0, 1, 0), pb = params(1e-7f, 0, 1, 0),
+                   pc = params(1e-3f, 0, 1, 0);
+  assert_true(within(a, aw, 2, 1e-4) && within(b, bw, 2, 1e-4) && within(c, cw, 2, 0.5));
+  assert_int_equal(pick(a, 2, pa, 0.5), 0);
+  assert_int_equal(pick(aw, 2, pa, 0.5), 1);
+  assert_int_equal(pick(b, 2, pb, 0.5), 0);
+  assert_int_equal(pick(bw, 2, pb, 0.5), 1);
+  assert_int_equal(pick(c, 2, pc, 0.5), 0);
+  assert_int_equal(pick(cw, 2, pc, 0.5), 1);
+  for (int t = 0; t < 2; t++) {
+    assert_int_equal(check(a, 2, pa, 0.5, t, 1e-4), LH_SAMPLE_BORDERLINE);
+    assert_int_equal(check(b, 2, pb, 0.5, t, 1e-4), LH_SAMPLE_BORDERLINE);
+    assert_int_equal(check(c, 2, pc, 0.5, t, 0.5), LH_SAMPLE_BORDERLINE);
+  }
+  /* what the logits alone decide: every other weight 0 on every machine, or the token's */
+  float d[] = {0.0f, -3e-4f, -1.0f};
+  lh_sample_params k1 = params(1e-7f, 1, 1, 0), pp = params(1e-7f, 0, 0.5f, 0.5f);
+  assert_int_equal(check(d, 3, pb, 0.5, 0, 1e-4), LH_SAMPLE_CONSISTENT);
+  assert_int_equal(check(d, 3, pb, 0.5, 1, 1e-4), LH_SAMPLE_INCONSISTENT);
+  assert_int_equal(check(d, 3, pp, 0.0, 0, 1e-4), LH_SAMPLE_CONSISTENT);
+  assert_int_equal(check(b, 2, k1, 0.5, 1, 1e-4), LH_SAMPLE_BORDERLINE);
+  float e[] = {0.0f, -2.5e-4f, -2.5e-4f}; /* token 2 dropped by top-k 1 everywhere, weight e^-500 */
+  assert_int_equal(check(e, 3, k1, 0.5, 2, 1e-4), LH_SAMPLE_INCONSISTENT);
+  assert_int_equal(check(e, 3, pb, 0.5, 2, 1e-4), LH_SAMPLE_BORDERLINE);
+  /* 2 tol / T = 100 at T = 1e-3, tol 0.05: token 0 weighs 0 here (709 T below) and e^-609 on a
+   * machine with logits {-0.66, -0.049}, which picks it at u = 2^-890 */
+  lh_sample_params pf = params(1e-3f, 0, 1, 0);
+  float f[] = {-0.709f, 0.0f}, fw[] = {-0.66f, -0.049f};
+  assert_int_equal(pick(f, 2, pf, 0x1p-890), 1);
+  assert_true(within(f, fw, 2, 0.05));
+  assert_int_equal(pick(fw, 2, pf, 0x1p-890), 0);
+  assert_int_equal(check(f, 2, pf, 0x1p-890, 0, 0.05), LH_SAMPLE_BORDERLINE);
+  assert_int_equal(check(f, 2, pf, 0x1p-890, 1, 0.05), LH_SAMPLE_BORDERLINE);
+  assert_int_equal(check(f, 2, pf, 0x1p-400, 1, 0.05), LH_SAMPLE_CONSISTENT);
 }
 
 /* ---- distribution ---- */
@@ -1099,6 +1151,7 @@ int main(void) {
       cmocka_unit_test(test_min_p),
       cmocka_unit_test(test_filter_combinations),
       cmocka_unit_test(test_non_finite_logits),
+      cmocka_unit_test(test_check_cold),
       cmocka_unit_test(test_chi_square),
       cmocka_unit_test(test_matches_reference),
       cmocka_unit_test(test_scratch),
