@@ -5,21 +5,8 @@
 # Usage: tests/ref/make_fixtures.sh LONGHAUL_BIN   (`make fixtures` runs it with build/longhaul)
 set -euo pipefail
 
-if [ $# -ne 1 ]; then
-  echo "usage: $0 LONGHAUL_BIN" >&2
-  exit 2
-fi
-BIN=$1
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-PYTHON=${PYTHON:-/usr/bin/python3}
-if [ ! -x "$BIN" ]; then
-  echo "$0: $BIN is not an executable (build longhaul first: make build)" >&2
-  exit 1
-fi
-if ! "$PYTHON" -c 'import torch' 2>/dev/null; then
-  echo "$0: $PYTHON cannot import torch (Debian: apt-get install python3-torch)" >&2
-  exit 1
-fi
+# shellcheck source=common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/longhaul-fixtures.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
