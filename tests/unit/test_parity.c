@@ -14,6 +14,7 @@
 
 #include "longhaul/model.h"
 #include "longhaul/rl.h"
+#include "fixture.h"
 #include "near.h"
 
 typedef struct {
@@ -25,24 +26,8 @@ typedef struct {
   float *weight;
 } fixture;
 
-static void *ref_raw(const fixture *f, const char *name, lh_dtype dtype, size_t numel) {
-  const lh_st_tensor *t = lh_safetensors_find(f->ref, name);
-  if (!t) fail_msg("reference.safetensors: no tensor %s", name);
-  assert_int_equal(t->dtype, dtype);
-  assert_int_equal(t->nbytes, numel * 4);
-  void *p = malloc(t->nbytes);
-  memcpy(p, t->data, t->nbytes);
-  return p;
-}
-
 static float *ref_f32(const fixture *f, const char *name, size_t numel) {
-  return ref_raw(f, name, LH_DTYPE_F32, numel);
-}
-
-static size_t ref_numel(const fixture *f, const char *name) {
-  const lh_st_tensor *t = lh_safetensors_find(f->ref, name);
-  if (!t) fail_msg("reference.safetensors: no tensor %s", name);
-  return t->nbytes / 4;
+  return fixture_tensor(f->ref, name, LH_DTYPE_F32, (long)numel, NULL);
 }
 
 static void load_fixture(fixture *f, const char *variant) {
@@ -53,10 +38,11 @@ static void load_fixture(fixture *f, const char *variant) {
   snprintf(path, sizeof path, "%s/reference.safetensors", dir);
   err = lh_safetensors_open(path, &f->ref);
   if (err) fail_msg("%s", lh_last_error());
-  f->n_seqs = (int)ref_numel(f, "seq_start") - 1;
-  f->seq_start = ref_raw(f, "seq_start", LH_DTYPE_I32, (size_t)f->n_seqs + 1);
+  long n_starts;
+  f->seq_start = fixture_tensor(f->ref, "seq_start", LH_DTYPE_I32, -1, &n_starts);
+  f->n_seqs = (int)n_starts - 1;
   f->N = f->seq_start[f->n_seqs];
-  f->tokens = ref_raw(f, "tokens", LH_DTYPE_I32, (size_t)f->N);
+  f->tokens = fixture_tensor(f->ref, "tokens", LH_DTYPE_I32, f->N, NULL);
   f->weight = ref_f32(f, "loss_weight", (size_t)f->N);
 }
 

@@ -17,23 +17,7 @@
 
 #include "longhaul/model.h"
 #include "longhaul/rl.h"
-
-/* A copy of a fixture tensor, checked for dtype and element count (numel < 0: any count,
- * returned in *count). Element size 4 except U8. */
-static void *ref_copy(const lh_safetensors *st, const char *name, lh_dtype dtype, long numel,
-                      long *count) {
-  const lh_st_tensor *t = lh_safetensors_find(st, name);
-  if (!t) fail_msg("fixture: no tensor %s", name);
-  if (t->dtype != dtype)
-    fail_msg("fixture: tensor %s: dtype %d, expected %d", name, (int)t->dtype, (int)dtype);
-  size_t esize = dtype == LH_DTYPE_U8 ? 1 : 4;
-  if (numel >= 0 && t->nbytes != (size_t)numel * esize)
-    fail_msg("fixture: tensor %s: %zu bytes, expected %ld elements", name, t->nbytes, numel);
-  if (count) *count = (long)(t->nbytes / esize);
-  void *p = malloc(t->nbytes > 0 ? t->nbytes : 1);
-  memcpy(p, t->data, t->nbytes);
-  return p;
-}
+#include "fixture.h"
 
 static lh_safetensors *open_ref(const char *rel) {
   char path[512];
@@ -110,20 +94,20 @@ static void test_loss_vs_torch(void **state) {
   (void)state;
   lh_safetensors *st = open_ref("rl/loss.safetensors");
   long n_rows, n_names, n_ss, T;
-  loss_case *cases = ref_copy(st, "case.int", LH_DTYPE_I32, -1, &n_rows);
+  loss_case *cases = fixture_tensor(st, "case.int", LH_DTYPE_I32, -1, &n_rows);
   int K = (int)(n_rows / 8);
-  loss_case_cfg *cfgs = ref_copy(st, "case.float", LH_DTYPE_F32, (long)K * 8, NULL);
-  float *want_stats = ref_copy(st, "case.stats", LH_DTYPE_F32, (long)K * N_LOSS_STATS, NULL);
-  int32_t *want_counts = ref_copy(st, "case.counts", LH_DTYPE_I32, (long)K * 3, NULL);
-  char *names = ref_copy(st, "case.name", LH_DTYPE_U8, -1, &n_names);
-  int32_t *ss = ref_copy(st, "seq_start", LH_DTYPE_I32, -1, &n_ss);
-  float *weight = ref_copy(st, "weight", LH_DTYPE_F32, -1, &T);
-  float *adv = ref_copy(st, "adv", LH_DTYPE_F32, T, NULL);
-  float *logp = ref_copy(st, "logp", LH_DTYPE_F32, T, NULL);
-  float *mu = ref_copy(st, "mu", LH_DTYPE_F32, T, NULL);
-  float *old = ref_copy(st, "old", LH_DTYPE_F32, T, NULL);
-  float *ref = ref_copy(st, "ref", LH_DTYPE_F32, T, NULL);
-  float *want_d = ref_copy(st, "dlogp", LH_DTYPE_F32, T, NULL);
+  loss_case_cfg *cfgs = fixture_tensor(st, "case.float", LH_DTYPE_F32, (long)K * 8, NULL);
+  float *want_stats = fixture_tensor(st, "case.stats", LH_DTYPE_F32, (long)K * N_LOSS_STATS, NULL);
+  int32_t *want_counts = fixture_tensor(st, "case.counts", LH_DTYPE_I32, (long)K * 3, NULL);
+  char *names = fixture_tensor(st, "case.name", LH_DTYPE_U8, -1, &n_names);
+  int32_t *ss = fixture_tensor(st, "seq_start", LH_DTYPE_I32, -1, &n_ss);
+  float *weight = fixture_tensor(st, "weight", LH_DTYPE_F32, -1, &T);
+  float *adv = fixture_tensor(st, "adv", LH_DTYPE_F32, T, NULL);
+  float *logp = fixture_tensor(st, "logp", LH_DTYPE_F32, T, NULL);
+  float *mu = fixture_tensor(st, "mu", LH_DTYPE_F32, T, NULL);
+  float *old = fixture_tensor(st, "old", LH_DTYPE_F32, T, NULL);
+  float *ref = fixture_tensor(st, "ref", LH_DTYPE_F32, T, NULL);
+  float *want_d = fixture_tensor(st, "dlogp", LH_DTYPE_F32, T, NULL);
   float *d = malloc((size_t)(T > 0 ? T : 1) * sizeof *d);
   assert_true(K >= 30 && n_names > 0 && names[n_names - 1] == '\0');
 
@@ -242,13 +226,13 @@ static void check_update(lh_safetensors *ref, const char *dir, const char *name,
                          worst *w_param, worst *w_m, worst *w_stat) {
   char key[256];
   snprintf(key, sizeof key, "%s.setup", name);
-  update_setup *su = ref_copy(ref, key, LH_DTYPE_I32, 5, NULL);
+  update_setup *su = fixture_tensor(ref, key, LH_DTYPE_I32, 5, NULL);
   snprintf(key, sizeof key, "%s.hparams", name);
-  update_hparams *hp = ref_copy(ref, key, LH_DTYPE_F32, 12, NULL);
+  update_hparams *hp = fixture_tensor(ref, key, LH_DTYPE_F32, 12, NULL);
   snprintf(key, sizeof key, "%s.stats", name);
-  float *want_s = ref_copy(ref, key, LH_DTYPE_F32, N_UPDATE_STATS, NULL);
+  float *want_s = fixture_tensor(ref, key, LH_DTYPE_F32, N_UPDATE_STATS, NULL);
   snprintf(key, sizeof key, "%s.counts", name);
-  int32_t *want_n = ref_copy(ref, key, LH_DTYPE_I32, 4, NULL);
+  int32_t *want_n = fixture_tensor(ref, key, LH_DTYPE_I32, 4, NULL);
 
   lh_model *m = NULL;
   if (lh_model_load(dir, &m)) fail_msg("%s", lh_last_error());
@@ -298,9 +282,9 @@ static void check_update(lh_safetensors *ref, const char *dir, const char *name,
   for (int i = 0; i < nt; i++) {
     long n = (long)ti[i].numel;
     snprintf(key, sizeof key, "%s.param.%s", name, ti[i].name);
-    float *want_p = ref_copy(ref, key, LH_DTYPE_F32, n, NULL);
+    float *want_p = fixture_tensor(ref, key, LH_DTYPE_F32, n, NULL);
     snprintf(key, sizeof key, "%s.adam_m.%s", name, ti[i].name);
-    float *want_m = ref_copy(ref, key, LH_DTYPE_F32, n, NULL);
+    float *want_m = fixture_tensor(ref, key, LH_DTYPE_F32, n, NULL);
     double scale = 0.0;
     for (long j = 0; j < n; j++)
       scale = fmax(scale, fabs(want_m[j]));
@@ -330,17 +314,17 @@ static void test_update_vs_torch(void **state) {
   lh_safetensors *ref = open_ref("rl/update/reference.safetensors");
   long n_ss, N, n_names;
   lh_rl_batch b = {0};
-  b.seq_start = ref_copy(ref, "seq_start", LH_DTYPE_I32, -1, &n_ss);
+  b.seq_start = fixture_tensor(ref, "seq_start", LH_DTYPE_I32, -1, &n_ss);
   b.n_seqs = (int)n_ss - 1;
-  b.group = ref_copy(ref, "group", LH_DTYPE_I32, b.n_seqs, NULL);
-  b.tokens = ref_copy(ref, "tokens", LH_DTYPE_I32, -1, &N);
+  b.group = fixture_tensor(ref, "group", LH_DTYPE_I32, b.n_seqs, NULL);
+  b.tokens = fixture_tensor(ref, "tokens", LH_DTYPE_I32, -1, &N);
   assert_int_equal(N, b.seq_start[b.n_seqs]);
-  b.weight = ref_copy(ref, "weight", LH_DTYPE_F32, N, NULL);
-  b.adv = ref_copy(ref, "adv", LH_DTYPE_F32, N, NULL);
-  b.mu = ref_copy(ref, "mu", LH_DTYPE_F32, N, NULL);
-  b.old = ref_copy(ref, "old", LH_DTYPE_F32, N, NULL);
-  b.ref = ref_copy(ref, "ref", LH_DTYPE_F32, N, NULL);
-  char *names = ref_copy(ref, "scenarios", LH_DTYPE_U8, -1, &n_names);
+  b.weight = fixture_tensor(ref, "weight", LH_DTYPE_F32, N, NULL);
+  b.adv = fixture_tensor(ref, "adv", LH_DTYPE_F32, N, NULL);
+  b.mu = fixture_tensor(ref, "mu", LH_DTYPE_F32, N, NULL);
+  b.old = fixture_tensor(ref, "old", LH_DTYPE_F32, N, NULL);
+  b.ref = fixture_tensor(ref, "ref", LH_DTYPE_F32, N, NULL);
+  char *names = fixture_tensor(ref, "scenarios", LH_DTYPE_U8, -1, &n_names);
   assert_true(n_names > 0 && names[n_names - 1] == '\0');
 
   worst w_param = {.what = "weights"}, w_m = {.what = "adam m"}, w_stat[N_UPDATE_STATS];
