@@ -92,6 +92,7 @@ int lh__args_parse(lh__args *a, int argc, char **argv) {
     }
     const lh__flag *f = &a->flags[idx];
     const char *value;
+    bool given = true; /* a value was written, perhaps empty ("--prompt=" or --prompt "") */
     if (!f->metavar) {
       if (eq) {
         snprintf(err, sizeof err, "--%s: takes no value, got \"%s\"", f->name, eq + 1);
@@ -104,9 +105,11 @@ int lh__args_parse(lh__args *a, int argc, char **argv) {
       value = argv[++i];
     } else {
       value = "";
+      given = false;
     }
     if (f->metavar && value[0] == '\0') {
-      snprintf(err, sizeof err, "--%s: missing value (expected %s)", f->name, f->metavar);
+      snprintf(err, sizeof err, "--%s: %s value (expected %s)", f->name,
+               given ? "empty" : "missing", f->metavar);
       continue;
     }
     if (a->values[idx]) {

@@ -125,6 +125,10 @@ run missing-required "$BIN" init-model --arch qwen2 --preset tiny --out "$TMP/x"
 expect_rc missing-required 2 && expect_one_line_error missing-required 'missing required flag --seed'
 run missing-value "$BIN" init-model --arch qwen2 --preset tiny --out "$TMP/x" --seed
 expect_rc missing-value 2 && expect_one_line_error missing-value '--seed: missing value'
+run empty-value "$BIN" init-model --arch qwen2 --preset tiny --out "$TMP/x" --seed ""
+expect_rc empty-value 2 && expect_one_line_error empty-value '--seed: empty value'
+run empty-eq-value "$BIN" init-model --arch qwen2 --preset tiny --out "$TMP/x" --seed=
+expect_rc empty-eq-value 2 && expect_one_line_error empty-eq-value '--seed: empty value'
 run bad-seed "$BIN" init-model --arch qwen2 --preset tiny --seed x --out "$TMP/x"
 expect_rc bad-seed 2 &&
   expect_one_line_error bad-seed '^longhaul init-model: --seed: expected a non-negative integer, got "x"$'
