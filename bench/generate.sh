@@ -70,19 +70,13 @@ for B in $BATCHES; do
   done
 done
 
-"$PYTHON" - "$OUT" "$MODEL" "$BATCHES" <<'PY'
+"$PYTHON" - "$ROOT" "$OUT" "$MODEL" "$BATCHES" <<'PY'
 import json, os, sys
-out, model, batches = sys.argv[1], sys.argv[2], [int(b) for b in sys.argv[3].split()]
+root, out, model, batches = sys.argv[1:4] + [[int(b) for b in sys.argv[4].split()]]
+sys.path.insert(0, os.path.join(root, "bench"))
+from benchlib import median, runs as read_runs  # noqa: E402
 def runs(name):
-    with open(os.path.join(out, name)) as f:
-        rows = [json.loads(l) for l in f.read().splitlines() if l.strip().startswith("{")]
-    if not rows:
-        sys.exit(f"bench-generate: {name}: no JSON line in the output")
-    return rows
-def median(xs):
-    xs = sorted(xs)
-    n = len(xs)
-    return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
+    return read_runs(out, name, "bench-generate")
 report = {}
 for B in batches:
     bws, lhs, pes = runs(f"membw-{B}.json"), runs(f"longhaul-{B}.json"), runs(f"peer-{B}.json")

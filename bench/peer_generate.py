@@ -30,6 +30,8 @@ import json
 import math
 import os
 import sys
+
+import benchlib  # bench/, the script's own folder
 import time
 
 
@@ -51,11 +53,7 @@ def parse(argv):
 
 
 A = parse(sys.argv[1:])
-if A.threads > 0:
-    # Before torch loads: its OpenMP pool and the BLAS it calls size themselves at start-up.
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[var] = str(A.threads)
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+benchlib.pin_threads(A.threads)  # before torch is imported
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402

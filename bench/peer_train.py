@@ -15,6 +15,8 @@ import argparse
 import json
 import os
 import sys
+
+import benchlib  # bench/, the script's own folder
 import time
 
 
@@ -33,14 +35,7 @@ def parse(argv):
 
 
 A = parse(sys.argv[1:])
-if A.threads > 0:
-    # Before torch loads: its OpenMP pool and the BLAS it calls size themselves at start-up.
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[var] = str(A.threads)
-# Debian's torch runs elementwise ops on its OpenMP pool and matmuls on OpenBLAS's own pthread
-# pool. With OpenMP's default (active) waiting, idle OpenMP threads spin through every matmul
-# and take the cores from BLAS: passive waiting makes steps ~1.5x faster on 2 cores.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+benchlib.pin_threads(A.threads)  # before torch is imported
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402

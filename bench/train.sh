@@ -51,19 +51,13 @@ for r in $(seq "$ROUNDS"); do
     --steps "$STEPS" --threads "$THREADS" >>"$OUT/peer.json"
 done
 
-"$PYTHON" - "$OUT" "$MODEL" <<'PY'
+"$PYTHON" - "$ROOT" "$OUT" "$MODEL" <<'PY'
 import json, os, sys
-out, model = sys.argv[1], sys.argv[2]
+root, out, model = sys.argv[1:4]
+sys.path.insert(0, os.path.join(root, "bench"))
+from benchlib import median, runs as read_runs  # noqa: E402
 def runs(name):
-    with open(os.path.join(out, name)) as f:
-        rows = [json.loads(l) for l in f.read().splitlines() if l.strip().startswith("{")]
-    if not rows:
-        sys.exit(f"bench-train: {name}: no JSON line in the output")
-    return rows
-def median(xs):
-    xs = sorted(xs)
-    n = len(xs)
-    return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
+    return read_runs(out, name, "bench-train")
 sgs, lhs, pes = runs("sgemm.json"), runs("longhaul.json"), runs("peer.json")
 if not len(lhs) == len(pes):
     sys.exit("bench-train: longhaul and peer ran a different number of rounds")
