@@ -31,22 +31,6 @@ MIN_MARGIN = 1e-3
 MAX_TRIES = 200
 
 
-def rescale(model, seed):
-    """Matrices and embeddings x MATRIX_SCALE (peaked distributions), norm weights
-    1 + 0.1*N(0,1) and biases 0.1*N(0,1) (so those paths matter), then every value rounded to
-    bf16: what the fixture stores and what both sides compute from."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.dim() == 2:
-                p.mul_(MATRIX_SCALE)
-            elif name.endswith(".bias"):
-                p.copy_(0.1 * torch.randn(p.shape, generator=g, dtype=torch.float64))
-            else:
-                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g, dtype=torch.float64))
-            p.copy_(p.to(torch.bfloat16).double())
-
-
 def greedy(model, prompt, new):
     """Greedy continuation by full recompute in float64: (tokens, margins, logprobs)."""
     seq = list(prompt)
@@ -94,7 +78,7 @@ def main(argv):
     if max(PROMPT_LENS) + a.new > cfg.max_positions:
         raise SystemExit(f"prompts of {max(PROMPT_LENS)} + {a.new} new tokens do not fit "
                          f"max_position_embeddings {cfg.max_positions}")
-    rescale(model, a.seed)
+    tm.perturb(model, a.seed, MATRIX_SCALE, torch.bfloat16)
 
     g = torch.Generator().manual_seed(a.seed + 1)
     prompts, outs, margins, lps = [], [], [], []

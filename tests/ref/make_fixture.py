@@ -30,22 +30,6 @@ ADAM_STEPS = 5
 MATRIX_SCALE = 5.0  # init is normal(0, 0.02); x5 gives logits far from uniform
 
 
-def perturb(model, seed):
-    """Every parameter path gets exercised: norms 1 + 0.1*N(0,1), biases 0.1*N(0,1), matrices
-    and embeddings scaled by MATRIX_SCALE. Values are then rounded to fp32, which is what the
-    fixture stores and what both sides compute from."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.dim() == 2:
-                p.mul_(MATRIX_SCALE)
-            elif name.endswith(".bias"):
-                p.copy_(0.1 * torch.randn(p.shape, generator=g, dtype=torch.float64))
-            else:
-                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g, dtype=torch.float64))
-            p.copy_(p.float().double())
-
-
 def parse_seqs(text):
     """"150:20:10,70:5:0" -> [(150, 20, 10), (70, 5, 0)]"""
     return [tuple(int(x) for x in part.split(":")) for part in text.split(",")]
@@ -106,7 +90,7 @@ def main(argv):
 
     model = tm.load_model_dir(a.model_dir, torch.float64)
     cfg = model.cfg
-    perturb(model, a.seed)
+    tm.perturb(model, a.seed, MATRIX_SCALE, torch.float32)
     os.makedirs(a.out_dir, exist_ok=True)
     shutil.copyfile(os.path.join(a.model_dir, "config.json"),
                     os.path.join(a.out_dir, "config.json"))

@@ -33,7 +33,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import loss_ref as lr  # noqa: E402
 import torch_model as tm  # noqa: E402
-from make_fixture import perturb  # noqa: E402
+from make_fixture import MATRIX_SCALE  # noqa: E402
 
 GROUPS, GROUP_SIZE = 4, 2
 PROMPT_LENS = (2, 4)  # inclusive range; the prompt has loss weight 0
@@ -192,7 +192,7 @@ def build(model_dir, seed):
     scenario keeps its margins."""
     rng = np.random.default_rng(seed)
     start = tm.load_model_dir(model_dir, torch.float64)
-    perturb(start, seed)
+    tm.perturb(start, seed, MATRIX_SCALE, torch.float32)
     for attempt in range(MAX_TRIES):
         batch = make_batch(start, rng)
         results = []

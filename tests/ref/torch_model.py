@@ -482,6 +482,23 @@ def load_model_dir(path, dtype=torch.float32):
     return model
 
 
+def perturb(model, seed, scale, dtype):
+    """Makes every parameter path matter in a reference model that init left near zero or one:
+    matrices and embeddings x scale (init is normal(0, 0.02)), norm weights 1 + 0.1*N(0,1),
+    biases 0.1*N(0,1) (from a generator seeded with seed). Every value is then rounded to dtype
+    (what the fixture stores, so both sides compute from the same numbers)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 2:
+                p.mul_(scale)
+            elif name.endswith(".bias"):
+                p.copy_(0.1 * torch.randn(p.shape, generator=g, dtype=torch.float64))
+            else:
+                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g, dtype=torch.float64))
+            p.copy_(p.to(dtype).double())
+
+
 def model_state(model, dtype=torch.float32):
     """{hf name: tensor} in longhaul's tensor order, for writing model.safetensors."""
     params = dict(model.named_parameters())
