@@ -83,8 +83,11 @@ for B in batches:
     if not len(bws) == len(lhs) == len(pes):
         sys.exit(f"bench-generate: batch {B}: the programs ran a different number of rounds")
     lh, pe = lhs[0], pes[0]
-    print(f"\nbatch {B}: model {model} ({lh.get('params', 0) / 1e6:.2f}M params, longhaul reads "
-          f"{lh['weight_bytes'] / 1e6:.1f} MB of bf16 weights per forward, the peer "
+    # weight_bytes: what one decode forward reads (longhaul: bf16, or above 8 sequences the
+    # fp32 copy; the peer: fp32)
+    lh_dtype = "bf16" if lh["weight_bytes"] == 2 * lh["params"] else "fp32"
+    print(f"\nbatch {B}: model {model} ({lh['params'] / 1e6:.2f}M params, longhaul reads "
+          f"{lh['weight_bytes'] / 1e6:.1f} MB of {lh_dtype} weights per decode forward, the peer "
           f"{pe['weight_bytes'] / 1e6:.1f} MB of fp32), prompt {lh['prompt_len']}, "
           f"{lh['new']} new, {lh['threads']} threads, {len(lhs)} rounds")
     print(f"{'(medians over rounds)':24}{'prefill tok/s':>15}{'decode tok/s':>14}{'s/step':>10}")
@@ -103,16 +106,16 @@ for B in batches:
     rep = {"longhaul": lhs, "peer": pes, "membw": bws, "ratio_prefill": median(pre),
            "ratio_decode": median(dec)}
     if B == 1:
-        # Every decode step at batch 1 reads all the weights once: weight traffic per second
-        # is weight_bytes * steps/s, and steps/s = decode tokens/s.
-        frac = [l["weight_bytes"] * l["decode_tokens_per_s"] / (b["read_gbps"] * 1e9)
-                for l, b in zip(lhs, bws)]
-        frac16 = [l["weight_bytes"] * l["decode_tokens_per_s"] / (b["bf16_read_gbps"] * 1e9)
-                  for l, b in zip(lhs, bws)]
-        pfrac = [p["weight_bytes"] * p["decode_tokens_per_s"] / (b["read_gbps"] * 1e9)
-                 for p, b in zip(pes, bws)]
-        print(f"batch-1 decode, fraction of the bandwidth limit (weight_bytes x decode tok/s / "
-              f"read bandwidth, median of rounds): longhaul {median(frac):.1%} "
+        # Every decode forward at batch 1 reads all the weights once: weight traffic per second
+        # is weight_bytes * forwards/s. decode_s = decode_step_s * N holds N - 1 forwards (the
+        # first token comes from the prefill), so forwards/s = (N - 1) / decode_s.
+        def traffic(r):
+            return r["weight_bytes"] * (r["new"] - 1) / (r["decode_step_s"] * r["new"])
+        frac = [traffic(l) / (b["read_gbps"] * 1e9) for l, b in zip(lhs, bws)]
+        frac16 = [traffic(l) / (b["bf16_read_gbps"] * 1e9) for l, b in zip(lhs, bws)]
+        pfrac = [traffic(p) / (b["read_gbps"] * 1e9) for p, b in zip(pes, bws)]
+        print(f"batch-1 decode, fraction of the bandwidth limit (weight_bytes x decode forwards/s "
+              f"/ read bandwidth, median of rounds): longhaul {median(frac):.1%} "
               f"({median(frac16):.1%} of the bf16 read rate); peer {median(pfrac):.1%}")
         rep.update(fraction_of_bandwidth=median(frac), fraction_of_bf16_bandwidth=median(frac16),
                    peer_fraction_of_bandwidth=median(pfrac))

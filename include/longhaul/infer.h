@@ -32,8 +32,9 @@ void lh_infer_free(lh_infer *m);
  * may run concurrently. */
 lh_err lh_infer_keep_fp32(lh_infer *m);
 const lh_config *lh_infer_config(const lh_infer *m);
-/* Bytes of weights one forward reads (the bf16 slab). */
-size_t lh_infer_weight_bytes(const lh_infer *m);
+/* Bytes of weights one forward of `rows` rows reads: the bf16 slab (2 bytes per parameter), or
+ * the fp32 copy (4) for more than 8 rows once lh_infer_keep_fp32 has made one. */
+size_t lh_infer_weight_bytes(const lh_infer *m, int rows);
 
 typedef struct lh_kv lh_kv;
 

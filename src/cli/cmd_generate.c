@@ -267,7 +267,7 @@ int lh__bench_generate(int argc, char **argv) {
   }
   const lh_config *c = lh_infer_config(m);
   if (P + N > c->max_positions) {
-    rc = lh__cli_error(a.cmd, LH__EXIT_FAIL, "--prompt-len + --new = %ld exceeds the context of %d",
+    rc = lh__cli_error(a.cmd, LH__EXIT_USAGE, "--prompt-len + --new = %ld exceeds the context of %d",
                        P + N, c->max_positions);
     goto out;
   }
@@ -309,18 +309,20 @@ int lh__bench_generate(int argc, char **argv) {
     goto out;
   }
   double decode_s = st.decode_s + st.sample_s;
+  size_t weight_bytes = lh_infer_weight_bytes(m, (int)B); /* what each decode forward reads */
   double prefill_tps = st.prefill_tokens / st.prefill_s, decode_tps = (double)(B * N) / decode_s;
   if (lh__args_has(&a, "json")) {
     printf("{\"command\":\"bench generate\",\"batch\":%ld,\"prompt_len\":%ld,\"new\":%ld,"
            "\"threads\":%d,\"prefill_tokens_per_s\":%.6g,\"decode_tokens_per_s\":%.6g,"
            "\"decode_step_s\":%.6g,\"sample_s\":%.6g,\"weight_bytes\":%zu,\"params\":%zu}\n",
            B, P, N, lh_threads(), prefill_tps, decode_tps, decode_s / (double)N, st.sample_s,
-           lh_infer_weight_bytes(m), lh_config_n_params(c));
+           weight_bytes, lh_config_n_params(c));
   } else {
     printf("bench generate: prefill %.0f tokens/s, decode %.0f tokens/s (%.4g s/step; sampling "
-           "%.3g s) (batch %ld, prompt %ld, new %ld, %d threads, %.1f MB of bf16 weights)\n",
+           "%.3g s) (batch %ld, prompt %ld, new %ld, %d threads, %.1f MB of %s weights per "
+           "decode step)\n",
            prefill_tps, decode_tps, decode_s / (double)N, st.sample_s, B, P, N, lh_threads(),
-           (double)lh_infer_weight_bytes(m) / 1e6);
+           (double)weight_bytes / 1e6, weight_bytes > lh_infer_weight_bytes(m, 1) ? "fp32" : "bf16");
   }
   rc = LH__EXIT_OK;
 out:

@@ -146,8 +146,8 @@ const lh_config *lh_infer_config(const lh_infer *m) {
   return &m->cfg;
 }
 
-size_t lh_infer_weight_bytes(const lh_infer *m) {
-  return m->n_params * sizeof(uint16_t);
+size_t lh_infer_weight_bytes(const lh_infer *m, int rows) {
+  return m->n_params * (rows > SMALL_M && m->w32 ? sizeof(float) : sizeof(uint16_t));
 }
 
 /* ---------------------------------------------------------------- caches */

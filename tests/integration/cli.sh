@@ -544,7 +544,18 @@ expect_rc gen-bench 0 && py gen-bench-check '
 import json, sys
 r = json.loads(open(sys.argv[1]).read())
 assert r["batch"] == 2 and r["decode_tokens_per_s"] > 0 and r["prefill_tokens_per_s"] > 0, r
+assert r["weight_bytes"] == 2 * r["params"], r  # bf16 rows at 8 sequences or fewer
 ' "$TMP/gen-bench.out"
+# above 8 sequences the decode products read the fp32 copy, and weight_bytes says so
+run gen-bench9 "$BIN" bench generate --model "$TMP/gen" --batch 9 --prompt-len 2 --new 2 --json
+expect_rc gen-bench9 0 && py gen-bench9-check '
+import json, sys
+r = json.loads(open(sys.argv[1]).read())
+assert r["weight_bytes"] == 4 * r["params"], r
+' "$TMP/gen-bench9.out"
+MAXPOS_GEN=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["max_position_embeddings"])' "$TMP/gen/config.json")
+run gen-bench-ctx "$BIN" bench generate --model "$TMP/gen" --batch 1 --prompt-len "$MAXPOS_GEN" --new 2
+expect_rc gen-bench-ctx 2 && expect_one_line_error gen-bench-ctx 'exceeds the context of '
 # --new 1 has no decode forward to time (it printed sampling alone as decode throughput)
 run gen-bench-new1 "$BIN" bench generate --model "$TMP/gen" --batch 2 --prompt-len 4 --new 1
 expect_rc gen-bench-new1 2 && expect_one_line_error gen-bench-new1 '--new: expected an integer in \[2, '

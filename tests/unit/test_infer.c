@@ -166,7 +166,11 @@ static void check_paths(lh_arch arch, int tied, int kv_heads, int attn_bias) {
   assert_int_equal(lh_kv_create(s.inf, 1, 65, 1, &big), LH_ERR_LIMIT); /* max_positions 64 */
 
   /* 5. with the fp32 copy, many-row products skip the bf16 chunks: same logits */
+  size_t n_params = lh_config_n_params(&s.m->cfg);
+  assert_int_equal(lh_infer_weight_bytes(s.inf, 9), 2 * n_params);
   assert_int_equal(lh_infer_keep_fp32(s.inf), LH_ERR_OK);
+  assert_int_equal(lh_infer_weight_bytes(s.inf, 8), 2 * n_params);
+  assert_int_equal(lh_infer_weight_bytes(s.inf, 9), 4 * n_params);
   for (int i = 0; i < T; i++)
     rows[i] = (lh_infer_row){1, i, s.tokens[1][i], true};
   assert_int_equal(lh_infer_forward(s.inf, kv, rows, T, logits), LH_ERR_OK);
@@ -214,7 +218,7 @@ static void test_load_bf16(void **state) {
     assert_int_equal(lh_model_save(s.m, dir, dtype ? LH_SAVE_BF16 : LH_SAVE_F32), LH_ERR_OK);
     lh_infer *loaded;
     assert_int_equal(lh_infer_load(dir, &loaded), LH_ERR_OK);
-    assert_int_equal(lh_infer_weight_bytes(loaded), lh_infer_weight_bytes(s.inf));
+    assert_int_equal(lh_infer_weight_bytes(loaded, T), lh_infer_weight_bytes(s.inf, T));
     lh_kv *k1, *k2;
     assert_int_equal(lh_kv_create(s.inf, 1, T, T, &k1), LH_ERR_OK);
     assert_int_equal(lh_kv_create(loaded, 1, T, T, &k2), LH_ERR_OK);
