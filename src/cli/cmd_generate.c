@@ -267,8 +267,9 @@ int lh__bench_generate(int argc, char **argv) {
   }
   const lh_config *c = lh_infer_config(m);
   if (P + N > c->max_positions) {
-    rc = lh__cli_error(a.cmd, LH__EXIT_USAGE, "--prompt-len + --new = %ld exceeds the context of %d",
-                       P + N, c->max_positions);
+    rc =
+        lh__cli_error(a.cmd, LH__EXIT_USAGE, "--prompt-len + --new = %ld exceeds the context of %d",
+                      P + N, c->max_positions);
     goto out;
   }
   long chunk = B * P < 8192 ? B * P : 8192;
@@ -322,7 +323,8 @@ int lh__bench_generate(int argc, char **argv) {
            "%.3g s) (batch %ld, prompt %ld, new %ld, %d threads, %.1f MB of %s weights per "
            "decode step)\n",
            prefill_tps, decode_tps, decode_s / (double)N, st.sample_s, B, P, N, lh_threads(),
-           (double)weight_bytes / 1e6, weight_bytes > lh_infer_weight_bytes(m, 1) ? "fp32" : "bf16");
+           (double)weight_bytes / 1e6,
+           weight_bytes > lh_infer_weight_bytes(m, 1) ? "fp32" : "bf16");
   }
   rc = LH__EXIT_OK;
 out:
