@@ -73,6 +73,13 @@ lh_err lh_config_load(const char *path, lh_config *out);
 lh_err lh_config_parse(const char *json, size_t len, const char *what, lh_config *out);
 /* Writes config.json atomically. */
 lh_err lh_config_save(const char *path, const lh_config *c);
+/* Replaces fields of c (a valid config) by the keys of a config.json-style object: c becomes
+ * what lh_config_parse reads from c's own config.json with those keys put in. head_dim follows
+ * hidden_size / num_attention_heads when either is given without it, as in Hugging Face. Keys
+ * that config.json files hold but that do not shape the model (torch_dtype, use_cache, ...) are
+ * ignored; any other unknown key, or an architecture other than c's, is an error naming `what`.
+ * c is unchanged on error. */
+lh_err lh_config_override(const char *json, size_t len, const char *what, lh_config *c);
 /* Whether a and b give the same forward: every field that shapes or changes it (architecture,
  * sizes, head layout, RoPE and its scaling, rms_norm_eps, tied embeddings, biases, q/k norms,
  * max_position_embeddings) is equal; bos/eos ids are not compared. When they differ and why is

@@ -3,8 +3,6 @@
  * the "tiny" preset overridden by the keys of a config.json-style file. The same flags always
  * produce the same bytes. */
 #include <jansson.h>
-#include <limits.h>
-#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,196 +23,26 @@ static const lh__flag flags[] = {
     {"seed", "N", true, "random seed for the initial weights"},
     {"out", "DIR", true, "model directory to write (created if missing)"},
     {"dtype", "f32|bf16", false, "dtype of model.safetensors (default f32)"},
-    {"tokenizer", "chars|FILE", false, "also write DIR/tokenizer.json; vocab_size follows it"},
+    {"tokenizer", "chars|FILE", false,
+     "also write DIR/tokenizer.json; vocab_size becomes its size (a --preset file's larger "
+     "vocab_size is kept)"},
 };
 
-/* config.json keys that map onto an int field of lh_config (positive values). */
-static const struct {
-  const char *key;
-  size_t offset;
-} int_keys[] = {
-    {"vocab_size", offsetof(lh_config, vocab_size)},
-    {"hidden_size", offsetof(lh_config, hidden_size)},
-    {"intermediate_size", offsetof(lh_config, intermediate_size)},
-    {"num_hidden_layers", offsetof(lh_config, n_layers)},
-    {"num_attention_heads", offsetof(lh_config, n_heads)},
-    {"num_key_value_heads", offsetof(lh_config, n_kv_heads)},
-    {"head_dim", offsetof(lh_config, head_dim)},
-    {"max_position_embeddings", offsetof(lh_config, max_positions)},
-};
-
-/* Keys of Hugging Face config.json files that do not change the model longhaul builds. */
-static const char *const inert_keys[] = {
-    "torch_dtype",       "transformers_version", "use_cache",
-    "initializer_range", "attention_dropout",    "sliding_window",
-    "max_window_layers", "pretraining_tp",       NULL,
-};
-
-static bool in_list(const char *const *list, const char *s) {
-  for (int i = 0; list[i]; i++)
-    if (!strcmp(list[i], s)) return true;
-  return false;
-}
-
-static int bad_key(const char *path, const char *key, const char *want, const json_t *v) {
-  char *got = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
-  int rc = lh__cli_error(CMD, LH__EXIT_FAIL, "%s: %s: expected %s, got %s", path, key, want,
-                         got ? got : lh_json_type_name(v));
-  free(got);
-  return rc;
-}
-
-/* Applies one key of the override file to cfg; returns LH__ARGS_CONTINUE or an exit code. */
-static int apply_key(const char *path, const char *key, const json_t *v, lh_config *cfg) {
-  bool qwen2 = cfg->arch == LH_ARCH_QWEN2;
-  static const char *const hf_names[][2] = {[LH_ARCH_LLAMA] = {"llama", "LlamaForCausalLM"},
-                                            [LH_ARCH_QWEN2] = {"qwen2", "Qwen2ForCausalLM"},
-                                            [LH_ARCH_QWEN3] = {"qwen3", "Qwen3ForCausalLM"}};
-  for (size_t i = 0; i < sizeof int_keys / sizeof int_keys[0]; i++) {
-    if (strcmp(key, int_keys[i].key)) continue;
-    if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > INT_MAX)
-      return bad_key(path, key, "a positive integer", v);
-    *(int *)((char *)cfg + int_keys[i].offset) = (int)json_integer_value(v);
-    return LH__ARGS_CONTINUE;
-  }
-  if (!strcmp(key, "rope_theta") || !strcmp(key, "rms_norm_eps")) {
-    double x = json_is_number(v) ? json_number_value(v) : -1.0;
-    if (!(x > 0.0) || !isfinite(x)) return bad_key(path, key, "a positive number", v);
-    if (!strcmp(key, "rope_theta"))
-      cfg->rope_theta = (float)x;
-    else
-      cfg->rms_eps = (float)x;
-    return LH__ARGS_CONTINUE;
-  }
-  if (!strcmp(key, "tie_word_embeddings")) {
-    if (!json_is_boolean(v)) return bad_key(path, key, "true or false", v);
-    cfg->tie_embeddings = json_is_true(v);
-    return LH__ARGS_CONTINUE;
-  }
-  if (!strcmp(key, "attention_bias")) {
-    if (!json_is_boolean(v)) return bad_key(path, key, "true or false", v);
-    if (qwen2 && !json_is_true(v))
-      return bad_key(path, key, "true (qwen2 always has q/k/v biases)", v);
-    cfg->qkv_bias = qwen2 || json_is_true(v);
-    cfg->o_bias = !qwen2 && json_is_true(v); /* Llama and Qwen3: o_proj too */
-    return LH__ARGS_CONTINUE;
-  }
-  if (!strcmp(key, "bos_token_id") || !strcmp(key, "eos_token_id")) {
-    int id = -1;
-    if (!json_is_null(v)) {
-      if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT_MAX)
-        return bad_key(path, key, "a token id or null", v);
-      id = (int)json_integer_value(v);
-    }
-    if (key[0] == 'b') {
-      cfg->bos_token_id = id;
-    } else {
-      cfg->eos_token_id = cfg->eos_ids[0] = id;
-      cfg->n_eos = id >= 0;
-    }
-    return LH__ARGS_CONTINUE;
-  }
-  if (!strcmp(key, "model_type")) {
-    const char *want = hf_names[cfg->arch][0];
-    if (!json_is_string(v) || strcmp(json_string_value(v), want)) {
-      char what[64];
-      snprintf(what, sizeof what, "\"%s\" (as --arch says)", want);
-      return bad_key(path, key, what, v);
-    }
-    return LH__ARGS_CONTINUE;
-  }
-  if (!strcmp(key, "architectures")) {
-    const char *want = hf_names[cfg->arch][1];
-    if (!json_is_array(v) || json_array_size(v) != 1 || !json_is_string(json_array_get(v, 0)) ||
-        strcmp(json_string_value(json_array_get(v, 0)), want)) {
-      char what[64];
-      snprintf(what, sizeof what, "[\"%s\"] (as --arch says)", want);
-      return bad_key(path, key, what, v);
-    }
-    return LH__ARGS_CONTINUE;
-  }
-  if (!strcmp(key, "hidden_act")) {
-    if (!json_is_string(v) || strcmp(json_string_value(v), "silu"))
-      return bad_key(path, key, "\"silu\"", v);
-    return LH__ARGS_CONTINUE;
-  }
-  if (!strcmp(key, "rope_scaling")) {
-    cfg->rope_scaling = LH_ROPE_DEFAULT;
-    if (json_is_null(v)) return LH__ARGS_CONTINUE;
-    const json_t *type = json_object_get(v, "rope_type");
-    if (!type) type = json_object_get(v, "type");
-    const json_t *f = json_object_get(v, "factor"), *lo = json_object_get(v, "low_freq_factor");
-    const json_t *hi = json_object_get(v, "high_freq_factor");
-    const json_t *orig = json_object_get(v, "original_max_position_embeddings");
-    if (!json_is_string(type) || strcmp(json_string_value(type), "llama3") || !json_is_number(f) ||
-        !json_is_number(lo) || !json_is_number(hi) || !json_is_integer(orig) ||
-        json_integer_value(orig) < 1 || json_integer_value(orig) > INT_MAX)
-      return bad_key(path, key,
-                     "null or {\"rope_type\": \"llama3\", \"factor\", \"low_freq_factor\", "
-                     "\"high_freq_factor\", \"original_max_position_embeddings\"}",
-                     v);
-    cfg->rope_scaling = LH_ROPE_LLAMA3;
-    cfg->rope_factor = (float)json_number_value(f);
-    cfg->rope_low_freq_factor = (float)json_number_value(lo);
-    cfg->rope_high_freq_factor = (float)json_number_value(hi);
-    cfg->rope_original_max_positions = (int)json_integer_value(orig);
-    return LH__ARGS_CONTINUE;
-  }
-  if (!strcmp(key, "use_sliding_window") || !strcmp(key, "mlp_bias")) {
-    if (!json_is_false(v)) return bad_key(path, key, "false (not supported)", v);
-    return LH__ARGS_CONTINUE;
-  }
-  if (in_list(inert_keys, key)) return LH__ARGS_CONTINUE;
-  return lh__cli_error(CMD, LH__EXIT_FAIL,
-                       "%s: unknown key \"%s\" (known: vocab_size, hidden_size, "
-                       "intermediate_size, num_hidden_layers, num_attention_heads, "
-                       "num_key_value_heads, head_dim, max_position_embeddings, rope_theta, "
-                       "rms_norm_eps, tie_word_embeddings, attention_bias, bos_token_id, "
-                       "eos_token_id)",
-                       path, key);
-}
-
-/* The "tiny" preset of cfg->arch overridden by the keys present in the JSON file at path;
- * *set_vocab tells whether the file gave vocab_size. */
+/* The "tiny" preset of cfg->arch overridden by the keys of the JSON file at path
+ * (lh_config_override); *set_vocab tells whether the file gave vocab_size. */
 static int apply_file(const char *path, lh_config *cfg, bool *set_vocab) {
   char *text = NULL;
   size_t len = 0;
-  if (lh_file_read(path, MAX_OVERRIDE_BYTES, &text, &len) != LH_ERR_OK) return lh__cli_fail(CMD);
-  json_error_t jerr;
-  json_t *root = json_loadb(text, len, 0, &jerr);
-  free(text);
-  if (!root)
-    return lh__cli_error(CMD, LH__EXIT_FAIL, "%s:%d:%d: invalid JSON: %s", path, jerr.line,
-                         jerr.column, jerr.text);
-  int rc = LH__ARGS_CONTINUE;
-  if (!json_is_object(root)) {
-    rc = lh__cli_error(CMD, LH__EXIT_FAIL, "%s: expected a JSON object, got %s", path,
-                       lh_json_type_name(root));
-    goto out;
+  if (lh_file_read(path, MAX_OVERRIDE_BYTES, &text, &len) != LH_ERR_OK ||
+      lh_config_override(text, len, path, cfg) != LH_ERR_OK) {
+    free(text);
+    return lh__cli_fail(CMD);
   }
-  const char *key;
-  json_t *v;
+  json_t *root = json_loadb(text, len, 0, NULL); /* parsed once already: only for the key */
   *set_vocab = json_object_get(root, "vocab_size") != NULL;
-  json_object_foreach(root, key, v) {
-    rc = apply_key(path, key, v, cfg);
-    if (rc != LH__ARGS_CONTINUE) goto out;
-  }
-  /* As in Hugging Face, head_dim follows hidden_size / num_attention_heads unless given. */
-  bool shape_changed =
-      json_object_get(root, "hidden_size") || json_object_get(root, "num_attention_heads");
-  if (shape_changed && !json_object_get(root, "head_dim")) {
-    if (cfg->hidden_size % cfg->n_heads != 0) {
-      rc = lh__cli_error(CMD, LH__EXIT_FAIL,
-                         "%s: hidden_size %d is not a multiple of num_attention_heads %d; "
-                         "give head_dim",
-                         path, cfg->hidden_size, cfg->n_heads);
-      goto out;
-    }
-    cfg->head_dim = cfg->hidden_size / cfg->n_heads;
-  }
-out:
   json_decref(root);
-  return rc;
+  free(text);
+  return LH__ARGS_CONTINUE;
 }
 
 /* --tokenizer: reads the built-in character tokenizer or FILE (which must load), sets
@@ -269,7 +97,8 @@ int lh__cmd_init_model(int argc, char **argv) {
                          "<|pad|> 0, <|bos|> 1,\n<|eos|> 2, printable ASCII, \\n) as "
                          "DIR/tokenizer.json and sets vocab_size 99, bos 1, eos 2;\n"
                          "--tokenizer FILE copies a tokenizer.json that loads and sets vocab_size "
-                         "to its size.",
+                         "to its size\n(a --preset file's larger vocab_size is kept: padded "
+                         "embeddings, as in Qwen).",
                 .flags = flags,
                 .n_flags = (int)(sizeof flags / sizeof flags[0])};
   int rc = lh__args_parse(&a, argc, argv);
@@ -328,6 +157,11 @@ int lh__cmd_init_model(int argc, char **argv) {
   if (!tok_spec && unlink(tok_path) == 0)
     fprintf(stderr, "longhaul %s: removed %s from an earlier run (no --tokenizer)\n", CMD,
             tok_path);
+  /* a generation_config.json left in DIR would replace the eos ids just written */
+  char gen_path[4096];
+  snprintf(gen_path, sizeof gen_path, "%s/generation_config.json", out_dir);
+  if (unlink(gen_path) == 0)
+    fprintf(stderr, "longhaul %s: removed %s from an earlier run\n", CMD, gen_path);
   fprintf(stderr, "longhaul %s: %s, %.2fM parameters (%s), seed %llu, wrote %s\n", CMD,
           arch_names[arch_i], (double)m->n_params / 1e6, dtype_names[dtype_i],
           (unsigned long long)seed, out_dir);

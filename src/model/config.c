@@ -615,18 +615,18 @@ static double float_to_short_double(float f) {
   return strtod(buf, NULL);
 }
 
-lh_err lh__config_save_dtype(const char *path, const lh_config *c, const char *torch_dtype) {
-  if (!path || !c) return lh_errorf(LH_ERR_INVAL, "lh_config_save: NULL argument");
-  lh_err e = lh_config_validate(c);
-  if (e) return e;
-  static const char *const arch_names[][2] = {
-      [LH_ARCH_LLAMA] = {"LlamaForCausalLM", "llama"},
-      [LH_ARCH_QWEN2] = {"Qwen2ForCausalLM", "qwen2"},
-      [LH_ARCH_QWEN3] = {"Qwen3ForCausalLM", "qwen3"},
-  };
+/* architectures[0] and model_type of each family */
+static const char *const arch_names[][2] = {
+    [LH_ARCH_LLAMA] = {"LlamaForCausalLM", "llama"},
+    [LH_ARCH_QWEN2] = {"Qwen2ForCausalLM", "qwen2"},
+    [LH_ARCH_QWEN3] = {"Qwen3ForCausalLM", "qwen3"},
+};
+
+/* c as a config.json object (NULL when out of memory); c must be valid. */
+static json_t *config_to_json(const lh_config *c, const char *torch_dtype) {
   int qwen = c->arch != LH_ARCH_LLAMA;
   json_t *root = json_object();
-  if (!root) return lh_errorf(LH_ERR_NOMEM, "%s: out of memory", path);
+  if (!root) return NULL;
   int bad = 0;
   bad |= json_object_set_new(root, "architectures", json_pack("[s]", arch_names[c->arch][0]));
   bad |= json_object_set_new(root, "model_type", json_string(arch_names[c->arch][1]));
@@ -666,7 +666,19 @@ lh_err lh__config_save_dtype(const char *path, const lh_config *c, const char *t
   bad |= json_object_set_new(root, "rope_scaling", scaling);
   bad |= json_object_set_new(root, "torch_dtype", json_string(torch_dtype));
   bad |= json_object_set_new(root, "use_cache", json_true());
-  char *text = bad ? NULL : json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(9));
+  if (bad) {
+    json_decref(root);
+    return NULL;
+  }
+  return root;
+}
+
+lh_err lh__config_save_dtype(const char *path, const lh_config *c, const char *torch_dtype) {
+  if (!path || !c) return lh_errorf(LH_ERR_INVAL, "lh_config_save: NULL argument");
+  lh_err e = lh_config_validate(c);
+  if (e) return e;
+  json_t *root = config_to_json(c, torch_dtype);
+  char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(9)) : NULL;
   json_decref(root);
   if (!text) return lh_errorf(LH_ERR_NOMEM, "%s: out of memory while writing JSON", path);
   size_t n = strlen(text);
@@ -684,6 +696,82 @@ lh_err lh__config_save_dtype(const char *path, const lh_config *c, const char *t
 
 lh_err lh_config_save(const char *path, const lh_config *c) {
   return lh__config_save_dtype(path, c, "float32");
+}
+
+/* ---------------------------------------------------------------- overrides */
+
+/* The keys lh_config_parse reads, then keys of Hugging Face config.json files that do not change
+ * the model longhaul builds. An override file may hold only these, so a misspelt key is an
+ * error rather than silently ignored. */
+static const char *const override_keys[] = {
+    "architectures", "model_type", "vocab_size", "hidden_size", "intermediate_size",
+    "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+    "max_position_embeddings", "rope_theta", "rms_norm_eps", "tie_word_embeddings",
+    "attention_bias", "bos_token_id", "eos_token_id", "rope_scaling", "hidden_act",
+    "use_sliding_window", "mlp_bias", NULL,
+    /* inert */
+    "torch_dtype", "dtype", "transformers_version", "use_cache", "initializer_range",
+    "attention_dropout", "sliding_window", "max_window_layers", "pretraining_tp", "layer_types",
+    "pad_token_id", NULL};
+
+static bool override_key_known(const char *key) {
+  for (int i = 0, nulls = 0; nulls < 2; i++)
+    if (!override_keys[i])
+      nulls++;
+    else if (!strcmp(override_keys[i], key))
+      return true;
+  return false;
+}
+
+lh_err lh_config_override(const char *json, size_t len, const char *what, lh_config *c) {
+  if (!what) what = "config override";
+  if (!c) return lh_errorf(LH_ERR_INVAL, "%s: NULL argument", what);
+  lh_err e = lh_config_validate(c);
+  if (e) return e;
+  json_t *over = NULL, *root = NULL;
+  char *text = NULL;
+  if ((e = parse_object(json, len, what, &over))) return e;
+  const char *key;
+  json_t *v;
+  json_object_foreach(over, key, v) {
+    if (override_key_known(key)) continue;
+    char known[1024] = "";
+    for (int i = 0; override_keys[i]; i++)
+      snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", i ? ", " : "",
+               override_keys[i]);
+    e = lh_errorf(LH_ERR_FORMAT, "%s: unknown key \"%.100s\" (known: %s)", what, key, known);
+    goto out;
+  }
+  if (!(root = config_to_json(c, "float32"))) {
+    e = lh_errorf(LH_ERR_NOMEM, "%s: out of memory", what);
+    goto out;
+  }
+  /* As in Hugging Face, head_dim follows hidden_size / num_attention_heads unless given. */
+  if ((json_object_get(over, "hidden_size") || json_object_get(over, "num_attention_heads")) &&
+      !json_object_get(over, "head_dim"))
+    json_object_del(root, "head_dim");
+  /* a family named in the file is checked against c's below, not hidden by c's own names */
+  if (json_object_get(over, "architectures") || json_object_get(over, "model_type")) {
+    json_object_del(root, "architectures");
+    json_object_del(root, "model_type");
+  }
+  lh_config out;
+  if (json_object_update(root, over) || !(text = json_dumps(root, JSON_COMPACT))) {
+    e = lh_errorf(LH_ERR_NOMEM, "%s: out of memory", what);
+    goto out;
+  }
+  if ((e = lh_config_parse(text, strlen(text), what, &out))) goto out;
+  if (out.arch != c->arch) {
+    e = lh_errorf(LH_ERR_FORMAT, "%s: architectures/model_type name %s, not %s", what,
+                  arch_names[out.arch][0], arch_names[c->arch][0]);
+    goto out;
+  }
+  *c = out;
+out:
+  free(text);
+  json_decref(root);
+  json_decref(over);
+  return e;
 }
 
 /* ---------------------------------------------------------------- generation_config.json */

@@ -1,5 +1,7 @@
 /* libFuzzer target for config.json: parse any bytes; an accepted config must validate, imply a
- * positive parameter count, and survive save -> load unchanged. */
+ * positive parameter count, and survive save -> load unchanged. The same bytes as an override
+ * of the tiny preset (init-model --preset FILE.json) must give a valid config or an error that
+ * names the source and leaves the preset untouched. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +14,15 @@
 #include "fuzz_util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  lh_config preset, over;
+  CHECK(lh_config_preset("tiny", LH_ARCH_QWEN3, &preset) == LH_ERR_OK);
+  over = preset;
+  if (lh_config_override((const char *)data, size, "fuzz", &over) == LH_ERR_OK) {
+    CHECK(lh_config_validate(&over) == LH_ERR_OK && over.arch == LH_ARCH_QWEN3);
+  } else {
+    CHECK(strncmp(lh_last_error(), "fuzz", 4) == 0);
+    CHECK(memcmp(&over, &preset, sizeof over) == 0);
+  }
   lh_config c;
   memset(&c, 0, sizeof c);
   lh_err err = lh_config_parse((const char *)data, size, "fuzz", &c);

@@ -238,10 +238,30 @@ expect_rc init-roundtrip 0 &&
   { cmp -s "$TMP/llama-file/model.safetensors" "$TMP/llama-rt/model.safetensors" ||
     fail "init-model: --preset DIR/config.json did not reproduce the model written from it"; }
 run init-wrongarch "$BIN" init-model --arch qwen2 --preset "$TMP/llama-file/config.json" --seed 1 --out "$TMP/qwen2-wrong"
-expect_rc init-wrongarch 1 && expect_one_line_error init-wrongarch '(model_type|architectures): expected'
+expect_rc init-wrongarch 1 &&
+  expect_one_line_error init-wrongarch 'architectures/model_type name LlamaForCausalLM, not Qwen2ForCausalLM'
 printf '{"num_layers": 2}\n' >"$TMP/typo.json"
 run init-typo "$BIN" init-model --arch llama --preset "$TMP/typo.json" --seed 1 --out "$TMP/llama-typo"
 expect_rc init-typo 1 && expect_one_line_error init-typo 'unknown key "num_layers"'
+# An override file takes what config.json takes: an eos list (Llama 3 Instruct, and what sft
+# writes) and the keys of current transformers that do not change the model.
+cat >"$TMP/eoslist.json" <<'JSON'
+{"eos_token_id": [2, 5], "dtype": "float32", "pad_token_id": null,
+ "layer_types": ["full_attention", "full_attention"], "model_type": "qwen3"}
+JSON
+run init-eoslist "$BIN" init-model --arch qwen3 --preset "$TMP/eoslist.json" --seed 1 --out "$TMP/eoslist"
+expect_rc init-eoslist 0 && py init-eoslist-check '
+import json, sys
+c = json.load(open(sys.argv[1]))
+assert c["eos_token_id"] == [2, 5] and c["model_type"] == "qwen3", c
+' "$TMP/eoslist/config.json"
+# A generation_config.json left in --out would replace the eos ids init-model writes.
+printf '{"eos_token_id": [200, 201]}\n' >"$TMP/eoslist/generation_config.json"
+run init-stale-gen "$BIN" init-model --arch qwen3 --preset tiny --seed 1 --out "$TMP/eoslist"
+expect_rc init-stale-gen 0 && { [ -e "$TMP/eoslist/generation_config.json" ] &&
+  fail "init-model left a generation_config.json from an earlier run"; }
+grep -q 'removed .*generation_config.json' "$TMP/init-stale-gen.err" ||
+  fail "init-stale-gen: init-model did not say it removed generation_config.json"
 
 # ------------------------------------------------------------------ score
 MODEL=$TMP/qwen2

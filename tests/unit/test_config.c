@@ -660,6 +660,42 @@ static void test_invalid_values(void **state) {
   assert_int_equal(lh_config_validate(&bad), LH_ERR_FORMAT);
 }
 
+/* lh_config_override: a config.json-style file over a preset, read as the loader reads it. */
+static void test_override(void **state) {
+  lh_config c, orig;
+  assert_int_equal(lh_config_preset("tiny", LH_ARCH_LLAMA, &orig), LH_ERR_OK);
+  c = orig;
+  const char *ok =
+      "{\"hidden_size\": 128, \"num_attention_heads\": 8, \"num_key_value_heads\": 2,"
+      " \"eos_token_id\": [2, 5], \"rope_theta\": 5000, \"torch_dtype\": \"bfloat16\"}";
+  assert_int_equal(lh_config_override(ok, strlen(ok), "over.json", &c), LH_ERR_OK);
+  assert_int_equal(c.hidden_size, 128);
+  assert_int_equal(c.head_dim, 16); /* follows hidden_size / heads: the preset's is not kept */
+  assert_int_equal(c.n_kv_heads, 2);
+  assert_int_equal(c.n_eos, 2);
+  assert_int_equal(c.eos_ids[1], 5);
+  assert_float_equal(c.rope_theta, 5000.0f, 0.0f);
+  assert_int_equal(c.n_layers, orig.n_layers); /* keys not given keep the preset's values */
+  assert_int_equal(c.vocab_size, orig.vocab_size);
+  /* errors name the file and leave c as it was */
+  static const struct {
+    const char *json, *msg;
+  } bad[] = {
+      {"{\"num_layers\": 2}", "over.json: unknown key \"num_layers\""},
+      {"{\"model_type\": \"qwen2\"}", "name Qwen2ForCausalLM, not LlamaForCausalLM"},
+      {"{\"hidden_size\": 100, \"num_attention_heads\": 3}", "not a multiple"},
+      {"{\"vocab_size\": \"big\"}", "vocab_size"},
+      {"[1]", "expected a JSON object"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    lh_config d = c;
+    assert_int_not_equal(lh_config_override(bad[i].json, strlen(bad[i].json), "over.json", &d),
+                         LH_ERR_OK);
+    assert_non_null(strstr(lh_last_error(), bad[i].msg));
+    assert_memory_equal(&d, &c, sizeof c);
+  }
+}
+
 /* lh_config_same_forward: every field that changes the forward is compared and named. */
 static void test_same_forward(void **state) {
   lh_config a, b;
@@ -859,6 +895,7 @@ int main(void) {
       cmocka_unit_test(test_unsupported),
       cmocka_unit_test(test_invalid_values),
       cmocka_unit_test(test_save_load_round_trip),
+      cmocka_unit_test(test_override),
       cmocka_unit_test(test_same_forward),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
