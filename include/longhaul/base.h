@@ -64,10 +64,13 @@ double lh_time_now(void);
 
 /* Whole-file helpers. lh_file_read returns a malloc'd buffer (NUL-terminated, *len excludes
  * the NUL); files larger than max_bytes are refused with LH_ERR_LIMIT. lh_file_write_atomic
- * writes to PATH.tmp.PID (so concurrent writers never share it), fsyncs, renames over PATH and
- * fsyncs the directory; on failure the temporary file is removed. */
+ * writes to a new temporary file (lh_file_tmp_name), fsyncs, renames over PATH and fsyncs the
+ * directory; on failure the temporary file is removed. */
 lh_err lh_file_read(const char *path, size_t max_bytes, char **out, size_t *len);
 lh_err lh_file_write_atomic(const char *path, const void *data, size_t len);
+/* The temporary file of one atomic write of path: "PATH.tmp.PID.N" (malloc'd), N counting this
+ * process's calls, so no two writers (threads or processes) share one. Create it with O_EXCL. */
+char *lh_file_tmp_name(const char *path);
 /* The last step of an atomic write whose temporary file (or directory) is written and fsynced:
  * renames tmp over path and fsyncs the directory that holds path. */
 lh_err lh_file_commit(const char *tmp, const char *path);

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -193,13 +194,18 @@ out:
   return err;
 }
 
-lh_err lh_file_write_atomic(const char *path, const void *data, size_t len) {
-  /* PATH.tmp.PID: two processes writing the same path never share a temporary file */
-  size_t cap = strlen(path) + 32;
+char *lh_file_tmp_name(const char *path) {
+  static atomic_ulong calls;
+  size_t cap = strlen(path) + 48;
   char *tmp = lh_xmalloc(cap);
-  snprintf(tmp, cap, "%s.tmp.%ld", path, (long)getpid());
+  snprintf(tmp, cap, "%s.tmp.%ld.%lu", path, (long)getpid(), atomic_fetch_add(&calls, 1));
+  return tmp;
+}
+
+lh_err lh_file_write_atomic(const char *path, const void *data, size_t len) {
+  char *tmp = lh_file_tmp_name(path);
   lh_err err = LH_ERR_OK;
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) {
     err = lh_errorf(LH_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
     goto out;

@@ -570,11 +570,8 @@ lh_err lh_safetensors_write(const char *path, const lh_st_entry *entries, int n)
 
   /* Streamed rather than assembled in memory (a model can be gigabytes), with the same
    * temp + fsync + rename pattern as lh_file_write_atomic. */
-  size_t cap = strlen(path) + 32;
-  char *tmp = lh_xmalloc(cap);
-  FILE *f = NULL;
-  snprintf(tmp, cap, "%s.tmp.%ld", path, (long)getpid()); /* one per writing process */
-  f = fopen(tmp, "wbe");
+  char *tmp = lh_file_tmp_name(path);
+  FILE *f = fopen(tmp, "wbxe"); /* x: O_EXCL */
   if (!f) {
     err = lh_errorf(LH_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
     goto out;
