@@ -26,6 +26,15 @@ int lh__cli_fail(const char *cmd) {
   return lh__cli_error(cmd, LH__EXIT_FAIL, "%s", lh_last_error());
 }
 
+int lh__cli_flush_stdout(const char *cmd) {
+  errno = 0;
+  int e = fflush(stdout) != 0 ? errno : 0;
+  if (e == 0 && !ferror(stdout)) return LH__EXIT_OK;
+  /* an earlier write failed and the flush had nothing left to write: its errno is gone */
+  return lh__cli_error(cmd, LH__EXIT_FAIL, "cannot write the output: %s",
+                       e ? strerror(e) : "an earlier write failed");
+}
+
 static int find_flag(const lh__args *a, const char *name, size_t len) {
   for (int i = 0; i < a->n_flags; i++)
     if (strlen(a->flags[i].name) == len && !strncmp(a->flags[i].name, name, len)) return i;

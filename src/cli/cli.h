@@ -73,6 +73,10 @@ int lh__cli_error(const char *cmd, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* "longhaul CMD: <lh_last_error()>" on stderr; returns 1. */
 int lh__cli_fail(const char *cmd);
+/* Flushes stdout and checks that nothing written to it failed (a full disk, a closed pipe):
+ * returns 0, or prints "longhaul CMD: cannot write the output: REASON" and returns 1. A command
+ * that prints its result calls it last, so its exit code says whether the result was written. */
+int lh__cli_flush_stdout(const char *cmd);
 
 int lh__cmd_init_model(int argc, char **argv);
 int lh__cmd_score(int argc, char **argv);

@@ -109,7 +109,7 @@ static int bench_train(int argc, char **argv) {
            tokens_per_s, step_s, gflops, B, T, steps, nthreads, (double)m->n_params / 1e6,
            (double)loss);
   }
-  rc = LH__EXIT_OK;
+  rc = lh__cli_flush_stdout(cmd);
 out:
   lh_adamw_free(opt);
   lh_train_free(t);

@@ -543,7 +543,9 @@ int lh__cmd_eval(int argc, char **argv) {
     set_json(&w, root, "compare", report_model(&s, &rb, "compare", &w));
     set_json(&w, root, "paired", report_paired(&s, &ra, &rb, same_dir(dir, dir2), &w));
   }
-  fflush(stdout);
+  /* the report could not be written: the --json file is still written (the run is not lost),
+   * and the exit code is still 1 */
+  int out_rc = lh__cli_flush_stdout(CMD);
   if (json_path) {
     char *text = w.json_bad ? NULL : json_dumps(root, JSON_INDENT(1) | JSON_REAL_PRECISION(10));
     if (!text) {
@@ -560,7 +562,7 @@ int lh__cmd_eval(int argc, char **argv) {
       goto out;
     }
   }
-  rc = LH__EXIT_OK;
+  rc = out_rc;
 out:
   json_decref(root);
   free(w.tasks);

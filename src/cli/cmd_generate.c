@@ -1,7 +1,6 @@
 /* `longhaul generate`: sample completions of one prompt with the rollout engine (continuous
  * batching, verifiable sampler), as text or one JSON object per sample; and `longhaul bench
  * generate`: prefill and decode tokens per second on random prompts. */
-#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -208,9 +207,7 @@ int lh__cmd_generate(int argc, char **argv) {
     }
     free(text);
   }
-  rc = LH__EXIT_OK;
-  if (fflush(stdout) != 0 || ferror(stdout))
-    rc = lh__cli_error(CMD, LH__EXIT_FAIL, "cannot write the output: %s", strerror(errno));
+  rc = lh__cli_flush_stdout(CMD);
 out:
   free(tokens);
   free(lps);
@@ -326,7 +323,7 @@ int lh__bench_generate(int argc, char **argv) {
            (double)weight_bytes / 1e6,
            weight_bytes > lh_infer_weight_bytes(m, 1) ? "fp32" : "bf16");
   }
-  rc = LH__EXIT_OK;
+  rc = lh__cli_flush_stdout(a.cmd);
 out:
   free(prompts);
   free(tokens);

@@ -159,8 +159,7 @@ int lh__cmd_score(int argc, char **argv) {
   lines L = {0};
   rc = read_lines(input, &m->cfg, &L);
   if (rc == LH__ARGS_CONTINUE) rc = L.n_lines ? score_lines(m, &L) : LH__EXIT_OK;
-  if (rc == LH__EXIT_OK && (fflush(stdout) != 0 || ferror(stdout)))
-    rc = lh__cli_error(CMD, LH__EXIT_FAIL, "cannot write the output: %s", strerror(errno));
+  if (rc == LH__EXIT_OK) rc = lh__cli_flush_stdout(CMD);
   free(L.tokens);
   free(L.start);
   lh_model_free(m);

@@ -1,7 +1,6 @@
 /* `longhaul tokenize`: encodes text with a tokenizer.json (or the built-in character tokenizer)
  * and prints the ids as one JSON array line, or decodes comma-separated ids and prints exactly
  * the bytes they stand for (no newline added). */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,7 +140,6 @@ int lh__cmd_tokenize(int argc, char **argv) {
     free(text);
   }
   lh_tokenizer_free(t);
-  if (rc == LH__EXIT_OK && (fflush(stdout) != 0 || ferror(stdout)))
-    rc = lh__cli_error(CMD, LH__EXIT_FAIL, "cannot write the output: %s", strerror(errno));
+  if (rc == LH__EXIT_OK) rc = lh__cli_flush_stdout(CMD);
   return rc;
 }

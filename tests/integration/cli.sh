@@ -31,6 +31,14 @@ run() {
   RC=$?
 }
 
+# run_full NAME CMD...: as run, with stdout on /dev/full (every write to it fails: ENOSPC).
+run_full() {
+  local name=$1
+  shift
+  "$@" >/dev/full 2>"$TMP/$name.err"
+  RC=$?
+}
+
 # expect_rc NAME WANT: the last `run` exited with WANT (and did not crash).
 expect_rc() {
   if [ "$RC" -ne "$2" ]; then
@@ -335,6 +343,9 @@ assert r["batch"] == 2 and r["seq"] == 16 and r["threads"] >= 1 and r["params"] 
 ' "$TMP/bench.out"
 run bench-human "$BIN" bench train --model "$MODEL" --batch 1 --seq 8 --steps 1
 expect_rc bench-human 0 && { grep -q 'tokens/s' "$TMP/bench-human.out" || fail "bench train: no tokens/s in $(cat "$TMP/bench-human.out")"; }
+# a result that cannot be written is a failure (exit 1), as in score, tokenize and generate
+run_full bench-full "$BIN" bench train --model "$MODEL" --batch 1 --seq 8 --steps 1 --json
+expect_rc bench-full 1 && expect_one_line_error bench-full '^longhaul bench train: cannot write the output: '
 run bench-longseq "$BIN" bench train --model "$MODEL" --batch 1 --seq $((MAXPOS + 1)) --steps 1
 expect_rc bench-longseq 2 && expect_one_line_error bench-longseq 'max_position'
 
@@ -566,6 +577,8 @@ r = json.loads(open(sys.argv[1]).read())
 assert r["batch"] == 2 and r["decode_tokens_per_s"] > 0 and r["prefill_tokens_per_s"] > 0, r
 assert r["weight_bytes"] == 2 * r["params"], r  # bf16 rows at 8 sequences or fewer
 ' "$TMP/gen-bench.out"
+run_full gen-bench-full "$BIN" bench generate --model "$TMP/gen" --batch 1 --prompt-len 4 --new 2
+expect_rc gen-bench-full 1 && expect_one_line_error gen-bench-full '^longhaul bench generate: cannot write the output: '
 # above 8 sequences the decode products read the fp32 copy, and weight_bytes says so
 run gen-bench9 "$BIN" bench generate --model "$TMP/gen" --batch 9 --prompt-len 2 --new 2 --json
 expect_rc gen-bench9 0 && py gen-bench9-check '
@@ -763,6 +776,17 @@ assert sorted(b["level"] for b in m["by_level"]) == sorted(levels), m["by_level"
 assert sum(b["tasks"] for b in m["by_level"]) == 40, m["by_level"]
 assert "compare" not in r and "paired" not in r
 ' "$TMP/eval.json"
+}
+# a report that cannot be written is a failure (exit 1; stderr's first line is the progress
+# summary), and the --json file is written all the same
+run_full eval-full "$BIN" eval --model "$TMP/gen" --env arith:digits=1 --n 2 --max-new 2 --json "$TMP/eval-full.json"
+expect_rc eval-full 1 && {
+  grep -q '^longhaul eval: cannot write the output: ' "$TMP/eval-full.err" ||
+    fail "eval-full: no 'cannot write the output' error: $(cat "$TMP/eval-full.err")"
+  py eval-full-json '
+import json, sys
+assert json.load(open(sys.argv[1]))["tasks"] == 2
+' "$TMP/eval-full.json"
 }
 # K samples: pass@k rises with k; results do not depend on how tasks are batched (streams are
 # fixed per task and sample)
