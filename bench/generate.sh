@@ -107,10 +107,10 @@ for B in batches:
            "ratio_decode": median(dec)}
     if B == 1:
         # Every decode forward at batch 1 reads all the weights once: weight traffic per second
-        # is weight_bytes * forwards/s. decode_s = decode_step_s * N holds N - 1 forwards (the
-        # first token comes from the prefill), so forwards/s = (N - 1) / decode_s.
+        # is weight_bytes * forwards/s, and decode_step_s is the time of one decode forward
+        # (decode_s over its N - 1 forwards), so forwards/s = 1 / decode_step_s.
         def traffic(r):
-            return r["weight_bytes"] * (r["new"] - 1) / (r["decode_step_s"] * r["new"])
+            return r["weight_bytes"] / r["decode_step_s"]
         frac = [traffic(l) / (b["read_gbps"] * 1e9) for l, b in zip(lhs, bws)]
         frac16 = [traffic(l) / (b["bf16_read_gbps"] * 1e9) for l, b in zip(lhs, bws)]
         pfrac = [traffic(p) / (b["read_gbps"] * 1e9) for p, b in zip(pes, bws)]

@@ -20,9 +20,9 @@ It is meant as a fair peer, the way one would write a fast eager decoder in torc
 Timing, as `longhaul bench generate` counts it: one untimed warmup generation (2 new tokens);
 prefill_s is the batched prompt forward; decode_s is the N-1 forwards of one token per sequence
 plus all N samplings (the first token comes from the prefill's last row);
-prefill_tokens_per_s = B*P / prefill_s, decode_tokens_per_s = B*N / decode_s, decode_step_s =
-decode_s / N. Prompts come from a fixed torch seed (not longhaul's token stream: the work does
-not depend on the token values).
+prefill_tokens_per_s = B*P / prefill_s, decode_tokens_per_s = B*(N-1) / decode_s (the tokens the
+decode forwards make), decode_step_s = decode_s / (N-1). Prompts come from a fixed torch seed
+(not longhaul's token stream: the work does not depend on the token values).
 """
 
 import argparse
@@ -222,8 +222,8 @@ def main():
         "new": N,
         "threads": torch.get_num_threads(),
         "prefill_tokens_per_s": B * P / prefill_s,
-        "decode_tokens_per_s": B * N / decode_s,
-        "decode_step_s": decode_s / N,
+        "decode_tokens_per_s": B * (N - 1) / decode_s,
+        "decode_step_s": decode_s / (N - 1),
         "sample_s": sample_s,
         "prefill_s": prefill_s,
         "decode_s": decode_s,

@@ -234,12 +234,14 @@ static const lh__flag bench_flags[] = {
 
 int lh__bench_generate(int argc, char **argv) {
   lh__args a = {.cmd = "bench generate",
-                .about = "Prefill and decode throughput of the rollout engine: B random prompts "
-                         "of P tokens, prefilled in forwards of up to 8192 tokens, then N tokens "
-                         "each sampled at temperature 1 with no stop token (N >= 2: the first "
-                         "comes from the prefill, so N - 1 decode forwards). Decode time includes "
-                         "sampling. Above 8 sequences the weights are also kept in fp32, as "
-                         "generate does.",
+                .about =
+                    "Prefill and decode throughput of the rollout engine: B random prompts of P "
+                    "tokens, prefilled\nin forwards of up to 8192 tokens, then N tokens each "
+                    "sampled at temperature 1 with no stop\ntoken (N >= 2: the first comes "
+                    "from the prefill, so N - 1 decode forwards). Decode time is\nthose "
+                    "forwards plus all the sampling; decode tokens/s is the B x (N - 1) tokens "
+                    "they make over\nthat time, and s/step that time over N - 1. Above 8 "
+                    "sequences the weights are also kept in\nfp32, as generate does.",
                 .flags = bench_flags,
                 .n_flags = sizeof bench_flags / sizeof bench_flags[0]};
   int rc = lh__args_parse(&a, argc, argv);
@@ -306,20 +308,24 @@ int lh__bench_generate(int argc, char **argv) {
     rc = lh__cli_fail(a.cmd);
     goto out;
   }
-  double decode_s = st.decode_s + st.sample_s;
+  /* decode_s: the N - 1 decode forwards and all N samplings; the tokens counted are the
+   * B x (N - 1) those forwards make (the first token of each sequence comes from the prefill) */
+  double decode_s = st.decode_s + st.sample_s, step_s = decode_s / (double)(N - 1);
   size_t weight_bytes = lh_infer_weight_bytes(m, (int)B); /* what each decode forward reads */
-  double prefill_tps = st.prefill_tokens / st.prefill_s, decode_tps = (double)(B * N) / decode_s;
+  double prefill_tps = st.prefill_tokens / st.prefill_s,
+         decode_tps = (double)(B * (N - 1)) / decode_s;
   if (lh__args_has(&a, "json")) {
     printf("{\"command\":\"bench generate\",\"batch\":%ld,\"prompt_len\":%ld,\"new\":%ld,"
            "\"threads\":%d,\"prefill_tokens_per_s\":%.6g,\"decode_tokens_per_s\":%.6g,"
-           "\"decode_step_s\":%.6g,\"sample_s\":%.6g,\"weight_bytes\":%zu,\"params\":%zu}\n",
-           B, P, N, lh_threads(), prefill_tps, decode_tps, decode_s / (double)N, st.sample_s,
-           weight_bytes, lh_config_n_params(c));
+           "\"decode_step_s\":%.6g,\"sample_s\":%.6g,\"prefill_s\":%.6g,\"decode_s\":%.6g,"
+           "\"weight_bytes\":%zu,\"params\":%zu}\n",
+           B, P, N, lh_threads(), prefill_tps, decode_tps, step_s, st.sample_s, st.prefill_s,
+           decode_s, weight_bytes, lh_config_n_params(c));
   } else {
     printf("bench generate: prefill %.0f tokens/s, decode %.0f tokens/s (%.4g s/step; sampling "
            "%.3g s) (batch %ld, prompt %ld, new %ld, %d threads, %.1f MB of %s weights per "
            "decode step)\n",
-           prefill_tps, decode_tps, decode_s / (double)N, st.sample_s, B, P, N, lh_threads(),
+           prefill_tps, decode_tps, step_s, st.sample_s, B, P, N, lh_threads(),
            (double)weight_bytes / 1e6,
            weight_bytes > lh_infer_weight_bytes(m, 1) ? "fp32" : "bf16");
   }

@@ -576,6 +576,13 @@ import json, sys
 r = json.loads(open(sys.argv[1]).read())
 assert r["batch"] == 2 and r["decode_tokens_per_s"] > 0 and r["prefill_tokens_per_s"] > 0, r
 assert r["weight_bytes"] == 2 * r["params"], r  # bf16 rows at 8 sequences or fewer
+# decode_s holds the N - 1 decode forwards (the first token comes from the prefill): the tokens
+# counted are the B x (N - 1) they make, and a step is one of them (it counted B x N, and N steps)
+B, N, d = r["batch"], r["new"], r["decode_s"]
+assert 0 <= r["sample_s"] <= d, r
+assert abs(r["decode_tokens_per_s"] * d - B * (N - 1)) <= 1e-4 * B * (N - 1), r
+assert abs(r["decode_step_s"] * (N - 1) - d) <= 1e-4 * d, r
+assert abs(r["prefill_tokens_per_s"] * r["prefill_s"] - B * r["prompt_len"]) <= 1e-4 * B * r["prompt_len"], r
 ' "$TMP/gen-bench.out"
 run_full gen-bench-full "$BIN" bench generate --model "$TMP/gen" --batch 1 --prompt-len 4 --new 2
 expect_rc gen-bench-full 1 && expect_one_line_error gen-bench-full '^longhaul bench generate: cannot write the output: '
