@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -214,10 +215,21 @@ int lh__args_double(const lh__args *a, const char *name, double lo, double hi, d
     *out = def;
     return LH__ARGS_CONTINUE;
   }
+  /* decimal only, as the integer flags: strtod alone would also take leading whitespace, hex
+   * ("0x1p-1"), "inf" and "nan" */
+  size_t len = strspn(v, "0123456789.eE+-");
   char *end = NULL;
   errno = 0;
-  double x = strtod(v, &end);
-  if (errno != 0 || end == v || *end != '\0' || !(x >= lo && x <= hi))
+  double x = v[len] == '\0' ? strtod(v, &end) : 0.0;
+  bool ok = end && end != v && *end == '\0';
+  /* ERANGE on underflow is no error: a subnormal result is the nearest double (5e-324); but a
+   * nonzero number read as 0 would silently change its meaning (--temperature 0 is greedy) */
+  if (ok && x == 0 && strcspn(v, "123456789") < strcspn(v, "eE"))
+    return lh__cli_error(a->cmd, LH__EXIT_USAGE,
+                         "--%s: \"%s\" is too small to represent (it would read as 0); expected a "
+                         "number in [%g, %g]",
+                         name, v, lo, hi);
+  if (!ok || (errno == ERANGE && isinf(x)) || !(x >= lo && x <= hi))
     return lh__cli_error(a->cmd, LH__EXIT_USAGE, "--%s: expected a number in [%g, %g], got \"%s\"",
                          name, lo, hi, v);
   *out = x;

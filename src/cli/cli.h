@@ -54,6 +54,8 @@ int lh__args_u64(const lh__args *a, const char *name, uint64_t hi, uint64_t def,
 /* Seeds are recorded as JSON integers (eval --json, rl's run.json), which are signed 64-bit:
  * every command's --seed is at most this. */
 #define LH__SEED_MAX ((uint64_t)INT64_MAX)
+/* A decimal number in [lo, hi], as strtod reads it but without leading whitespace, hex, inf or
+ * nan; a subnormal is accepted, a nonzero number that would read as 0 (1e-400) is refused. */
 int lh__args_double(const lh__args *a, const char *name, double lo, double hi, double def,
                     double *out);
 /* `choices` is NULL-terminated; *out is the index of the match. */

@@ -570,6 +570,18 @@ run gen-unclosed "$BIN" generate --model "$TMP/gen" --prompt-tokens "[1,2"
 expect_rc gen-unclosed 2 && expect_one_line_error gen-unclosed 'prompt-tokens: expected comma-separated token ids, got "\[1,2"'
 run gen-both "$BIN" generate --model "$TMP/gen" --prompt a --prompt-tokens 1
 expect_rc gen-both 2 && expect_one_line_error gen-both 'exactly one of --prompt and --prompt-tokens'
+# number flags are decimal, as the integer ones: no leading whitespace, no hex; a subnormal is a
+# number (strtod's ERANGE on underflow is no error), a nonzero one that would read as 0 is refused
+run gen-temp-space "$BIN" generate --model "$TMP/gen" --prompt-tokens 5 --temperature " 0.5"
+expect_rc gen-temp-space 2 && expect_one_line_error gen-temp-space '--temperature: expected a number in \[0, 1e\+06\], got " 0.5"$'
+run gen-temp-hex "$BIN" generate --model "$TMP/gen" --prompt-tokens 5 --temperature 0x1p-1
+expect_rc gen-temp-hex 2 && expect_one_line_error gen-temp-hex '--temperature: expected a number in \[0, 1e\+06\], got "0x1p-1"$'
+run gen-temp-sub "$BIN" generate --model "$TMP/gen" --prompt-tokens 5 --max-new 2 --temperature 5e-324
+expect_rc gen-temp-sub 0
+run gen-temp-tiny "$BIN" generate --model "$TMP/gen" --prompt-tokens 5 --temperature 1e-400
+expect_rc gen-temp-tiny 2 && expect_one_line_error gen-temp-tiny '--temperature: "1e-400" is too small to represent \(it would read as 0\)'
+run gen-temp-zero "$BIN" generate --model "$TMP/gen" --prompt-tokens 5 --max-new 2 --temperature 0e-400
+expect_rc gen-temp-zero 0
 run gen-bench "$BIN" bench generate --model "$TMP/gen" --batch 2 --prompt-len 4 --new 3 --json
 expect_rc gen-bench 0 && py gen-bench-check '
 import json, sys
