@@ -110,11 +110,18 @@ int lh__cmd_generate(int argc, char **argv) {
     np = (int)cnt;
   } else {
     size_t cnt = 0;
-    rc = lh__parse_ids(CMD, "prompt-tokens", lh__args_str(&a, "prompt-tokens", ""), &prompt, &cnt);
+    const char *ids = lh__args_str(&a, "prompt-tokens", "");
+    rc = lh__parse_ids(CMD, "prompt-tokens", ids, &prompt, &cnt);
     if (rc != LH__ARGS_CONTINUE) goto out;
+    if (cnt == 0) { /* "[]": an empty prompt on the command line, as --prompt "" */
+      rc =
+          lh__cli_error(CMD, LH__EXIT_USAGE,
+                        "--prompt-tokens: empty list \"%s\" (expected at least one token id)", ids);
+      goto out;
+    }
     np = (int)cnt;
   }
-  if (np < 1) {
+  if (np < 1) { /* a --prompt text that encodes to no token */
     rc = lh__cli_error(CMD, LH__EXIT_FAIL, "the prompt is empty");
     goto out;
   }

@@ -568,6 +568,11 @@ run gen-badids "$BIN" generate --model "$TMP/gen" --prompt-tokens 1,x
 expect_rc gen-badids 2 && expect_one_line_error gen-badids 'prompt-tokens: expected comma-separated token ids'
 run gen-unclosed "$BIN" generate --model "$TMP/gen" --prompt-tokens "[1,2"
 expect_rc gen-unclosed 2 && expect_one_line_error gen-unclosed 'prompt-tokens: expected comma-separated token ids, got "\[1,2"'
+# an empty prompt on the command line is a usage error, given as text or as ids
+run gen-empty-text "$BIN" generate --model "$TMP/gen" --prompt ""
+expect_rc gen-empty-text 2 && expect_one_line_error gen-empty-text '--prompt: empty value'
+run gen-empty-ids "$BIN" generate --model "$TMP/gen" --prompt-tokens "[]"
+expect_rc gen-empty-ids 2 && expect_one_line_error gen-empty-ids '^longhaul generate: --prompt-tokens: empty list "\[\]" \(expected at least one token id\)$'
 run gen-both "$BIN" generate --model "$TMP/gen" --prompt a --prompt-tokens 1
 expect_rc gen-both 2 && expect_one_line_error gen-both 'exactly one of --prompt and --prompt-tokens'
 # number flags are decimal, as the integer ones: no leading whitespace, no hex; a subnormal is a
