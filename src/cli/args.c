@@ -24,7 +24,12 @@ int lh__cli_error(const char *cmd, int code, const char *fmt, ...) {
 }
 
 int lh__cli_fail(const char *cmd) {
-  return lh__cli_error(cmd, LH__EXIT_FAIL, "%s", lh_last_error());
+  /* library messages start with their module's name ("generate: request 0: ..."); where the
+   * command has the same name, "longhaul generate: generate: ..." would say it twice */
+  const char *msg = lh_last_error();
+  size_t n = strlen(cmd);
+  if (!strncmp(msg, cmd, n) && !strncmp(msg + n, ": ", 2)) msg += n + 2;
+  return lh__cli_error(cmd, LH__EXIT_FAIL, "%s", msg);
 }
 
 int lh__cli_flush_stdout(const char *cmd) {

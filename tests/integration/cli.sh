@@ -566,6 +566,10 @@ run gen-notok "$BIN" generate --model "$TMP/qwen2" --prompt "hi"
 expect_rc gen-notok 1 && expect_one_line_error gen-notok 'no tokenizer.json'
 run gen-badids "$BIN" generate --model "$TMP/gen" --prompt-tokens 1,x
 expect_rc gen-badids 2 && expect_one_line_error gen-badids 'prompt-tokens: expected comma-separated token ids'
+# an id outside the vocabulary: the engine's message, under the command's name once (it was
+# "longhaul generate: generate: request 0: ...")
+run gen-oov "$BIN" generate --model "$TMP/gen" --prompt-tokens 5,99999
+expect_rc gen-oov 1 && expect_one_line_error gen-oov '^longhaul generate: request 0: prompt token 1 is 99999, outside the vocabulary \[0, [0-9]+\)$'
 run gen-unclosed "$BIN" generate --model "$TMP/gen" --prompt-tokens "[1,2"
 expect_rc gen-unclosed 2 && expect_one_line_error gen-unclosed 'prompt-tokens: expected comma-separated token ids, got "\[1,2"'
 # an empty prompt on the command line is a usage error, given as text or as ids
