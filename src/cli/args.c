@@ -227,9 +227,11 @@ int lh__args_double(const lh__args *a, const char *name, double lo, double hi, d
   errno = 0;
   double x = v[len] == '\0' ? strtod(v, &end) : 0.0;
   bool ok = end && end != v && *end == '\0';
-  /* ERANGE on underflow is no error: a subnormal result is the nearest double (5e-324); but a
-   * nonzero number read as 0 would silently change its meaning (--temperature 0 is greedy) */
-  if (ok && x == 0 && strcspn(v, "123456789") < strcspn(v, "eE"))
+  /* ERANGE on underflow is no error: a subnormal result is the nearest double. But a nonzero
+   * number read as 0 would silently change its meaning (--temperature 0 is greedy), and the
+   * values are used as floats: 1e-50 is 0 there. */
+  bool nonzero = strcspn(v, "123456789") < strcspn(v, "eE");
+  if (ok && nonzero && (float)x == 0.0f)
     return lh__cli_error(a->cmd, LH__EXIT_USAGE,
                          "--%s: \"%s\" is too small to represent (it would read as 0); expected a "
                          "number in [%g, %g]",

@@ -585,8 +585,11 @@ run gen-temp-space "$BIN" generate --model "$TMP/gen" --prompt-tokens 5 --temper
 expect_rc gen-temp-space 2 && expect_one_line_error gen-temp-space '--temperature: expected a number in \[0, 1e\+06\], got " 0.5"$'
 run gen-temp-hex "$BIN" generate --model "$TMP/gen" --prompt-tokens 5 --temperature 0x1p-1
 expect_rc gen-temp-hex 2 && expect_one_line_error gen-temp-hex '--temperature: expected a number in \[0, 1e\+06\], got "0x1p-1"$'
-run gen-temp-sub "$BIN" generate --model "$TMP/gen" --prompt-tokens 5 --max-new 2 --temperature 5e-324
+run gen-temp-sub "$BIN" generate --model "$TMP/gen" --prompt-tokens 5 --max-new 2 --temperature 1e-40
 expect_rc gen-temp-sub 0
+# the flags are used as floats, where 5e-324 (a double) is 0: greedy without a word
+run gen-temp-dsub "$BIN" generate --model "$TMP/gen" --prompt-tokens 5 --temperature 5e-324
+expect_rc gen-temp-dsub 2 && expect_one_line_error gen-temp-dsub '--temperature: "5e-324" is too small to represent'
 run gen-temp-tiny "$BIN" generate --model "$TMP/gen" --prompt-tokens 5 --temperature 1e-400
 expect_rc gen-temp-tiny 2 && expect_one_line_error gen-temp-tiny '--temperature: "1e-400" is too small to represent \(it would read as 0\)'
 run gen-temp-zero "$BIN" generate --model "$TMP/gen" --prompt-tokens 5 --max-new 2 --temperature 0e-400
