@@ -182,8 +182,13 @@ typedef enum {
 } lh_dtype;
 
 #define LH_ST_MAX_DIMS 8
-#define LH_ST_MAX_HEADER (100u << 20) /* bytes of JSON header */
-#define LH_ST_MAX_TENSORS 1000000
+#define LH_ST_MAX_HEADER (100u << 20) /* bytes of JSON header, as Hugging Face's reader */
+/* Tensors in one file. The largest Hugging Face checkpoints hold about 10^5 in all, spread over
+ * shards. The header's JSON may hold at most LH_ST_MAX_TENSORS * 24 separators (, and :) and
+ * brackets, 3 * LH_ST_MAX_TENSORS + 2 of them opening an object or array: a tensor needs 12 with
+ * a 2-dimensional shape, 18 with 8. So parsing a header costs at most a few hundred MB, whatever
+ * its text holds (the JSON tree takes ~50 bytes a value and ~200 an object). */
+#define LH_ST_MAX_TENSORS 200000
 
 typedef struct lh_st_tensor {
   char *name;

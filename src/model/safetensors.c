@@ -196,6 +196,33 @@ static lh_err parse_entry(const char *what, const char *name, const json_t *v, s
   return LH_ERR_OK;
 }
 
+/* Bounds what parsing the header costs before it is parsed: the JSON tree grows with the
+ * values, and a header of small values ("[{},{},...]") could otherwise take ~80 bytes of memory
+ * per byte of text. Counts, outside strings, the brackets that open an object or array and the
+ * separators, against the limits of LH_ST_MAX_TENSORS. */
+static lh_err check_header_size(const char *h, size_t n, const char *what) {
+  size_t open = 0, tokens = 0;
+  const size_t max_open = 3 * (size_t)LH_ST_MAX_TENSORS + 2,
+               max_tokens = 24 * (size_t)LH_ST_MAX_TENSORS;
+  for (size_t i = 0; i < n; i++) {
+    if (h[i] == '"') { /* a string: skip to its closing quote */
+      for (i++; i < n && h[i] != '"'; i++)
+        if (h[i] == '\\') i++;
+    } else if (h[i] == '{' || h[i] == '[') {
+      open++;
+      tokens++;
+    } else if (h[i] == ',' || h[i] == ':') {
+      tokens++;
+    }
+  }
+  if (open > max_open || tokens > max_tokens)
+    return lh_errorf(LH_ERR_LIMIT,
+                     "%s: header holds %zu brackets and separators, %zu of them opening an object "
+                     "or array; %d tensors need at most %zu and %zu",
+                     what, tokens, open, LH_ST_MAX_TENSORS, max_tokens, max_open);
+  return LH_ERR_OK;
+}
+
 lh_err lh_safetensors_parse(const uint8_t *buf, size_t len, const char *what,
                             lh_safetensors **out) {
   if (!what) what = "safetensors";
@@ -219,13 +246,15 @@ lh_err lh_safetensors_parse(const uint8_t *buf, size_t len, const char *what,
     return lh_errorf(LH_ERR_FORMAT, "%s: header of %llu bytes cannot hold a JSON object", what,
                      (unsigned long long)hlen);
 
+  lh_err err = check_header_size((const char *)buf + 8, (size_t)hlen, what);
+  if (err) return err;
   const uint8_t *data = buf + 8 + hlen;
   size_t data_len = len - 8 - (size_t)hlen;
-  lh_err err = LH_ERR_OK;
   lh_safetensors *st = NULL;
   span *spans = NULL;
   json_error_t jerr;
   json_t *root = json_loadb((const char *)buf + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
+  if (!root && json_error_code(&jerr) == json_error_out_of_memory) goto nomem;
   if (!root) {
     err = lh_errorf(LH_ERR_FORMAT, "%s: header is not valid JSON: %s (byte %d of the header)", what,
                     jerr.text, jerr.position);
@@ -533,6 +562,11 @@ static lh_err build_header(const char *path, const lh_st_entry *entries, int n, 
   if (!text) goto nomem;
   size_t len = strlen(text);
   size_t padded = (len + 7) & ~(size_t)7;
+  if (padded > LH_ST_MAX_HEADER) { /* the reader would refuse the file */
+    err = lh_errorf(LH_ERR_LIMIT, "%s: header of %zu bytes, more than the limit of %u", path,
+                    padded, LH_ST_MAX_HEADER);
+    goto out;
+  }
   char *p = realloc(text, padded + 1);
   if (!p) goto nomem;
   text = p;

@@ -314,7 +314,7 @@ typedef struct blob {
   size_t len;
 } blob;
 
-/* Removes every file in a checkpoint directory `dir` (its five files, and the FILE.tmp.PID left
+/* Removes every file in a checkpoint directory `dir` (its five files, and the FILE.tmp.PID.N left
  * by a run killed while writing one), then `dir` itself. A subdirectory is not longhaul's, so
  * rmdir then fails and the caller decides whether that matters. A missing `dir` is success. */
 static int remove_checkpoint_dir(const char *dir) {
@@ -392,7 +392,7 @@ static lh_err write_checkpoint(const lh_rl_run_config *c, const lh_model *m, con
   snprintf(dir, sizeof dir, "%s/checkpoints/step-%06lld", c->out_dir, (long long)counters[0]);
   snprintf(tmp, sizeof tmp, "%s.tmp", dir);
   lh_err e;
-  /* A run killed while writing this step left step-N.tmp, perhaps with partial FILE.tmp.PID
+  /* A run killed while writing this step left step-N.tmp, perhaps with partial FILE.tmp.PID.N
    * files: start from an empty directory, so they are not renamed into the checkpoint. */
   if (remove_checkpoint_dir(tmp) != 0)
     return lh_errorf(LH_ERR_IO, "%s: cannot remove the unfinished checkpoint: %s", tmp,

@@ -296,6 +296,51 @@ static void test_header_length_limits(void **state) {
   assert_int_equal(lh_safetensors_parse(b, sizeof b, "huge.safetensors", &st), LH_ERR_LIMIT);
 }
 
+/* A header of many small values is refused before it is parsed (its JSON tree took ~80 bytes of
+ * memory per byte of text: 8 GiB for 100 MiB); brackets inside strings do not count. */
+static void test_header_values(void **state) {
+  const char *head = "{\"a\":{\"dtype\":\"U8\",\"data_offsets\":[0,1],\"shape\":[";
+  size_t n_objs = 3 * (size_t)LH_ST_MAX_TENSORS + 3, cap = strlen(head) + 3 * n_objs + 8;
+  char *h = malloc(cap), *p = h;
+  p += sprintf(p, "%s", head);
+  for (size_t i = 0; i < n_objs; i++)
+    p += sprintf(p, i ? ",{}" : "{}");
+  sprintf(p, "]}}");
+  size_t len;
+  uint8_t *b = image(h, "x", 1, &len);
+  lh_safetensors *st = NULL;
+  assert_int_equal(lh_safetensors_parse(b, len, "objs.safetensors", &st), LH_ERR_LIMIT);
+  assert_non_null(strstr(lh_last_error(), "objs.safetensors: header holds"));
+  assert_non_null(strstr(lh_last_error(), "opening an object or array"));
+  free(b);
+  /* the same count of brackets in a tensor's name is text, not values */
+  p = h + sprintf(h, "{\"");
+  for (size_t i = 0; i < n_objs; i++)
+    p += sprintf(p, "{},");
+  sprintf(p, "\\\"\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}");
+  b = image(h, "x", 1, &len);
+  assert_int_equal(lh_safetensors_parse(b, len, "name.safetensors", &st), LH_ERR_OK);
+  assert_int_equal(st->n, 1);
+  assert_int_equal(strlen(st->tensors[0].name), 3 * n_objs + 1); /* ends with the escaped " */
+  lh_safetensors_close(st);
+  free(b);
+  free(h);
+  /* nor does the writer make a file whose header the reader refuses: two names of 60 MB */
+  size_t name_len = 60u << 20;
+  char *names[2] = {malloc(name_len + 1), malloc(name_len + 1)};
+  lh_st_entry e[2];
+  for (int i = 0; i < 2; i++) {
+    memset(names[i], 'a' + i, name_len);
+    names[i][name_len] = '\0';
+    e[i] = (lh_st_entry){names[i], LH_DTYPE_U8, 1, {0}, ""};
+  }
+  assert_int_equal(lh_safetensors_write(path_in("long.safetensors"), e, 2), LH_ERR_LIMIT);
+  assert_non_null(strstr(lh_last_error(), "more than the limit of"));
+  assert_int_equal(access(path_in("long.safetensors"), F_OK), -1);
+  free(names[0]);
+  free(names[1]);
+}
+
 static void test_bad_json(void **state) {
   expect_parse_error("{\"w\": {\"dtype\": \"F32\",", 0, LH_ERR_FORMAT, "not valid JSON", NULL);
   expect_parse_error("[1, 2, 3]", 0, LH_ERR_FORMAT, "expected a JSON object", "array");
@@ -924,6 +969,7 @@ int main(void) {
       cmocka_unit_test(test_truncated),
       cmocka_unit_test(test_header_length_limits),
       cmocka_unit_test(test_bad_json),
+      cmocka_unit_test(test_header_values),
       cmocka_unit_test(test_unknown_dtype),
       cmocka_unit_test(test_shape_offset_mismatch),
       cmocka_unit_test(test_overlap),
