@@ -340,7 +340,6 @@ typedef struct {
 static lh_err load_dir(const char *dir, lh_model **out, uint16_t **bf16_slab, lh_config *bf16_cfg) {
   lh_err e = LH_ERR_OK;
   uint16_t *slab16 = NULL;
-  float *tmp = NULL;
   weights w = {0};
   lh_tensor_info *info = NULL;
   source *src = NULL;
@@ -420,11 +419,20 @@ static lh_err load_dir(const char *dir, lh_model **out, uint16_t **bf16_slab, lh
         memcpy(dst, t->data, info[i].numel * sizeof *dst);
         continue;
       }
-      tmp = lh_xmalloc(info[i].numel * sizeof *tmp);
-      if ((e = lh_safetensors_read_f32(owner, t, tmp, info[i].numel))) goto out;
-      lh_bf16_from_f32_n(dst, tmp, info[i].numel);
-      free(tmp);
-      tmp = NULL;
+      /* F32 or F16: converted in parts through a buffer, so nothing the size of a tensor is
+       * allocated (a 150k x 4k embedding would need 2.4 GB as fp32) */
+      float part_f32[4096];
+      size_t esize = t->nbytes / info[i].numel;
+      for (size_t j = 0; j < info[i].numel; j += 4096) {
+        size_t k = info[i].numel - j < 4096 ? info[i].numel - j : 4096;
+        lh_st_tensor part = *t;
+        part.ndim = 1;
+        part.shape[0] = (int64_t)k;
+        part.data = t->data + j * esize;
+        part.nbytes = k * esize;
+        if ((e = lh_safetensors_read_f32(owner, &part, part_f32, k))) goto out;
+        lh_bf16_from_f32_n(dst + j, part_f32, k);
+      }
     }
     warn_unused(dir, &w, info, n, cfg.tie_embeddings);
     *bf16_slab = slab16;
@@ -444,7 +452,6 @@ static lh_err load_dir(const char *dir, lh_model **out, uint16_t **bf16_slab, lh
   m = NULL;
 out:
   free(slab16);
-  free(tmp);
   lh_model_free(m);
   free(src);
   free(info);
