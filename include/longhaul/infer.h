@@ -1,8 +1,10 @@
 /* longhaul inference: the model's forward with a KV cache, on bf16 weights computed in fp32.
  * An lh_infer holds the published policy's bf16 weights (immutable, shareable between threads);
  * an lh_kv holds the caches of a fixed number of sequence slots and all scratch, sized at
- * creation, so a forward allocates nothing. One forward can mix prefill rows of one slot and
- * decode rows of others (continuous batching). */
+ * creation, so a forward allocates nothing itself. (A product of more than 8 rows goes to
+ * OpenBLAS's threaded cblas_sgemm, which mallocs a small block per call: 33 per forward of the
+ * small preset, counted with an LD_PRELOAD malloc counter; none at 8 rows or fewer.) One
+ * forward can mix prefill rows of one slot and decode rows of others (continuous batching). */
 #ifndef LONGHAUL_INFER_H
 #define LONGHAUL_INFER_H
 
