@@ -37,7 +37,8 @@ typedef struct {
   int count;                  /* countdown: numbers given, 2..8 [4]; sort: list length 1..64 [5] */
   int max_number;             /* countdown: numbers drawn from 1..max_number [10]; the target,
                                * 1..999, combines all of them with random operators (after
-                               * 1000 draws that miss, operators that keep values small) */
+                               * 1000 draws that miss, operators that keep values small) and
+                               * is never one of them (then writing it down would solve it) */
   char path[LH_ENV_PATH_MAX]; /* jsonl: the file (train, or both splits); exec: command */
   char test_path[LH_ENV_PATH_MAX]; /* jsonl: optional test file; then `path` is train only */
   lh_env_match match;              /* jsonl */

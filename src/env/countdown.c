@@ -245,7 +245,7 @@ static bool combine_small(lh__env_rng *r, const item *a, const item *b, item *ou
 static lh_err countdown_gen(lh_env *env, lh__env_rng *r, lh_env_task *t) {
   int n = env->cfg.count;
   for (int tries = 0; tries < 2000; tries++) {
-    item it[LH_COUNTDOWN_MAX_NUMS];
+    item it[LH_COUNTDOWN_MAX_NUMS] = {0}; /* (gcc 12 cannot see that count >= 2 fills it[0]) */
     int64_t nums[LH_COUNTDOWN_MAX_NUMS];
     for (int i = 0; i < n; i++) {
       nums[i] = lh__env_rng_range(r, 1, env->cfg.max_number);
@@ -269,6 +269,12 @@ static lh_err countdown_gen(lh_env *env, lh__env_rng *r, lh_env_task *t) {
       m--;
     }
     if (!ok || it[0].v.n < 1 || it[0].v.n > 999) continue;
+    /* a target among the numbers is solved by writing it down (12% of draws at the defaults) */
+    int64_t target = it[0].v.n;
+    bool given = false;
+    for (int i = 0; i < n; i++)
+      given |= nums[i] == target;
+    if (given) continue;
     qsort(nums, (size_t)n, sizeof nums[0], cmp_i64);
     char p[LH_COUNTDOWN_MAX_NUMS * 8 + 16];
     size_t pl = 0;
