@@ -92,6 +92,13 @@ const char *lh_json_type_name(const struct json_t *v);
  * ill-formed subpart becomes U+FFFD (as Python's decode(errors="replace")), so model output cut
  * inside a character still encodes. NULL only when out of memory. */
 struct json_t *lh_json_text(const char *s, size_t n);
+/* Bounds what parsing outside JSON text will cost before jansson builds its tree, which takes
+ * ~50 bytes per value and ~200 per object, whatever the text's size: "[{},{},...]" costs ~80
+ * bytes of memory per byte. Counts, outside strings, the brackets that open an object or array
+ * and the separators (, and :); more than max_open openings or max_tokens of both is an
+ * LH_ERR_LIMIT error naming `what`. */
+lh_err lh_json_check_cost(const char *text, size_t len, size_t max_open, size_t max_tokens,
+                          const char *what);
 
 /* Philox4x32-10 counter-based generator: four 32-bit words for key `seed` and counter
  * (stream, position). The same inputs give the same words on any thread or machine. */

@@ -15,9 +15,16 @@ typedef struct lh_tokenizer lh_tokenizer;
 
 #define LH_TOKENIZER_MAX_FILE  (64u << 20) /* bytes of tokenizer.json */
 #define LH_TOKENIZER_MAX_VOCAB (1 << 22)
+/* JSON objects and arrays, and brackets and separators in all, in a tokenizer.json (Qwen3's:
+ * 151k and 0.8M): checked before the file is parsed, they keep the parse to about 1 GB of memory
+ * whatever the file holds (lh_json_check_cost; 1.0 GB of RSS at both limits). */
+#define LH_TOKENIZER_MAX_JSON_OPEN   (1u << 21)
+#define LH_TOKENIZER_MAX_JSON_TOKENS (1u << 24)
 /* Bytes of one added token's content (those of Qwen3 and Llama-3 are at most 30); a longer one
  * is refused with LH_ERR_LIMIT. It bounds the memory of the added-token trie and the work of
- * matching added tokens at each byte of the text. */
+ * matching added tokens at each byte of the text: at most this many trie steps, each a scan of
+ * up to 256 children (a tokenizer.json crafted for it costs ~150 us a byte; real ones cost
+ * a step or two). */
 #define LH_TOKENIZER_MAX_ADDED 1024
 
 /* Reads a tokenizer.json. Errors name the file and the field ("tokenizer.json: model.merges[12]:
@@ -58,8 +65,9 @@ lh_err lh_tokenizer_decode(const lh_tokenizer *t, const int32_t *ids, size_t n, 
                            char **text, size_t *len);
 /* The bytes of one token, exactly what lh_tokenizer_decode of that id alone gives, written to
  * buf (cap bytes; no NUL is added, one byte of room is kept for it). Returns the byte count (0
- * for a special token with skip_special), or -1 for an id outside the vocabulary or when the
- * bytes do not fit in cap - 1. Allocates nothing. */
+ * for a special token with skip_special, and for an id past the vocabulary, which decodes to
+ * nothing), or -1 for a negative id or when the bytes do not fit in cap - 1. Allocates
+ * nothing. */
 long lh_tokenizer_token_bytes(const lh_tokenizer *t, int32_t id, bool skip_special, char *buf,
                               size_t cap);
 

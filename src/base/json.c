@@ -1,6 +1,6 @@
 /* longhaul JSON helpers shared by every parser of outside JSON (config.json, safetensors
- * headers, API bodies): names for jansson value types, used in error messages, and JSON strings
- * from bytes that may not be UTF-8 (model output). */
+ * headers, API bodies): names for jansson value types, used in error messages, JSON strings
+ * from bytes that may not be UTF-8 (model output), and a bound on what parsing text will cost. */
 #include <jansson.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -82,4 +82,26 @@ json_t *lh_json_text(const char *s, size_t n) {
   v = json_stringn(c, k);
   free(c);
   return v;
+}
+
+lh_err lh_json_check_cost(const char *text, size_t len, size_t max_open, size_t max_tokens,
+                          const char *what) {
+  size_t open = 0, tokens = 0;
+  for (size_t i = 0; i < len; i++) {
+    if (text[i] == '"') { /* a string: skip to its closing quote */
+      for (i++; i < len && text[i] != '"'; i++)
+        if (text[i] == '\\') i++;
+    } else if (text[i] == '{' || text[i] == '[') {
+      open++;
+      tokens++;
+    } else if (text[i] == ',' || text[i] == ':') {
+      tokens++;
+    }
+  }
+  if (open > max_open || tokens > max_tokens)
+    return lh_errorf(LH_ERR_LIMIT,
+                     "%s: %zu JSON brackets and separators, %zu of them opening an object or "
+                     "array: more than the %zu and %zu allowed",
+                     what, tokens, open, max_tokens, max_open);
+  return LH_ERR_OK;
 }

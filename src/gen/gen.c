@@ -115,7 +115,7 @@ static bool hits_stop_string(const lh_gen_config *cfg, slot_state *s, int32_t to
   long got = lh_tokenizer_token_bytes(cfg->tok, token, true, buf + old, sizeof buf - old);
   if (got >= 0) {
     len = (size_t)got;
-  } else { /* a token longer than buf (or not in the vocabulary): decode it */
+  } else { /* a token longer than buf: decode it */
     char *text = NULL;
     if (lh_tokenizer_decode(cfg->tok, &token, 1, true, &text, &len) != LH_ERR_OK) return false;
     heap = lh_xmalloc(old + len);

@@ -196,33 +196,6 @@ static lh_err parse_entry(const char *what, const char *name, const json_t *v, s
   return LH_ERR_OK;
 }
 
-/* Bounds what parsing the header costs before it is parsed: the JSON tree grows with the
- * values, and a header of small values ("[{},{},...]") could otherwise take ~80 bytes of memory
- * per byte of text. Counts, outside strings, the brackets that open an object or array and the
- * separators, against the limits of LH_ST_MAX_TENSORS. */
-static lh_err check_header_size(const char *h, size_t n, const char *what) {
-  size_t open = 0, tokens = 0;
-  const size_t max_open = 3 * (size_t)LH_ST_MAX_TENSORS + 2,
-               max_tokens = 24 * (size_t)LH_ST_MAX_TENSORS;
-  for (size_t i = 0; i < n; i++) {
-    if (h[i] == '"') { /* a string: skip to its closing quote */
-      for (i++; i < n && h[i] != '"'; i++)
-        if (h[i] == '\\') i++;
-    } else if (h[i] == '{' || h[i] == '[') {
-      open++;
-      tokens++;
-    } else if (h[i] == ',' || h[i] == ':') {
-      tokens++;
-    }
-  }
-  if (open > max_open || tokens > max_tokens)
-    return lh_errorf(LH_ERR_LIMIT,
-                     "%s: header holds %zu brackets and separators, %zu of them opening an object "
-                     "or array; %d tensors need at most %zu and %zu",
-                     what, tokens, open, LH_ST_MAX_TENSORS, max_tokens, max_open);
-  return LH_ERR_OK;
-}
-
 lh_err lh_safetensors_parse(const uint8_t *buf, size_t len, const char *what,
                             lh_safetensors **out) {
   if (!what) what = "safetensors";
@@ -246,7 +219,10 @@ lh_err lh_safetensors_parse(const uint8_t *buf, size_t len, const char *what,
     return lh_errorf(LH_ERR_FORMAT, "%s: header of %llu bytes cannot hold a JSON object", what,
                      (unsigned long long)hlen);
 
-  lh_err err = check_header_size((const char *)buf + 8, (size_t)hlen, what);
+  /* a tensor's entry needs 12 brackets and separators with a 2-dimensional shape, 18 with 8 */
+  lh_err err =
+      lh_json_check_cost((const char *)buf + 8, (size_t)hlen, 3 * (size_t)LH_ST_MAX_TENSORS + 2,
+                         24 * (size_t)LH_ST_MAX_TENSORS, what);
   if (err) return err;
   const uint8_t *data = buf + 8 + hlen;
   size_t data_len = len - 8 - (size_t)hlen;

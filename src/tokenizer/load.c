@@ -595,8 +595,13 @@ lh_err lh_tokenizer_parse(const char *json, size_t len, const char *what, lh_tok
   if (len > LH_TOKENIZER_MAX_FILE)
     return fail(&L, LH_ERR_LIMIT, "%zu bytes, more than the limit of %u", len,
                 LH_TOKENIZER_MAX_FILE);
+  lh_err cost =
+      lh_json_check_cost(json, len, LH_TOKENIZER_MAX_JSON_OPEN, LH_TOKENIZER_MAX_JSON_TOKENS, what);
+  if (cost) return cost;
   json_error_t jerr;
   json_t *root = json_loadb(json, len, 0, &jerr);
+  if (!root && json_error_code(&jerr) == json_error_out_of_memory)
+    return fail(&L, LH_ERR_NOMEM, "out of memory while parsing");
   if (!root)
     return fail(&L, LH_ERR_FORMAT, "line %d, column %d: invalid JSON: %s", jerr.line, jerr.column,
                 jerr.text);

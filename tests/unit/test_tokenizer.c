@@ -1059,6 +1059,18 @@ static void test_malformed(void **state) {
                    LH_ERR_LIMIT);
   assert_null(t);
   assert_non_null(strstr(lh_last_error(), "big.json"));
+  /* so is what parsing will cost: 2^21 + 1 empty objects (6 MB) took ~500 MB to parse */
+  size_t n_objs = (size_t)LH_TOKENIZER_MAX_JSON_OPEN + 1;
+  char *objs = malloc(3 * n_objs + 64), *p = objs;
+  p += sprintf(p, "{\"junk\": [");
+  for (size_t i = 0; i < n_objs; i++)
+    p += sprintf(p, i ? ",{}" : "{}");
+  p += sprintf(p, "]}");
+  assert_int_equal(lh_tokenizer_parse(objs, (size_t)(p - objs), "objs.json", &t), LH_ERR_LIMIT);
+  assert_null(t);
+  assert_non_null(strstr(lh_last_error(), "objs.json: "));
+  assert_non_null(strstr(lh_last_error(), "2097155 of them opening an object or array"));
+  free(objs);
   assert_int_equal(lh_tokenizer_load("/nonexistent/dir/tokenizer.json", &t) != LH_ERR_OK, 1);
   assert_null(t);
   assert_non_null(strstr(lh_last_error(), "/nonexistent/dir/tokenizer.json"));
