@@ -17,6 +17,10 @@
 lh_err lh__config_save_dtype(const char *path, const lh_config *c, const char *torch_dtype);
 
 #define MAX_CONFIG_BYTES (16u << 20)
+/* objects and arrays, and brackets and separators in all, in a config.json (real ones: tens):
+ * parsing one costs at most ~60 MB whatever it holds (lh_json_check_cost) */
+#define MAX_CONFIG_OPEN   (1u << 16)
+#define MAX_CONFIG_TOKENS (1u << 20)
 #define MAX_INTERMEDIATE (8 * LH_MAX_HIDDEN)
 #define MAX_HEAD_DIM     4096
 
@@ -518,8 +522,12 @@ static lh_err parse_object(const char *json, size_t len, const char *what, json_
   if (len > MAX_CONFIG_BYTES)
     return lh_errorf(LH_ERR_LIMIT, "%s: %zu bytes, more than the limit of %u", what, len,
                      MAX_CONFIG_BYTES);
+  lh_err cost = lh_json_check_cost(json, len, MAX_CONFIG_OPEN, MAX_CONFIG_TOKENS, what);
+  if (cost) return cost;
   json_error_t jerr;
   json_t *r = json_loadb(json ? json : "", len, JSON_REJECT_DUPLICATES, &jerr);
+  if (!r && json_error_code(&jerr) == json_error_out_of_memory)
+    return lh_errorf(LH_ERR_NOMEM, "%s: out of memory while parsing", what);
   if (!r)
     return lh_errorf(LH_ERR_FORMAT, "%s: not valid JSON: %s (line %d, column %d)", what, jerr.text,
                      jerr.line, jerr.column);

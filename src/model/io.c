@@ -19,6 +19,10 @@
 lh_err lh__config_save_dtype(const char *path, const lh_config *c, const char *torch_dtype);
 
 #define MAX_INDEX_BYTES (64u << 20)
+/* objects and arrays, and brackets and separators in all, in an index: parsing one costs at
+ * most ~200 MB whatever it holds (lh_json_check_cost); 2M tensors fit */
+#define MAX_INDEX_OPEN   (1u << 10)
+#define MAX_INDEX_TOKENS (1u << 22)
 #define MAX_GEN_BYTES   (1u << 20)
 #define MAX_SHARDS      4096
 
@@ -165,8 +169,13 @@ out:
 lh_err lh_safetensors_index_parse(const char *json, size_t len, const char *what,
                                   lh_st_index **out) {
   *out = NULL;
+  /* weight_map holds two brackets and separators per tensor; the rest is a few objects */
+  lh_err cost = lh_json_check_cost(json, len, MAX_INDEX_OPEN, MAX_INDEX_TOKENS, what);
+  if (cost) return cost;
   json_error_t jerr;
   json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
+  if (!root && json_error_code(&jerr) == json_error_out_of_memory)
+    return lh_errorf(LH_ERR_NOMEM, "%s: out of memory while parsing", what);
   if (!root)
     return lh_errorf(LH_ERR_FORMAT, "%s: not valid JSON: %s (line %d, column %d)", what, jerr.text,
                      jerr.line, jerr.column);

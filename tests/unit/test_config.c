@@ -565,6 +565,17 @@ static void test_unsupported(void **state) {
                LH_ERR_UNSUPPORTED, "mlp_bias");
 }
 
+/* What parsing costs is bounded before parsing: 65537 empty objects (~200 bytes each) */
+static void test_json_cost(void **state) {
+  size_t n = (1u << 16) + 1;
+  char *text = malloc(3 * n + 64), *p = text + sprintf(text, "{\"x\": [");
+  for (size_t i = 0; i < n; i++)
+    p += sprintf(p, i ? ",{}" : "{}");
+  sprintf(p, "]}");
+  expect_error(text, LH_ERR_LIMIT, "opening an object or array");
+  free(text);
+}
+
 static void test_invalid_values(void **state) {
   expect_error(edit(qwen25_05b, "\"num_key_value_heads\": 2", "\"num_key_value_heads\": 3"),
                LH_ERR_FORMAT, "num_key_value_heads");
@@ -884,19 +895,13 @@ static void test_save_load_round_trip(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_presets),
-      cmocka_unit_test(test_qwen25_05b),
-      cmocka_unit_test(test_qwen3_06b),
-      cmocka_unit_test(test_llama32_1b),
-      cmocka_unit_test(test_rope_scaling),
-      cmocka_unit_test(test_generation_config),
-      cmocka_unit_test(test_defaults),
-      cmocka_unit_test(test_bad_types),
-      cmocka_unit_test(test_unsupported),
-      cmocka_unit_test(test_invalid_values),
-      cmocka_unit_test(test_save_load_round_trip),
-      cmocka_unit_test(test_override),
-      cmocka_unit_test(test_same_forward),
+      cmocka_unit_test(test_presets),      cmocka_unit_test(test_qwen25_05b),
+      cmocka_unit_test(test_qwen3_06b),    cmocka_unit_test(test_llama32_1b),
+      cmocka_unit_test(test_rope_scaling), cmocka_unit_test(test_generation_config),
+      cmocka_unit_test(test_defaults),     cmocka_unit_test(test_bad_types),
+      cmocka_unit_test(test_unsupported),  cmocka_unit_test(test_invalid_values),
+      cmocka_unit_test(test_json_cost),    cmocka_unit_test(test_save_load_round_trip),
+      cmocka_unit_test(test_override),     cmocka_unit_test(test_same_forward),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -812,6 +812,17 @@ static void test_index_parse(void **state) {
   assert_null(ix);
   assert_non_null(strstr(lh_last_error(), "more than 4096 shards"));
   free(text);
+  /* what parsing costs is bounded first: 1025 empty objects */
+  text = malloc(4 * 1025 + 64);
+  char *p = text + sprintf(text, "{\"weight_map\": {}, \"x\": [");
+  for (int i = 0; i < 1025; i++)
+    p += sprintf(p, i ? ",{}" : "{}");
+  p += sprintf(p, "]}");
+  assert_int_equal(lh_safetensors_index_parse(text, (size_t)(p - text), "t.json", &ix),
+                   LH_ERR_LIMIT);
+  assert_non_null(strstr(lh_last_error(), "t.json: "));
+  assert_non_null(strstr(lh_last_error(), "opening an object or array"));
+  free(text);
 }
 
 static int saved_stderr = -1;
