@@ -16,7 +16,8 @@ typedef enum { LH_SPLIT_TRAIN = 0, LH_SPLIT_TEST = 1 } lh_split;
 typedef enum {
   LH_ENV_MATCH_AUTO = 0, /* numeric when the whole answer is a number, else exact */
   LH_ENV_MATCH_EXACT,    /* completion == answer after trimming surrounding whitespace */
-  LH_ENV_MATCH_NUMERIC,  /* last number in the completion == last number in the answer */
+  LH_ENV_MATCH_NUMERIC,  /* the last number in the completion has the value of the last number
+                          * in the answer, compared exactly (lh_env_number_equal) */
 } lh_env_match;
 
 #define LH_ENV_PATH_MAX          1024
@@ -148,7 +149,16 @@ lh_err lh_countdown_eval(const char *expr, size_t len, const int64_t *nums, int 
 lh_err lh_env_jsonl_parse_line(const char *line, size_t len, const char *file, size_t lineno,
                                char **prompt, char **answer);
 
-/* The last number in text ("-1,234.5" -> -1234.5); false when there is none. */
-bool lh_env_last_number(const char *text, size_t len, double *out);
+/* Numbers as jsonl's numeric match reads them: an optional minus sign (not after a letter, a
+ * digit or ')', so "5-3" holds 3), then digits that commas may separate and an optional '.'
+ * followed by digits ("-1,234.5"). The last number in text is text[*start, *start + *n); false
+ * when there is none. */
+bool lh_env_last_number(const char *text, size_t len, size_t *start, size_t *n);
+/* Whether a and b, each exactly one number, have the same value. They are compared as exact
+ * decimals, never as doubles: (sign, significant digits without leading or trailing zeros,
+ * position of the point), so 0.5 == 0.50 == 00.5, 1,000 == 1000 == 1000.0 and -0 == 0, while
+ * 1234567 != 1234568 and 9007199254740992 != 9007199254740993, at any length. false when either
+ * text is not exactly one number. */
+bool lh_env_number_equal(const char *a, size_t alen, const char *b, size_t blen);
 
 #endif

@@ -1,7 +1,7 @@
 /* jsonl: tasks from a user's file of {"prompt": ..., "answer": ...} lines, scored by exact or
  * numeric match (numeric: the last number in the completion against the last number in the
- * answer, so GSM8K files work as they are). A UTF-8 byte-order mark at the start is skipped.
- * Malformed lines are refused as "FILE:LINE: ...". */
+ * answer, as exact decimals, so GSM8K files work as they are). A UTF-8 byte-order mark at the start
+ * is skipped. Malformed lines are refused as "FILE:LINE: ...". */
 #include <ctype.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -117,44 +117,91 @@ out:
   return e;
 }
 
-bool lh_env_last_number(const char *s, size_t len, double *out) {
-  size_t best = 0, best_len = 0;
+/* A number in text as an exact decimal: (neg ? -1 : 1) * 0.D * 10^exp, where D, its significant
+ * digits, are the ndig digits from text[first] on (skipping ',' and '.'): leading and trailing
+ * zeros are not in D, so 0.5, 0.50 and 00.5 read the same. Zero has ndig 0, exp 0, neg false. */
+typedef struct {
+  size_t start, end;  /* the number is text[start, end) */
+  size_t first, ndig; /* D */
+  int64_t exp;
+  bool neg;
+} jl_num;
+
+/* Reads the number whose first digit is s[at]; start is at, or at - 1 for a minus sign. */
+static void read_number(const char *s, size_t len, size_t start, size_t at, jl_num *n) {
+  *n = (jl_num){.start = start, .neg = start < at};
+  size_t i = at, int_digits = 0, zeros = 0, sig = 0; /* sig: digits from the first nonzero one */
+  bool point = false;
+  for (; i < len; i++) {
+    if (isdigit((unsigned char)s[i])) {
+      int_digits += !point;
+      if (sig == 0 && s[i] == '0') {
+        zeros++;
+        continue;
+      }
+      if (sig++ == 0) n->first = i;
+      if (s[i] != '0') n->ndig = sig;
+    } else if (s[i] == ',' && i + 1 < len && isdigit((unsigned char)s[i + 1])) {
+    } else if (s[i] == '.' && !point && i + 1 < len && isdigit((unsigned char)s[i + 1])) {
+      point = true;
+    } else {
+      break;
+    }
+  }
+  n->end = i;
+  /* the digits before the point, less the leading zeros, place the point in 0.D */
+  if (n->ndig)
+    n->exp = (int64_t)int_digits - (int64_t)zeros;
+  else
+    n->neg = false;
+}
+
+/* The last number in s; false when there is none. */
+static bool last_num(const char *s, size_t len, jl_num *out) {
   bool found = false;
   for (size_t i = 0; i < len;) {
-    if (!isdigit((unsigned char)s[i])) {
+    size_t at = i; /* a minus sign counts unless it follows a letter, digit or ')': 5-3 is 3 */
+    if (s[i] == '-' && (i == 0 || !(isalnum((unsigned char)s[i - 1]) || s[i - 1] == ')')))
+      at = i + 1;
+    if (at < len && isdigit((unsigned char)s[at])) {
+      read_number(s, len, i, at, out);
+      found = true;
+      i = out->end;
+    } else {
       i++;
-      continue;
     }
-    size_t start = i;
-    if (i > 0 && s[i - 1] == '-' &&
-        (i == 1 || !(isalnum((unsigned char)s[i - 2]) || s[i - 2] == ')')))
-      start = i - 1;
-    bool dot = false;
-    while (i < len) {
-      if (isdigit((unsigned char)s[i]))
-        i++;
-      else if (s[i] == ',' && i + 1 < len && isdigit((unsigned char)s[i + 1]))
-        i++;
-      else if (s[i] == '.' && !dot && i + 1 < len && isdigit((unsigned char)s[i + 1])) {
-        dot = true;
-        i++;
-      } else
-        break;
-    }
-    best = start;
-    best_len = i - start;
-    found = true;
   }
-  if (!found) return false;
-  char *buf = malloc(best_len + 1);
-  if (!buf) return false;
-  size_t k = 0;
-  for (size_t j = 0; j < best_len; j++)
-    if (s[best + j] != ',') buf[k++] = s[best + j];
-  buf[k] = '\0';
-  *out = strtod(buf, NULL);
-  free(buf);
+  return found;
+}
+
+static bool num_equal(const char *a, const jl_num *x, const char *b, const jl_num *y) {
+  if (x->ndig != y->ndig || x->neg != y->neg || x->exp != y->exp) return false;
+  for (size_t i = x->first, j = y->first, k = 0; k < x->ndig; i++, j++, k++) {
+    while (!isdigit((unsigned char)a[i]))
+      i++;
+    while (!isdigit((unsigned char)b[j]))
+      j++;
+    if (a[i] != b[j]) return false;
+  }
   return true;
+}
+
+/* s is one number and nothing else */
+static bool one_number(const char *s, size_t len, jl_num *n) {
+  return last_num(s, len, n) && n->start == 0 && n->end == len;
+}
+
+bool lh_env_last_number(const char *text, size_t len, size_t *start, size_t *n) {
+  jl_num x;
+  if (!last_num(text, len, &x)) return false;
+  *start = x.start;
+  *n = x.end - x.start;
+  return true;
+}
+
+bool lh_env_number_equal(const char *a, size_t alen, const char *b, size_t blen) {
+  jl_num x, y;
+  return one_number(a, alen, &x) && one_number(b, blen, &y) && num_equal(a, &x, b, &y);
 }
 
 static bool is_whole_number(const char *s, size_t n) {
@@ -278,10 +325,10 @@ static lh_err jsonl_score(lh_env *env, const lh_env_task *task, const char *text
   if (m == LH_ENV_MATCH_AUTO)
     m = is_whole_number(task->answer, al) ? LH_ENV_MATCH_NUMERIC : LH_ENV_MATCH_EXACT;
   if (m == LH_ENV_MATCH_NUMERIC) {
-    double got, want;
-    out->well_formed = lh_env_last_number(text, len, &got);
-    out->correct = out->well_formed && lh_env_last_number(task->answer, al, &want) &&
-                   fabs(got - want) <= 1e-6 * fmax(1.0, fabs(want));
+    jl_num got, want;
+    out->well_formed = last_num(text, len, &got);
+    out->correct = out->well_formed && last_num(task->answer, al, &want) &&
+                   num_equal(text, &got, task->answer, &want);
   } else {
     const char *s = text, *a = task->answer;
     size_t n = len;

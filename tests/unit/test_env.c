@@ -412,11 +412,61 @@ static void test_jsonl_gsm_numeric(void **state) {
   lh_env_task_clear(&t);
   lh_env_free(env);
 
-  double v;
-  assert_true(lh_env_last_number("costs $1,234.50.", 16, &v) && v == 1234.5);
-  assert_true(lh_env_last_number("x = -7", 6, &v) && v == -7);
-  assert_true(lh_env_last_number("5-3", 3, &v) && v == 3);
-  assert_false(lh_env_last_number("none", 4, &v));
+  size_t at, n;
+  assert_true(lh_env_last_number("costs $1,234.50.", 16, &at, &n) && at == 7 && n == 8);
+  assert_true(lh_env_last_number("x = -7", 6, &at, &n) && at == 4 && n == 2);
+  assert_true(lh_env_last_number("5-3", 3, &at, &n) && at == 2 && n == 1);
+  assert_false(lh_env_last_number("none", 4, &at, &n));
+}
+
+/* The reward of a completion for an answer given as JSON text (1e-7, "\"3,4\""), scored by a
+ * jsonl environment (its own items are not used); fails the test when it is not want. */
+static void expect_reward(lh_env *env, const char *answer_json, const char *completion,
+                          float want) {
+  char line[2048];
+  snprintf(line, sizeof line, "{\"prompt\":\"x\",\"answer\":%s}", answer_json);
+  lh_env_task t = {0};
+  if (lh_env_jsonl_parse_line(line, strlen(line), "t", 1, &t.prompt, &t.answer))
+    fail_msg("answer %s: %s", answer_json, lh_last_error());
+  float got = score(env, &t, completion).reward;
+  if (got != want)
+    fail_msg("answer %s (text \"%s\"), completion \"%s\": reward %g, want %g", answer_json,
+             t.answer, completion, got, want);
+  lh_env_task_clear(&t);
+}
+
+/* match=numeric compares the values exactly as decimals: no tolerance, no rounding to doubles */
+static void test_jsonl_numeric_exact(void **state) {
+  lh_env *env = make("jsonl:path=" FIX "exact.jsonl,match=numeric");
+  expect_reward(env, "1234567", "1234567", 1);
+  expect_reward(env, "1234567", "it is 1,234,567.000", 1);
+  expect_reward(env, "1234567", "1234566", 0); /* within a relative 1e-6 */
+  expect_reward(env, "1234567", "1234568", 0);
+  expect_reward(env, "123456789012", "123456700000", 0);
+  expect_reward(env, "\"9007199254740993\"", "9007199254740992", 0); /* one double */
+  expect_reward(env, "\"9007199254740993\"", "9007199254740993", 1);
+  expect_reward(env, "0.5", "0.50", 1);
+  expect_reward(env, "0.5", "00.5000", 1);
+  expect_reward(env, "0.5", "0.05", 0);
+  expect_reward(env, "100", "100.0", 1);
+  expect_reward(env, "100", "1", 0);
+  expect_reward(env, "\"-0\"", "0", 1);
+  expect_reward(env, "0", "-0.000", 1);
+  expect_reward(env, "-7", "7", 0);
+  expect_reward(env, "-2.5", "so -2.50", 1);
+  /* 400 digits: beyond any double, still compared digit by digit */
+  char big[420], json[424], other[420];
+  memset(big, '7', 400);
+  big[400] = '\0';
+  snprintf(json, sizeof json, "\"%s\"", big);
+  expect_reward(env, json, big, 1);
+  memcpy(other, big, sizeof big);
+  other[399] = '8';
+  expect_reward(env, json, other, 0);
+  lh_env_free(env);
+  assert_true(lh_env_number_equal("1,000", 5, "1000.00", 7));
+  assert_false(lh_env_number_equal("1000", 4, "1000 ", 5)); /* not exactly one number */
+  assert_false(lh_env_number_equal("5-3", 3, "3", 1));
 }
 
 static void test_jsonl_exact_and_auto(void **state) {
@@ -755,6 +805,7 @@ int main(void) {
       cmocka_unit_test(test_countdown_scoring),
       cmocka_unit_test(test_levels),
       cmocka_unit_test(test_jsonl_gsm_numeric),
+      cmocka_unit_test(test_jsonl_numeric_exact),
       cmocka_unit_test(test_jsonl_exact_and_auto),
       cmocka_unit_test(test_jsonl_real_answers),
       cmocka_unit_test(test_jsonl_errors),
