@@ -14,7 +14,7 @@
 typedef enum { LH_SPLIT_TRAIN = 0, LH_SPLIT_TEST = 1 } lh_split;
 
 typedef enum {
-  LH_ENV_MATCH_AUTO = 0, /* numeric when the whole answer is a number, else exact */
+  LH_ENV_MATCH_AUTO = 0, /* numeric when the whole answer is one number (in range), else exact */
   LH_ENV_MATCH_EXACT,    /* completion == answer after trimming surrounding whitespace */
   LH_ENV_MATCH_NUMERIC,  /* the last number in the completion has the value of the last number
                           * in the answer, compared exactly (lh_env_number_equal) */
@@ -27,6 +27,7 @@ typedef enum {
 #define LH_COUNTDOWN_MAX_LITERAL 1000000000 /* 10^9: the largest literal in an expression */
 #define LH_JSONL_MAX_LINE        (1u << 20)
 #define LH_JSONL_MAX_FILE        (256u << 20)
+#define LH_JSONL_MAX_EXPONENT    1000000000000000LL /* 10^15: see lh_env_number_equal */
 #define LH_EXEC_MAX_REPLY        (1u << 20)
 
 /* Settings; zero means the environment's default (in brackets). */
@@ -150,15 +151,18 @@ lh_err lh_env_jsonl_parse_line(const char *line, size_t len, const char *file, s
                                char **prompt, char **answer);
 
 /* Numbers as jsonl's numeric match reads them: an optional minus sign (not after a letter, a
- * digit or ')', so "5-3" holds 3), then digits that commas may separate and an optional '.'
- * followed by digits ("-1,234.5"). The last number in text is text[*start, *start + *n); false
- * when there is none. */
+ * digit or ')', so "5-3" holds 3), then digits that commas may separate, an optional '.'
+ * followed by digits, and an optional exponent: 'e' or 'E', an optional sign and at least one
+ * digit ("-1,234.5", "2.5e-05", "1E+21"; "3eggs" holds 3). The last number in text is
+ * text[*start, *start + *n); false when there is none. */
 bool lh_env_last_number(const char *text, size_t len, size_t *start, size_t *n);
 /* Whether a and b, each exactly one number, have the same value. They are compared as exact
  * decimals, never as doubles: (sign, significant digits without leading or trailing zeros,
- * position of the point), so 0.5 == 0.50 == 00.5, 1,000 == 1000 == 1000.0 and -0 == 0, while
- * 1234567 != 1234568 and 9007199254740992 != 9007199254740993, at any length. false when either
- * text is not exactly one number. */
+ * decimal exponent), so 0.5 == 0.50 == 00.5 == 5e-1, 1,000 == 1000.0 == 1e3 and -0 == 0, while
+ * 1234567 != 1234568 and 9007199254740992 != 9007199254740993, at any length. A nonzero number
+ * whose written exponent is above LH_JSONL_MAX_EXPONENT in magnitude is out of range and equals
+ * no number, itself included (match=auto scores such an answer by exact match); zero is zero
+ * whatever its exponent. false when either text is not exactly one number. */
 bool lh_env_number_equal(const char *a, size_t alen, const char *b, size_t blen);
 
 #endif

@@ -119,12 +119,14 @@ out:
 
 /* A number in text as an exact decimal: (neg ? -1 : 1) * 0.D * 10^exp, where D, its significant
  * digits, are the ndig digits from text[first] on (skipping ',' and '.'): leading and trailing
- * zeros are not in D, so 0.5, 0.50 and 00.5 read the same. Zero has ndig 0, exp 0, neg false. */
+ * zeros are not in D, so 0.5, 0.50, 00.5 and 5e-1 read the same. Zero has ndig 0, exp 0, neg
+ * false. huge: a nonzero number whose written exponent is beyond LH_JSONL_MAX_EXPONENT; exp is
+ * then unknown and the number equals none. */
 typedef struct {
   size_t start, end;  /* the number is text[start, end) */
   size_t first, ndig; /* D */
   int64_t exp;
-  bool neg;
+  bool neg, huge;
 } jl_num;
 
 /* Reads the number whose first digit is s[at]; start is at, or at - 1 for a minus sign. */
@@ -148,12 +150,29 @@ static void read_number(const char *s, size_t len, size_t start, size_t at, jl_n
       break;
     }
   }
+  /* an exponent: e or E, an optional sign, at least one digit ("3eggs" is 3) */
+  int64_t e = 0;
+  bool eneg = false;
+  size_t j = i + 1;
+  if (i < len && (s[i] == 'e' || s[i] == 'E')) {
+    if (j < len && (s[j] == '+' || s[j] == '-')) eneg = s[j++] == '-';
+    if (j < len && isdigit((unsigned char)s[j])) {
+      for (i = j; i < len && isdigit((unsigned char)s[i]); i++)
+        if (e <= LH_JSONL_MAX_EXPONENT) e = e * 10 + (s[i] - '0'); /* stops above the limit */
+      n->huge = e > LH_JSONL_MAX_EXPONENT;
+    }
+  }
   n->end = i;
-  /* the digits before the point, less the leading zeros, place the point in 0.D */
-  if (n->ndig)
-    n->exp = (int64_t)int_digits - (int64_t)zeros;
-  else
-    n->neg = false;
+  if (!n->ndig) {
+    n->neg = n->huge = false;
+    return;
+  }
+  /* the digits before the point, less the leading zeros, place the point in 0.D; the count is
+   * at most len and |e| at most 10^15, so only an absurd len could overflow: huge then */
+  int64_t base = (int64_t)int_digits - (int64_t)zeros;
+  if (eneg) e = -e;
+  if ((e > 0 && base > INT64_MAX - e) || (e < 0 && base < INT64_MIN - e)) n->huge = true;
+  if (!n->huge) n->exp = base + e;
 }
 
 /* The last number in s; false when there is none. */
@@ -175,7 +194,8 @@ static bool last_num(const char *s, size_t len, jl_num *out) {
 }
 
 static bool num_equal(const char *a, const jl_num *x, const char *b, const jl_num *y) {
-  if (x->ndig != y->ndig || x->neg != y->neg || x->exp != y->exp) return false;
+  if (x->huge || y->huge || x->ndig != y->ndig || x->neg != y->neg || x->exp != y->exp)
+    return false;
   for (size_t i = x->first, j = y->first, k = 0; k < x->ndig; i++, j++, k++) {
     while (!isdigit((unsigned char)a[i]))
       i++;
@@ -204,23 +224,14 @@ bool lh_env_number_equal(const char *a, size_t alen, const char *b, size_t blen)
   return one_number(a, alen, &x) && one_number(b, blen, &y) && num_equal(a, &x, b, &y);
 }
 
+/* match=auto: the answer, trimmed, is one number and in range */
 static bool is_whole_number(const char *s, size_t n) {
   while (n && isspace((unsigned char)*s))
     s++, n--;
   while (n && isspace((unsigned char)s[n - 1]))
     n--;
-  if (n == 0) return false;
-  size_t i = s[0] == '-' ? 1 : 0, digits = 0;
-  bool dot = false;
-  for (; i < n; i++) {
-    if (isdigit((unsigned char)s[i]))
-      digits++;
-    else if (s[i] == '.' && !dot)
-      dot = true;
-    else if (s[i] != ',')
-      return false;
-  }
-  return digits > 0;
+  jl_num x;
+  return one_number(s, n, &x) && !x.huge;
 }
 
 static lh_err add_item(jl *j, int split, char *prompt, char *answer) {

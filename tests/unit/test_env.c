@@ -469,6 +469,46 @@ static void test_jsonl_numeric_exact(void **state) {
   assert_false(lh_env_number_equal("5-3", 3, "3", 1));
 }
 
+static bool equal(const char *a, const char *b) {
+  return lh_env_number_equal(a, strlen(a), b, strlen(b));
+}
+
+/* A real answer is %.15g text, which has an exponent below 1e-4 and from about 1e15; numbers
+ * with an exponent are read and compared at their value, by match=numeric and match=auto. */
+static void test_jsonl_numeric_exponent(void **state) {
+  static const char *const specs[] = {"jsonl:path=" FIX "exact.jsonl,match=numeric",
+                                      "jsonl:path=" FIX "exact.jsonl"};
+  for (int k = 0; k < 2; k++) {
+    lh_env *env = make(specs[k]);
+    expect_reward(env, "1e-7", "0.0000001", 1); /* the answer is "1e-07" */
+    expect_reward(env, "1e-7", "7", 0);
+    expect_reward(env, "1e-7", "so 10E-8", 1);
+    expect_reward(env, "1e21", "1000000000000000000000", 1); /* "1e+21" */
+    expect_reward(env, "1e21", "21", 0);
+    expect_reward(env, "2.5e-5", "0.000025", 1); /* "2.5e-05" */
+    expect_reward(env, "2.5e-5", "5", 0);
+    expect_reward(env, "1234.5", "1.2345e3", 1);
+    expect_reward(env, "3", "3eggs", 1);
+    /* out of range: equals nothing, so auto falls back to exact */
+    expect_reward(env, "\"1e9999999999999999999\"", "1e9999999999999999999", (float)k);
+    lh_env_free(env);
+  }
+  size_t at, n;
+  assert_true(lh_env_last_number("x 1e+", 5, &at, &n) && at == 2 && n == 1);
+  assert_true(lh_env_last_number("it is 5E3.", 10, &at, &n) && at == 6 && n == 3);
+  assert_true(equal("1e3", "1,000"));
+  assert_true(equal("-0.00125", "-1.25e-3"));
+  assert_true(equal("0.1e1", "1"));
+  assert_false(equal("1e3", "1e4"));
+  /* exponents at the limit compare exactly; beyond it nothing overflows and nothing matches */
+  assert_true(equal("1e1000000000000000", "10e999999999999999"));
+  assert_true(equal("1e-1000000000000000", "0.1e-999999999999999"));
+  assert_false(equal("1e1000000000000000", "1e999999999999999"));
+  assert_false(equal("1e1000000000000001", "1e1000000000000001"));
+  assert_false(equal("5e-99999999999999999999999999999", "5e-99999999999999999999999999999"));
+  assert_true(equal("0e99999999999999999999999", "-0"));
+}
+
 static void test_jsonl_exact_and_auto(void **state) {
   lh_env *env = make("jsonl:path=" FIX "exact.jsonl,test=" FIX "test_only.jsonl");
   assert_int_equal(lh_env_size(env, LH_SPLIT_TRAIN), 3);
@@ -806,6 +846,7 @@ int main(void) {
       cmocka_unit_test(test_levels),
       cmocka_unit_test(test_jsonl_gsm_numeric),
       cmocka_unit_test(test_jsonl_numeric_exact),
+      cmocka_unit_test(test_jsonl_numeric_exponent),
       cmocka_unit_test(test_jsonl_exact_and_auto),
       cmocka_unit_test(test_jsonl_real_answers),
       cmocka_unit_test(test_jsonl_errors),
