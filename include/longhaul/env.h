@@ -151,9 +151,13 @@ lh_err lh_env_jsonl_parse_line(const char *line, size_t len, const char *file, s
                                char **prompt, char **answer);
 
 /* Numbers as jsonl's numeric match reads them: an optional minus sign (not after a letter, a
- * digit or ')', so "5-3" holds 3), then digits that commas may separate, an optional '.'
- * followed by digits, and an optional exponent: 'e' or 'E', an optional sign and at least one
- * digit ("-1,234.5", "2.5e-05", "1E+21"; "3eggs" holds 3). The last number in text is
+ * digit or ')', so "5-3" holds 3); digits, with an optional '.' followed by digits, or a '.'
+ * followed by digits alone (not after a letter, a digit or a '.'); then an optional exponent:
+ * 'e' or 'E', an optional sign and at least one digit ("-1,234.5", "-.5", "2.5e-05", "1E+21";
+ * "3eggs" holds 3). A comma belongs to a number only as a thousands separator: before the
+ * point, after a first group of 1-3 digits or a later group of three, and followed by exactly
+ * three digits (then not a digit); any other comma ends the number, so "3,4" holds 3 and 4,
+ * "0.5,0.25" holds 0.5 and 0.25, "1234,567" holds 1234 and 567. The last number in text is
  * text[*start, *start + *n); false when there is none. */
 bool lh_env_last_number(const char *text, size_t len, size_t *start, size_t *n);
 /* Whether a and b, each exactly one number, have the same value. They are compared as exact

@@ -129,21 +129,38 @@ typedef struct {
   bool neg, huge;
 } jl_num;
 
-/* Reads the number whose first digit is s[at]; start is at, or at - 1 for a minus sign. */
+/* s[i] is a comma followed by exactly three digits */
+static bool thousands(const char *s, size_t len, size_t i) {
+  return s[i] == ',' && i + 3 < len && isdigit((unsigned char)s[i + 1]) &&
+         isdigit((unsigned char)s[i + 2]) && isdigit((unsigned char)s[i + 3]) &&
+         (i + 4 == len || !isdigit((unsigned char)s[i + 4]));
+}
+
+/* A number may start at s[i] == '.': a digit follows and no letter, digit or '.' comes before
+ * (so "1.2.3" and "wait...5" end in 3 and 5, not .3 and .5). */
+static bool point_starts(const char *s, size_t len, size_t i) {
+  return s[i] == '.' && i + 1 < len && isdigit((unsigned char)s[i + 1]) &&
+         (i == 0 || !(isalnum((unsigned char)s[i - 1]) || s[i - 1] == '.'));
+}
+
+/* Reads the number whose first digit or point is s[at]; start is at, or at - 1 for a minus. */
 static void read_number(const char *s, size_t len, size_t start, size_t at, jl_num *n) {
   *n = (jl_num){.start = start, .neg = start < at};
   size_t i = at, int_digits = 0, zeros = 0, sig = 0; /* sig: digits from the first nonzero one */
+  size_t group = 0; /* digits since the start or the last thousands separator */
   bool point = false;
   for (; i < len; i++) {
     if (isdigit((unsigned char)s[i])) {
       int_digits += !point;
+      group += !point;
       if (sig == 0 && s[i] == '0') {
         zeros++;
         continue;
       }
       if (sig++ == 0) n->first = i;
       if (s[i] != '0') n->ndig = sig;
-    } else if (s[i] == ',' && i + 1 < len && isdigit((unsigned char)s[i + 1])) {
+    } else if (!point && group >= 1 && group <= 3 && thousands(s, len, i)) {
+      group = 0; /* 1,234,567: a first group of 1-3 digits, then groups of three */
     } else if (s[i] == '.' && !point && i + 1 < len && isdigit((unsigned char)s[i + 1])) {
       point = true;
     } else {
@@ -182,7 +199,7 @@ static bool last_num(const char *s, size_t len, jl_num *out) {
     size_t at = i; /* a minus sign counts unless it follows a letter, digit or ')': 5-3 is 3 */
     if (s[i] == '-' && (i == 0 || !(isalnum((unsigned char)s[i - 1]) || s[i - 1] == ')')))
       at = i + 1;
-    if (at < len && isdigit((unsigned char)s[at])) {
+    if (at < len && (isdigit((unsigned char)s[at]) || point_starts(s, len, at))) {
       read_number(s, len, i, at, out);
       found = true;
       i = out->end;

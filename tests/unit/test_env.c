@@ -509,6 +509,43 @@ static void test_jsonl_numeric_exponent(void **state) {
   assert_true(equal("0e99999999999999999999999", "-0"));
 }
 
+/* A number may start at its point (".5", "-.5"), and a comma is only a thousands separator
+ * (before the point, after a first group of 1-3 digits, followed by exactly three digits):
+ * other commas end the number, so lists read as lists. */
+static void test_jsonl_numeric_point_and_commas(void **state) {
+  lh_env *env = make("jsonl:path=" FIX "exact.jsonl,match=numeric");
+  expect_reward(env, "0.5", ".5", 1);
+  expect_reward(env, "0.5", "5", 0);
+  expect_reward(env, "-0.5", "-.5", 1);
+  expect_reward(env, "-0.5", "so x = -.50", 1);
+  expect_reward(env, "0.25", "0.5,0.25", 1);
+  expect_reward(env, "25", "0.5,0.25", 0);
+  expect_reward(env, "4", "3,4", 1);
+  expect_reward(env, "34", "3,4", 0);
+  expect_reward(env, "3", "1,2,3", 1);
+  expect_reward(env, "1234567.5", "1,234,567.5", 1);
+  expect_reward(env, "567", "1234,567", 1);
+  expect_reward(env, "456", "0.123,456", 1);
+  lh_env_free(env);
+  env = make("jsonl:path=" FIX "exact.jsonl"); /* auto */
+  expect_reward(env, "\"3,4\"", "34", 0);      /* a list: exact */
+  expect_reward(env, "\"3,4\"", "3,4", 1);
+  expect_reward(env, "\"1,2,3\"", "123", 0);
+  expect_reward(env, "\"1,2,3\"", " 1,2,3\n", 1);
+  expect_reward(env, "\"1,000\"", "so 1000", 1); /* one number: numeric */
+  expect_reward(env, "\".5\"", "0.50", 1);
+  lh_env_free(env);
+  size_t at, n;
+  assert_true(lh_env_last_number("1.2.3", 5, &at, &n) && at == 4 && n == 1);
+  assert_true(lh_env_last_number("wait...5", 8, &at, &n) && at == 7 && n == 1);
+  assert_true(lh_env_last_number("1,000,00", 8, &at, &n) && at == 6 && n == 2);
+  assert_true(lh_env_last_number("-1,234.5e2", 10, &at, &n) && at == 0 && n == 10);
+  assert_true(lh_env_last_number("5-.5", 4, &at, &n) && at == 2 && n == 2);
+  assert_true(equal("-.5e1", "-5"));
+  assert_false(equal("3,4", "34"));
+  assert_false(equal("1,23", "123"));
+}
+
 static void test_jsonl_exact_and_auto(void **state) {
   lh_env *env = make("jsonl:path=" FIX "exact.jsonl,test=" FIX "test_only.jsonl");
   assert_int_equal(lh_env_size(env, LH_SPLIT_TRAIN), 3);
@@ -847,6 +884,7 @@ int main(void) {
       cmocka_unit_test(test_jsonl_gsm_numeric),
       cmocka_unit_test(test_jsonl_numeric_exact),
       cmocka_unit_test(test_jsonl_numeric_exponent),
+      cmocka_unit_test(test_jsonl_numeric_point_and_commas),
       cmocka_unit_test(test_jsonl_exact_and_auto),
       cmocka_unit_test(test_jsonl_real_answers),
       cmocka_unit_test(test_jsonl_errors),
