@@ -141,7 +141,8 @@ lh_err lh_env_score(lh_env *env, const lh_env_task *task, const char *completion
 lh_err lh_countdown_eval(const char *expr, size_t len, const int64_t *nums, int n, int64_t *num,
                          int64_t *den);
 
-/* Parses one jsonl line {"prompt": string, "answer": string or number} (other keys ignored). A
+/* Parses one jsonl line {"prompt": string, "answer": string or number} (other keys ignored). An
+ * answer that is empty or only whitespace is refused (any blank completion would match it). A
  * number answer becomes text: an integer as written, a real as the shortest of %.15g, %.16g and
  * %.17g that reads back as the same double (0.1 -> "0.1"); an integer beyond int64 is refused
  * with a message naming its field (write such an answer as a string). Messages read

@@ -93,6 +93,16 @@ lh_err lh_env_jsonl_parse_line(const char *line, size_t len, const char *file, s
   if (a && json_is_string(a)) {
     at = json_string_value(a);
     al = json_string_length(a);
+    size_t k = 0;
+    while (k < al && isspace((unsigned char)at[k]))
+      k++;
+    if (k == al) { /* exact match trims the completion: an empty one would score 1 */
+      e = lh_errorf(LH_ERR_FORMAT,
+                    "%s:%zu: field answer: expected a non-blank answer, found %s (any empty "
+                    "completion would score 1)",
+                    file, lineno, al ? "only whitespace" : "an empty string");
+      goto out;
+    }
   } else if (a && json_is_integer(a)) {
     al = (size_t)snprintf(num, sizeof num, "%" JSON_INTEGER_FORMAT, json_integer_value(a));
     at = num;

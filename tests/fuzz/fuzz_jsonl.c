@@ -1,9 +1,10 @@
 /* libFuzzer target for the jsonl line parser and the number reader: any bytes as one line, and
  * the bytes before and after the first newline as a completion and an answer. An accepted line
- * gives a prompt and an answer (a real answer reads back as the same double, and a number answer
- * is one number); errors carry a "FILE:LINE:" message. A number found reads wholly with strtod
- * once its commas are dropped, equals itself unless it has an exponent (one out of range equals
- * nothing), and two numbers that compare equal (either way round) are the same double. */
+ * gives a prompt and an answer that is not blank (a real answer reads back as the same double,
+ * and a number answer is one number); errors carry a "FILE:LINE:" message. A number found reads
+ * wholly with strtod once its commas are dropped, equals itself unless it has an exponent (one out
+ * of range equals nothing), and two numbers that compare equal (either way round) are the same
+ * double. */
 #include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -52,6 +53,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   size_t n, m;
   if (e == LH_ERR_OK) {
     CHECK(prompt != NULL && answer != NULL);
+    CHECK(answer[strspn(answer, " \t\n\v\f\r")] != '\0'); /* not blank */
     const char *x = last_number(answer, strlen(answer), &n);
     json_t *root = json_loadb(text, size, JSON_REJECT_DUPLICATES, NULL);
     json_t *a = json_object_get(root, "answer");

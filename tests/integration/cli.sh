@@ -648,16 +648,20 @@ printf '{"prompt":"zz?","answer":"yy~"}\n{"prompt":"q","answer":"x"}\n' >"$TMP/s
 run sft-vocab "$BIN" sft --model "$TMP/v40" --env "jsonl:path=$TMP/sft-hi.jsonl,test_fraction=0" --steps 1 --batch 2 --out "$TMP/sft-bad"
 expect_rc sft-vocab 1 && expect_one_line_error sft-vocab "token [0-9]+ is outside the model's vocabulary \\[0, 40\\)"
 # A jsonl example that cannot be trained on, late in the file, is found before step 1 (it ended
-# the run after the steps before it, with nothing written); an empty one has nothing to learn.
+# the run after the steps before it, with nothing written); an empty one has nothing to learn
+# (jsonl refuses a blank answer, naming the line, so an exec program gives the empty example).
 python3 -c '
 import json
 for i in range(60): print(json.dumps({"prompt": "%d+%d=" % (i % 10, i // 10), "answer": str(i % 10 + i // 10)}))
 print(json.dumps({"prompt": "1+" * 40 + "1=", "answer": "41"}))' >"$TMP/sft-late.jsonl"
 run sft-late "$BIN" sft --model "$TMP/gen" --env "jsonl:path=$TMP/sft-late.jsonl,test_fraction=0" --steps 20 --batch 4 --max-seq 32 --log-every 1 --out "$TMP/sft-bad"
 expect_rc sft-late 1 && expect_one_line_error sft-late 'train task [0-9]+: 8[0-9] tokens of prompt, solution and eos; --max-seq allows 32'
-printf '{"prompt":"","answer":""}\n' >"$TMP/sft-empty.jsonl"
-run sft-empty "$BIN" sft --model "$TMP/gen" --env "jsonl:path=$TMP/sft-empty.jsonl,test_fraction=0" --steps 1 --out "$TMP/sft-bad"
+printf '%s\n' 'while read -r l; do echo "{\"prompt\":\"\",\"answer\":\"x\",\"solution\":\"\"}"; done' >"$TMP/sft-empty.sh"
+run sft-empty "$BIN" sft --model "$TMP/gen" --env "exec:path=sh $TMP/sft-empty.sh" --steps 1 --out "$TMP/sft-bad"
 expect_rc sft-empty 1 && expect_one_line_error sft-empty 'train task 0: nothing to learn'
+printf '{"prompt":"","answer":""}\n' >"$TMP/sft-blank.jsonl"
+run sft-blank "$BIN" sft --model "$TMP/gen" --env "jsonl:path=$TMP/sft-blank.jsonl,test_fraction=0" --steps 1 --out "$TMP/sft-bad"
+expect_rc sft-blank 1 && expect_one_line_error sft-blank 'sft-blank.jsonl:1: field answer: expected a non-blank answer'
 # --batch x --max-seq past INT_MAX tokens is a usage error (it overflowed an int)
 printf '{"max_position_embeddings": 1048576}\n' >"$TMP/ctx1m.json"
 run sft-ctx1m-init "$BIN" init-model --arch qwen2 --preset "$TMP/ctx1m.json" --seed 1 --out "$TMP/ctx1m" --tokenizer chars

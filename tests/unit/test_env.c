@@ -629,6 +629,31 @@ static void test_jsonl_errors(void **state) {
                    LH_ERR_FORMAT);
   assert_non_null(strstr(lh_last_error(), "f:9: field answer"));
   assert_null(p);
+  /* a blank answer would reward an empty completion: refused with the file and line */
+  static const char *const blank[] = {"{\"prompt\":\"x\",\"answer\":\"\"}",
+                                      "{\"prompt\":\"x\",\"answer\":\" \\t\\n \"}"};
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(lh_env_jsonl_parse_line(blank[i], strlen(blank[i]), "f", 8, &p, &a),
+                     LH_ERR_FORMAT);
+    assert_non_null(strstr(lh_last_error(), "f:8: field answer: expected a non-blank answer"));
+    assert_null(p);
+  }
+  char blank_path[64];
+  snprintf(blank_path, sizeof blank_path, "/tmp/lh_test_env_blank_%ld.jsonl", (long)getpid());
+  FILE *f = fopen(blank_path, "w");
+  assert_non_null(f);
+  fprintf(f, "{\"prompt\":\"a\",\"answer\":\"1\"}\n%s\n", blank[1]);
+  fclose(f);
+  lh_env_config cfg;
+  assert_int_equal(lh_env_config_parse("jsonl", &cfg), LH_ERR_OK);
+  snprintf(cfg.path, sizeof cfg.path, "%s", blank_path);
+  lh_err e = lh_env_create(&cfg, &env);
+  remove(blank_path);
+  assert_int_equal(e, LH_ERR_FORMAT);
+  assert_null(env);
+  char want[160];
+  snprintf(want, sizeof want, "%s:2: field answer: expected a non-blank answer", blank_path);
+  if (!strstr(lh_last_error(), want)) fail_msg("message '%s'", lh_last_error());
   char *big = malloc(LH_JSONL_MAX_LINE + 2);
   memset(big, ' ', LH_JSONL_MAX_LINE + 1);
   assert_int_equal(lh_env_jsonl_parse_line(big, LH_JSONL_MAX_LINE + 1, "f", 3, &p, &a),
