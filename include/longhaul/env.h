@@ -107,9 +107,11 @@ typedef struct {
  * Output written between requests (a banner, a log line on stdout) also restarts it before the
  * next request, so a reply is never read as the answer to another request: log to stderr. */
 
-/* Task `index` of `split`; the same inputs always give the same task. exec may fail
- * (LH_ERR_IO: crash, timeout; LH_ERR_FORMAT: malformed reply): skip that task and continue, the
- * program is restarted on the next request. On error *task is left empty. */
+/* Task `index` of `split`; the same inputs always give the same task. exec may fail with
+ * LH_ERR_IO (the program could not be started, crashed, closed its output or timed out),
+ * LH_ERR_FORMAT (a malformed reply), LH_ERR_LIMIT (a reply line longer than LH_EXEC_MAX_REPLY
+ * bytes) or LH_ERR_NOMEM (out of memory): skip that task and continue; a program left out of step
+ * is restarted on the next request. On error *task is left empty. */
 lh_err lh_env_task_get(lh_env *env, lh_split split, uint64_t index, lh_env_task *task);
 /* Frees the strings and zeroes the task (level becomes ""); accepts a cleared task. */
 void lh_env_task_clear(lh_env_task *task);

@@ -1,9 +1,10 @@
 /* exec: an environment served by an external program (any language) speaking one JSON object per
- * line on stdin/stdout (the protocol is in env.h). Each request has a deadline; a crash, a timeout
- * or a malformed reply (bad JSON, wrong fields, another request's request_id, more output after
- * the reply) is reported as an error for that request only, and the program is restarted on the
- * next one. Output the program writes between requests is discarded and the program restarted,
- * so a reply is only ever read as the answer to the request just sent. */
+ * line on stdin/stdout (the protocol is in env.h). Each request has a deadline; a crash, a timeout,
+ * a malformed reply (bad JSON, wrong fields, another request's request_id, more output after the
+ * reply) or one longer than LH_EXEC_MAX_REPLY bytes is reported as an error for that request only,
+ * and the program is restarted on the next one. Output the program writes between requests is
+ * discarded and the program restarted, so a reply is only ever read as the answer to the request
+ * just sent. */
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>

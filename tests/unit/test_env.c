@@ -750,6 +750,15 @@ static void test_exec_failures(void **state) {
   assert_int_equal(lh_env_task_get(env, LH_SPLIT_TRAIN, 0, &t), LH_ERR_IO);
   assert_non_null(strstr(lh_last_error(), "exited with status 127"));
   lh_env_free(env);
+  /* a reply line longer than LH_EXEC_MAX_REPLY is LH_ERR_LIMIT, as env.h says */
+  assert_int_equal(lh_env_config_parse("exec", &cfg), LH_ERR_OK);
+  snprintf(cfg.path, sizeof cfg.path, "read -r l; head -c %u /dev/zero | tr '\\0' x; echo",
+           LH_EXEC_MAX_REPLY + 10);
+  assert_int_equal(lh_env_create(&cfg, &env), LH_ERR_OK);
+  assert_int_equal(lh_env_task_get(env, LH_SPLIT_TRAIN, 0, &t), LH_ERR_LIMIT);
+  assert_non_null(strstr(lh_last_error(), "reply longer than 1048576 bytes"));
+  assert_null(t.prompt);
+  lh_env_free(env);
 }
 
 /* Task `index` from env: either an error or the task that index asked for, never another one. */
