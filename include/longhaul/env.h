@@ -95,7 +95,8 @@ typedef struct {
  *   {"type":"generate","split":"train"|"test","index":N,"request_id":R}
  *     -> {"prompt":string,"answer":string,"solution":string (optional)}
  *   {"type":"score","prompt":string,"answer":string,"completion":string,"request_id":R}
- *     -> {"reward":number in [0, 1],"correct":bool (optional, default reward >= 1),
+ *     -> {"reward":number in [0, 1],"correct":bool (optional, default: the reward is 1 once
+ *         stored as a float, so 0.9999999999, stored as 1, is correct),
  *         "well_formed":bool (optional, default true)}
  * R counts requests; a reply may leave it out, and if it has one it must be R. Bytes of the
  * strings sent that are not UTF-8 (a completion cut inside a character) arrive as U+FFFD, one

@@ -294,7 +294,8 @@ lh_err lh__exec_take_result(lh_env *env, const char *what, json_t *rep, void *ou
                   env->cfg.path, what);
   } else {
     out->reward = (float)v;
-    out->correct = c ? json_is_true(c) : v >= 1.0;
+    /* from the reward as stored: 0.9999999999 becomes 1 and so is correct */
+    out->correct = c ? json_is_true(c) : out->reward >= 1.0f;
     out->well_formed = w ? json_is_true(w) : true;
   }
   return e;

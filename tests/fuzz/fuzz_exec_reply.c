@@ -1,7 +1,8 @@
 /* libFuzzer target for what the exec environment reads from its program and from the model:
  * any bytes as a reply line (the fields of a "generate" and of a "score" reply) and as a
  * completion put into a request (lh_json_text). An accepted task has its prompt and
- * answer; an accepted score has a reward in [0, 1]; a completion always becomes a JSON string,
+ * answer; an accepted score has a reward in [0, 1], and is correct as the reply says or, when
+ * it says nothing, exactly when the reward is 1; a completion always becomes a JSON string,
  * unchanged when it is valid UTF-8, with only U+FFFD added otherwise. */
 #include <jansson.h>
 #include <stdint.h>
@@ -30,10 +31,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     lh_env_result r;
     e = lh__exec_take_result(&env, "score train 0", reply, &r);
-    if (e == LH_ERR_OK)
+    if (e == LH_ERR_OK) {
+      json_t *c = json_object_get(reply, "correct");
       CHECK(r.reward >= 0.0f && r.reward <= 1.0f);
-    else
+      CHECK(r.correct == (c ? json_is_true(c) : r.reward == 1.0f));
+    } else {
       CHECK(e == LH_ERR_FORMAT);
+    }
   }
   json_decref(reply);
 

@@ -761,6 +761,27 @@ static void test_exec_failures(void **state) {
   lh_env_free(env);
 }
 
+/* Without "correct", a score is correct when the reward, as stored (a float), is 1: a program's
+ * 0.9999999999 is stored as 1 and must not come back as reward 1 but incorrect. */
+static void test_exec_correct_default(void **state) {
+  static const char *const reward[] = {"0.9999999999", "0.99999", "1"};
+  static const bool want[] = {true, false, true};
+  for (int i = 0; i < 3; i++) {
+    lh_env_config cfg;
+    assert_int_equal(lh_env_config_parse("exec", &cfg), LH_ERR_OK);
+    snprintf(cfg.path, sizeof cfg.path, "while read -r l; do echo '{\"reward\":%s}'; done",
+             reward[i]);
+    lh_env *env = NULL;
+    assert_int_equal(lh_env_create(&cfg, &env), LH_ERR_OK);
+    lh_env_task t = {.prompt = "x", .answer = "y"};
+    lh_env_result r = score(env, &t, "z");
+    if (r.correct != want[i] || (r.reward == 1.0f) != want[i])
+      fail_msg("reward %s: stored %.9g, correct %d, want %d", reward[i], r.reward, r.correct,
+               want[i]);
+    lh_env_free(env);
+  }
+}
+
 /* Task `index` from env: either an error or the task that index asked for, never another one. */
 static lh_err get_in_step(lh_env *env, const char *mode, uint64_t index) {
   lh_env_task t;
@@ -924,6 +945,7 @@ int main(void) {
       cmocka_unit_test(test_jsonl_errors),
       cmocka_unit_test(test_exec_happy_path),
       cmocka_unit_test(test_exec_failures),
+      cmocka_unit_test(test_exec_correct_default),
       cmocka_unit_test(test_exec_extra_output),
       cmocka_unit_test(test_exec_exit_kills_group),
       cmocka_unit_test(test_exec_closes_descriptors),
