@@ -46,10 +46,9 @@ static int apply_file(const char *path, lh_config *cfg, bool *set_vocab) {
 }
 
 /* --tokenizer: reads the built-in character tokenizer or FILE (which must load), sets
- * cfg->vocab_size to its size (a preset file's larger vocab_size is kept: padded embeddings,
- * as in Qwen) and, for chars, the bos/eos ids. *json gets the bytes to write. */
-static int use_tokenizer(const char *spec, bool file_set_vocab, lh_config *cfg, char **json,
-                         size_t *len) {
+ * cfg->vocab_size to its size (*n) and, for chars, the bos/eos ids. *json gets the bytes to
+ * write. */
+static int use_tokenizer(const char *spec, lh_config *cfg, char **json, size_t *len, int *n) {
   bool chars = !strcmp(spec, "chars");
   lh_tokenizer *t = NULL;
   if (chars) {
@@ -63,16 +62,9 @@ static int use_tokenizer(const char *spec, bool file_set_vocab, lh_config *cfg, 
     *json = NULL;
     return lh__cli_fail(CMD);
   }
-  int n = lh_tokenizer_vocab_size(t);
+  *n = lh_tokenizer_vocab_size(t);
   lh_tokenizer_free(t);
-  if (file_set_vocab && cfg->vocab_size < n) {
-    free(*json);
-    *json = NULL;
-    return lh__cli_error(CMD, LH__EXIT_FAIL,
-                         "--preset sets vocab_size %d, smaller than the %d ids of --tokenizer %s",
-                         cfg->vocab_size, n, spec);
-  }
-  if (!file_set_vocab) cfg->vocab_size = n;
+  cfg->vocab_size = *n;
   if (chars) { /* <|bos|> = 1, <|eos|> = 2 (see lh_tokenizer_chars_json) */
     cfg->bos_token_id = 1;
     cfg->eos_token_id = cfg->eos_ids[0] = 2;
@@ -124,14 +116,33 @@ int lh__cmd_init_model(int argc, char **argv) {
   lh_config cfg;
   if (lh_config_preset(from_file ? "tiny" : preset, arch, &cfg) != LH_ERR_OK)
     return lh__cli_fail(CMD);
-  bool file_set_vocab = false;
-  if (from_file && (rc = apply_file(preset, &cfg, &file_set_vocab)) != LH__ARGS_CONTINUE) return rc;
+  /* the tokenizer sizes the vocabulary before a preset file's ids are checked against it; the
+   * file's own vocab_size may pad it (embedding rows past the tokenizer, as in Qwen) */
   const char *tok_spec = lh__args_str(&a, "tokenizer", NULL);
   char *tok_json = NULL;
   size_t tok_len = 0;
-  if (tok_spec && (rc = use_tokenizer(tok_spec, file_set_vocab, &cfg, &tok_json, &tok_len)) !=
-                      LH__ARGS_CONTINUE)
+  int tok_n = 0;
+  if (tok_spec &&
+      (rc = use_tokenizer(tok_spec, &cfg, &tok_json, &tok_len, &tok_n)) != LH__ARGS_CONTINUE)
     return rc;
+  lh_config before_file = cfg;
+  bool file_set_vocab = false;
+  if (from_file && (rc = apply_file(preset, &cfg, &file_set_vocab)) != LH__ARGS_CONTINUE) {
+    free(tok_json);
+    return rc;
+  }
+  if (tok_spec && file_set_vocab && cfg.vocab_size < tok_n) {
+    free(tok_json);
+    return lh__cli_error(CMD, LH__EXIT_FAIL,
+                         "--preset sets vocab_size %d, smaller than the %d ids of --tokenizer %s",
+                         cfg.vocab_size, tok_n, tok_spec);
+  }
+  if (tok_spec && !strcmp(tok_spec, "chars")) { /* its ids stand, whatever the file says */
+    cfg.bos_token_id = before_file.bos_token_id;
+    cfg.eos_token_id = before_file.eos_token_id;
+    cfg.n_eos = before_file.n_eos;
+    memcpy(cfg.eos_ids, before_file.eos_ids, sizeof cfg.eos_ids);
+  }
   if (lh_config_validate(&cfg) != LH_ERR_OK) {
     free(tok_json);
     return lh__cli_fail(CMD);

@@ -758,11 +758,10 @@ lh_err lh_config_override(const char *json, size_t len, const char *what, lh_con
   if ((json_object_get(over, "hidden_size") || json_object_get(over, "num_attention_heads")) &&
       !json_object_get(over, "head_dim"))
     json_object_del(root, "head_dim");
-  /* a family named in the file is checked against c's below, not hidden by c's own names */
-  if (json_object_get(over, "architectures") || json_object_get(over, "model_type")) {
+  /* a family named in the file is checked against c's below: c's architectures, which
+   * lh_config_parse reads before model_type, must not hide the file's model_type */
+  if (json_object_get(over, "model_type") && !json_object_get(over, "architectures"))
     json_object_del(root, "architectures");
-    json_object_del(root, "model_type");
-  }
   lh_config out;
   if (json_object_update(root, over) || !(text = json_dumps(root, JSON_COMPACT))) {
     e = lh_errorf(LH_ERR_NOMEM, "%s: out of memory", what);

@@ -456,6 +456,15 @@ assert c["vocab_size"] == 260, c
   run tok-bytes "$BIN" tokenize --tokenizer "$TMP/bytes-model" --text " the the<|end|>"
   expect_rc tok-bytes 0 && { [ "$(cat "$TMP/tok-bytes.out")" = "[258,258,259]" ] || fail "tokenize bytes: $(cat "$TMP/tok-bytes.out")"; }
 }
+# A preset file's eos id is checked against the tokenizer's vocabulary (260), not the tiny
+# preset's 256 it overrides (the file was checked before --tokenizer sized the vocabulary).
+printf '{"eos_token_id": 259}\n' >"$TMP/eos259.json"
+run init-tok-eos "$BIN" init-model --arch llama --preset "$TMP/eos259.json" --seed 3 --out "$TMP/eos259" --tokenizer "$TMP/bytes.json"
+expect_rc init-tok-eos 0 && py init-tok-eos-config '
+import json, sys
+c = json.load(open(sys.argv[1]))
+assert c["vocab_size"] == 260 and c["eos_token_id"] == 259, c
+' "$TMP/eos259/config.json"
 # A preset file may pad vocab_size above the tokenizer's size, not below it.
 printf '{"vocab_size": 300}\n' >"$TMP/vocab300.json"
 run init-padded "$BIN" init-model --arch llama --preset "$TMP/vocab300.json" --seed 3 --out "$TMP/padded" --tokenizer "$TMP/bytes.json"

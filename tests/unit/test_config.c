@@ -688,12 +688,18 @@ static void test_override(void **state) {
   assert_float_equal(c.rope_theta, 5000.0f, 0.0f);
   assert_int_equal(c.n_layers, orig.n_layers); /* keys not given keep the preset's values */
   assert_int_equal(c.vocab_size, orig.vocab_size);
+  /* architectures null: model_type (the preset's) says what the model is, as in Hugging Face */
+  const char *null_archs = "{\"architectures\": null}";
+  assert_int_equal(lh_config_override(null_archs, strlen(null_archs), "over.json", &c), LH_ERR_OK);
+  assert_int_equal(c.arch, LH_ARCH_LLAMA);
   /* errors name the file and leave c as it was */
   static const struct {
     const char *json, *msg;
   } bad[] = {
       {"{\"num_layers\": 2}", "over.json: unknown key \"num_layers\""},
       {"{\"model_type\": \"qwen2\"}", "name Qwen2ForCausalLM, not LlamaForCausalLM"},
+      {"{\"architectures\": [\"Qwen3ForCausalLM\"]}",
+       "name Qwen3ForCausalLM, not LlamaForCausalLM"},
       {"{\"hidden_size\": 100, \"num_attention_heads\": 3}", "not a multiple"},
       {"{\"vocab_size\": \"big\"}", "vocab_size"},
       {"[1]", "expected a JSON object"},
