@@ -66,8 +66,9 @@ lh_err lh_config_preset(const char *name, lh_arch arch, lh_config *out);
 /* Checks every field against the limits and the relations between them, and the parameter
  * count against LH_MAX_PARAMS (LH_ERR_LIMIT). */
 lh_err lh_config_validate(const lh_config *c);
-/* Reads a Hugging Face config.json (Qwen2ForCausalLM, Qwen3ForCausalLM or LlamaForCausalLM).
- * Missing optional fields take the Hugging Face defaults. Errors name the file and the field. */
+/* Reads a Hugging Face config.json (Qwen2ForCausalLM, Qwen3ForCausalLM or LlamaForCausalLM),
+ * as transformers 4 writes it (rope_theta, rope_scaling) or 5 (rope_parameters). Missing
+ * optional fields take the Hugging Face defaults. Errors name the file and the field. */
 lh_err lh_config_load(const char *path, lh_config *out);
 /* Parses config.json text; `what` names the source in error messages. */
 lh_err lh_config_parse(const char *json, size_t len, const char *what, lh_config *out);

@@ -476,14 +476,36 @@ static lh_err check_unsupported(const json_t *root, const char *what) {
 }
 
 /* rope_scaling: null, {"rope_type" (or "type"): "default"}, or llama3 with its four fields,
- * all required as transformers requires them. */
+ * all required as transformers requires them. transformers v5 writes rope_parameters instead,
+ * the same object with rope_theta in it, and no top-level rope_theta or rope_scaling; it is
+ * read the same way (parameters per layer type, as Gemma's, have no rope_type and are refused).
+ * Sets c->rope_scaling, its factors, and c->rope_theta when rope_parameters gives it. */
 static lh_err get_rope_scaling(const json_t *root, const char *what, lh_config *c) {
   c->rope_scaling = LH_ROPE_DEFAULT;
-  const json_t *v = json_object_get(root, "rope_scaling");
+  const char *field = "rope_scaling";
+  const json_t *v = json_object_get(root, field),
+               *params = json_object_get(root, "rope_parameters");
+  if (params && !json_is_null(params)) {
+    if (v && !json_is_null(v))
+      return lh_errorf(LH_ERR_FORMAT,
+                       "%s: both rope_scaling and rope_parameters (transformers v5's name for "
+                       "it): give one",
+                       what);
+    field = "rope_parameters";
+    v = params;
+  }
   if (!v || json_is_null(v)) return LH_ERR_OK;
   if (!json_is_object(v))
-    return lh_errorf(LH_ERR_FORMAT, "%s: field rope_scaling: expected an object or null, found %s",
-                     what, lh_json_type_name(v));
+    return lh_errorf(LH_ERR_FORMAT, "%s: field %s: expected an object or null, found %s", what,
+                     field, lh_json_type_name(v));
+  if (v == params) {
+    if (json_object_get(root, "rope_theta"))
+      return lh_errorf(LH_ERR_FORMAT, "%s: both rope_theta and rope_parameters: give one", what);
+    char theta_what[600];
+    snprintf(theta_what, sizeof theta_what, "%s: rope_parameters", what);
+    lh_err e = get_num(v, theta_what, "rope_theta", &c->rope_theta);
+    if (e) return e;
+  }
   const json_t *t = json_object_get(v, "rope_type");
   if (!json_is_string(t)) t = json_object_get(v, "type");
   const char *type = json_is_string(t) ? json_string_value(t) : "(unnamed)";
@@ -491,7 +513,7 @@ static lh_err get_rope_scaling(const json_t *root, const char *what, lh_config *
   if (strcmp(type, "default") == 0) return LH_ERR_OK;
   if (strcmp(type, "llama3") != 0)
     return lh_errorf(LH_ERR_UNSUPPORTED,
-                     "%s: rope_scaling type %.60s is not supported (only llama3 and default)", what,
+                     "%s: %s type %.60s is not supported (only llama3 and default)", what, field,
                      type);
   static const char *const fields[] = {"factor", "low_freq_factor", "high_freq_factor",
                                        "original_max_position_embeddings"};
@@ -499,13 +521,13 @@ static lh_err get_rope_scaling(const json_t *root, const char *what, lh_config *
   for (int i = 0; i < 4; i++) {
     const json_t *f = json_object_get(v, fields[i]);
     if (!f || !json_is_number(f) || (i == 3 && !json_is_integer(f)))
-      return lh_errorf(LH_ERR_FORMAT, "%s: field rope_scaling.%s: expected %s, found %s", what,
+      return lh_errorf(LH_ERR_FORMAT, "%s: field %s.%s: expected %s, found %s", what, field,
                        fields[i], i == 3 ? "an integer" : "a number",
                        f ? lh_json_type_name(f) : "nothing");
     x[i] = json_number_value(f);
     if (!isfinite(x[i]) || fabs(x[i]) > (i == 3 ? (double)LH_MAX_POSITIONS : 3.0e38))
-      return lh_errorf(LH_ERR_LIMIT, "%s: field rope_scaling.%s: %g is out of range", what,
-                       fields[i], x[i]);
+      return lh_errorf(LH_ERR_LIMIT, "%s: field %s.%s: %g is out of range", what, field, fields[i],
+                       x[i]);
   }
   c->rope_factor = (float)x[0];
   c->rope_low_freq_factor = (float)x[1];
@@ -550,6 +572,7 @@ lh_err lh_config_parse(const char *json, size_t len, const char *what, lh_config
   lh_config c = {0};
   if ((e = get_arch(root, what, &c.arch))) goto out;
   if ((e = check_unsupported(root, what))) goto out;
+  c.rope_theta = 10000.0f; /* rope_parameters (below) or rope_theta (later) may say otherwise */
   if ((e = get_rope_scaling(root, what, &c))) goto out;
   if ((e = get_int(root, what, "vocab_size", 1, &c.vocab_size))) goto out;
   if ((e = get_int(root, what, "hidden_size", 1, &c.hidden_size))) goto out;
@@ -563,7 +586,6 @@ lh_err lh_config_parse(const char *json, size_t len, const char *what, lh_config
   /* transformers defaults: LlamaConfig 2048, Qwen2Config and Qwen3Config 32768 */
   c.max_positions = c.arch == LH_ARCH_LLAMA ? 2048 : 32768;
   if ((e = get_int(root, what, "max_position_embeddings", 0, &c.max_positions))) goto out;
-  c.rope_theta = 10000.0f;
   if ((e = get_num(root, what, "rope_theta", &c.rope_theta))) goto out;
   c.rms_eps = 1e-6f;
   if ((e = get_num(root, what, "rms_norm_eps", &c.rms_eps))) goto out;
@@ -715,8 +737,8 @@ static const char *const override_keys[] = {
     "architectures", "model_type", "vocab_size", "hidden_size", "intermediate_size",
     "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
     "max_position_embeddings", "rope_theta", "rms_norm_eps", "tie_word_embeddings",
-    "attention_bias", "bos_token_id", "eos_token_id", "rope_scaling", "hidden_act",
-    "use_sliding_window", "mlp_bias", NULL,
+    "attention_bias", "bos_token_id", "eos_token_id", "rope_scaling", "rope_parameters",
+    "hidden_act", "use_sliding_window", "mlp_bias", NULL,
     /* inert */
     "torch_dtype", "dtype", "transformers_version", "use_cache", "initializer_range",
     "attention_dropout", "sliding_window", "max_window_layers", "pretraining_tp", "layer_types",

@@ -430,6 +430,33 @@ static void test_rope_scaling(void **state) {
                "rope_scaling.original_max_position_embeddings is 0");
   assert_int_equal(parse(llama("1", "{\"rope_type\": \"default\"}"), &c), LH_ERR_OK);
   assert_int_equal(c.rope_scaling, LH_ROPE_DEFAULT);
+
+  /* transformers v5: rope_parameters holds rope_theta and the scaling (it read as theta 10000) */
+  lh_config v4 = c, v5;
+  assert_int_equal(parse(llama("128001", llama32_scaling), &v4), LH_ERR_OK);
+  char v5_llama[4096];
+  snprintf(v5_llama, sizeof v5_llama, "%s",
+           edit(llama("128001", "null"), "\"rope_scaling\": null,\n  \"rope_theta\": 500000.0,",
+                "\"rope_parameters\": {\"rope_type\": \"llama3\", \"rope_theta\": 500000.0, "
+                "\"factor\": 32.0, \"high_freq_factor\": 4.0, \"low_freq_factor\": 1.0, "
+                "\"original_max_position_embeddings\": 8192},"));
+  assert_int_equal(parse(v5_llama, &v5), LH_ERR_OK);
+  assert_memory_equal(&v5, &v4, sizeof v4);
+  const char *v5_qwen = edit(qwen3_06b, "\"rope_scaling\": null,\n  \"rope_theta\": 1000000,",
+                             "\"rope_parameters\": {\"rope_type\": \"default\", "
+                             "\"rope_theta\": 1000000},");
+  assert_int_equal(parse(v5_qwen, &v5), LH_ERR_OK);
+  assert_true(v5.rope_theta == 1e6f && v5.rope_scaling == LH_ROPE_DEFAULT);
+  expect_error(edit(qwen3_06b, "\"rope_scaling\": null,",
+                    "\"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 5},"),
+               LH_ERR_FORMAT, "both rope_theta and rope_parameters");
+  expect_error(edit(llama("1", llama32_scaling), "\"rope_theta\": 500000.0,",
+                    "\"rope_parameters\": {\"rope_type\": \"default\"},"),
+               LH_ERR_FORMAT, "both rope_scaling and rope_parameters");
+  /* parameters per layer type (Gemma's form) name no type */
+  expect_error(edit(qwen3_06b, "\"rope_scaling\": null,\n  \"rope_theta\": 1000000,",
+                    "\"rope_parameters\": {\"full_attention\": {\"rope_type\": \"default\"}},"),
+               LH_ERR_UNSUPPORTED, "rope_parameters type (unnamed)");
 }
 
 /* generation_config.json: its eos list replaces config.json's; other fields are ignored. */
