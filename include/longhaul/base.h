@@ -64,13 +64,18 @@ double lh_time_now(void);
 
 /* Whole-file helpers. lh_file_read returns a malloc'd buffer (NUL-terminated, *len excludes
  * the NUL); files larger than max_bytes are refused with LH_ERR_LIMIT. lh_file_write_atomic
- * writes to a new temporary file (lh_file_tmp_name), fsyncs, renames over PATH and fsyncs the
- * directory; on failure the temporary file is removed. */
+ * writes to a new temporary file (lh_file_tmp_create), fsyncs, renames over PATH and fsyncs the
+ * directory; on failure the temporary file is removed (only the one it created). */
 lh_err lh_file_read(const char *path, size_t max_bytes, char **out, size_t *len);
 lh_err lh_file_write_atomic(const char *path, const void *data, size_t len);
-/* The temporary file of one atomic write of path: "PATH.tmp.PID.N" (malloc'd), N counting this
- * process's calls, so no two writers (threads or processes) share one. Create it with O_EXCL. */
-char *lh_file_tmp_name(const char *path);
+/* Creates (O_EXCL, mode 0644, close-on-exec) and opens for writing the temporary file of one
+ * atomic write of path, "PATH.tmp.PID.N", N counting this process's tries, so no two writers
+ * (threads or processes) share one. A name that exists already (left by a killed writer that
+ * had this PID) is skipped, never opened or removed, and the next N is tried, up to 1024 names;
+ * then LH_ERR_IO. On success *tmp is the name (malloc'd, the caller frees it) and *fd the open
+ * file, which the caller closes (or fdopen()s) and renames or unlinks; on failure *tmp is NULL
+ * and *fd is -1. */
+lh_err lh_file_tmp_create(const char *path, char **tmp, int *fd);
 /* The last step of an atomic write whose temporary file (or directory) is written and fsynced:
  * renames tmp over path and fsyncs the directory that holds path. */
 lh_err lh_file_commit(const char *tmp, const char *path);

@@ -194,22 +194,44 @@ out:
   return err;
 }
 
-char *lh_file_tmp_name(const char *path) {
+/* How many names lh_file_tmp_create tries before it gives up: leftovers of killed writers that
+ * had this PID (containers repeat PIDs and the order of writes) take the first ones. */
+#define TMP_TRIES 1024
+
+lh_err lh_file_tmp_create(const char *path, char **tmp, int *fd) {
   static atomic_ulong calls;
+  *tmp = NULL;
+  *fd = -1;
   size_t cap = strlen(path) + 48;
-  char *tmp = lh_xmalloc(cap);
-  snprintf(tmp, cap, "%s.tmp.%ld.%lu", path, (long)getpid(), atomic_fetch_add(&calls, 1));
-  return tmp;
+  char *name = lh_xmalloc(cap);
+  unsigned long first = 0;
+  for (int i = 0; i < TMP_TRIES; i++) {
+    unsigned long n = atomic_fetch_add(&calls, 1);
+    if (i == 0) first = n;
+    snprintf(name, cap, "%s.tmp.%ld.%lu", path, (long)getpid(), n);
+    int f = open(name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (f >= 0) {
+      *tmp = name;
+      *fd = f;
+      return LH_ERR_OK;
+    }
+    if (errno == EEXIST) continue;
+    lh_err err = lh_errorf(LH_ERR_IO, "%s: cannot create: %s", name, strerror(errno));
+    free(name);
+    return err;
+  }
+  free(name);
+  return lh_errorf(LH_ERR_IO,
+                   "%s: cannot create a temporary file: the %d names tried, from %s.tmp.%ld.%lu "
+                   "on, all exist",
+                   path, TMP_TRIES, path, (long)getpid(), first);
 }
 
 lh_err lh_file_write_atomic(const char *path, const void *data, size_t len) {
-  char *tmp = lh_file_tmp_name(path);
-  lh_err err = LH_ERR_OK;
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    err = lh_errorf(LH_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-    goto out;
-  }
+  char *tmp = NULL;
+  int fd = -1;
+  lh_err err = lh_file_tmp_create(path, &tmp, &fd);
+  if (err) goto out;
   const char *p = data;
   size_t left = len;
   while (left > 0) {

@@ -580,10 +580,13 @@ lh_err lh_safetensors_write(const char *path, const lh_st_entry *entries, int n)
 
   /* Streamed rather than assembled in memory (a model can be gigabytes), with the same
    * temp + fsync + rename pattern as lh_file_write_atomic. */
-  char *tmp = lh_file_tmp_name(path);
-  FILE *f = fopen(tmp, "wbxe"); /* x: O_EXCL */
-  if (!f) {
-    err = lh_errorf(LH_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+  char *tmp = NULL;
+  int fd = -1;
+  FILE *f = NULL;
+  if ((err = lh_file_tmp_create(path, &tmp, &fd))) goto out;
+  if (!(f = fdopen(fd, "wb"))) {
+    err = lh_errorf(LH_ERR_IO, "%s: cannot open: %s", tmp, strerror(errno));
+    close(fd);
     goto out;
   }
   uint8_t lenbuf[8];

@@ -209,6 +209,18 @@ expect_rc init-seed8 0 &&
   { cmp -s "$TMP/qwen2/model.safetensors" "$TMP/qwen2-seed8/model.safetensors" &&
     fail "init-model: seeds 7 and 8 gave identical model.safetensors"; }
 
+# A killed writer that had this PID (containers repeat PIDs and the order of writes) left the
+# temporary name this run would try first: it takes the next name and leaves that file alone
+# (it failed "cannot create: File exists" and removed the leftover).
+mkdir -p "$TMP/leftover"
+run init-leftover bash -c 'echo old >"$1/model.safetensors.tmp.$$.0"
+exec "$2" init-model --arch qwen2 --preset tiny --seed 7 --out "$1"' _ "$TMP/leftover" "$BIN"
+expect_rc init-leftover 0 &&
+  { cmp -s "$TMP/qwen2/model.safetensors" "$TMP/leftover/model.safetensors" ||
+    fail "init-model beside a leftover temporary file: different model.safetensors"; }
+[ "$(cat "$TMP"/leftover/model.safetensors.tmp.*.0 2>/dev/null)" = old ] ||
+  fail "init-model changed or removed another process's temporary file"
+
 # every size within its own limit, 3.4e14 parameters in all: an error naming the bound (it
 # aborted allocating 1.3 PB)
 cat >"$TMP/huge.json" <<'JSON'

@@ -348,6 +348,88 @@ static void test_atomic_write(void **state) {
   assert_int_equal(rmdir(dir), 0);
 }
 
+static void put_text(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  assert_true(fputs(text, f) >= 0);
+  assert_int_equal(fclose(f), 0);
+}
+
+static int holds_text(const char *path, const char *text) {
+  char *got = NULL;
+  size_t len = 0;
+  if (lh_file_read(path, 1 << 20, &got, &len) != LH_ERR_OK) return 0;
+  int same = len == strlen(text) && memcmp(got, text, len) == 0;
+  free(got);
+  return same;
+}
+
+/* Writes "leftover" to PATH.tmp.PID.N for N in [from, from + count), as a killed writer that
+ * had this PID would have left them, or checks (check != 0) they all still hold it. */
+static void leftovers(const char *path, unsigned long from, int count, int check) {
+  char name[256];
+  for (int k = 0; k < count; k++) {
+    snprintf(name, sizeof name, "%s.tmp.%ld.%lu", path, (long)getpid(), from + (unsigned long)k);
+    if (!check)
+      put_text(name, "leftover");
+    else if (!holds_text(name, "leftover"))
+      fail_msg("%s: changed or removed", name);
+  }
+}
+
+/* Atomic writes skip temporary names that exist already (left by a killed writer with this
+ * PID, as containers repeat PIDs) instead of failing with "cannot create: File exists", and
+ * never touch those files, not even when every name they may try exists. */
+static void test_atomic_write_leftovers(void **state) {
+  (void)state;
+  char dir[] = "/tmp/longhaul-test-leftover-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char path[128], st[128], prefix[192];
+  snprintf(path, sizeof path, "%s/f", dir);
+  snprintf(st, sizeof st, "%s/m.safetensors", dir);
+  /* learn the counter: the name this call gets is N, so the next write tries N + 1 first */
+  char *tmp = NULL;
+  int fd = -1;
+  assert_int_equal(lh_file_tmp_create(path, &tmp, &fd), LH_ERR_OK);
+  assert_true(fd >= 0);
+  assert_int_equal(close(fd), 0);
+  snprintf(prefix, sizeof prefix, "%s.tmp.%ld.", path, (long)getpid());
+  assert_int_equal(strncmp(tmp, prefix, strlen(prefix)), 0);
+  unsigned long n = strtoul(tmp + strlen(prefix), NULL, 10);
+  free(tmp);
+  leftovers(path, n, 65, 0); /* N (the file just created) and the 64 names after it */
+  assert_int_equal(lh_file_write_atomic(path, "new", 3), LH_ERR_OK);
+  assert_true(holds_text(path, "new"));
+  leftovers(path, n, 65, 1);
+  /* the safetensors writer takes its names the same way: N + 66 .. N + 69 exist, N + 70 is its */
+  leftovers(st, n + 66, 4, 0);
+  assert_int_equal(lh_safetensors_write(st, NULL, 0), LH_ERR_OK);
+  struct stat sb;
+  assert_int_equal(stat(st, &sb), 0);
+  assert_true(sb.st_size > 8);
+  leftovers(st, n + 66, 4, 1);
+  /* every one of the 1024 names the next write may try exists: it fails and removes none */
+  leftovers(path, n + 71, 1024, 0);
+  assert_int_equal(lh_file_write_atomic(path, "newer", 5), LH_ERR_IO);
+  assert_non_null(strstr(lh_last_error(), "all exist"));
+  leftovers(path, n + 71, 1024, 1);
+  assert_true(holds_text(path, "new"));
+  /* nothing else was created: the two files and the 65 + 4 + 1024 leftovers */
+  DIR *d = opendir(dir);
+  assert_non_null(d);
+  int files = 0;
+  char name[512];
+  for (struct dirent *ent; (ent = readdir(d));) {
+    if (!strcmp(ent->d_name, ".") || !strcmp(ent->d_name, "..")) continue;
+    snprintf(name, sizeof name, "%s/%s", dir, ent->d_name);
+    assert_int_equal(unlink(name), 0);
+    files++;
+  }
+  closedir(d);
+  assert_int_equal(files, 2 + 65 + 4 + 1024);
+  assert_int_equal(rmdir(dir), 0);
+}
+
 /* lh_file_read reads to the end, not to the size stat reports: /proc files say 0 bytes. A
  * directory and a file over the limit are errors. */
 static void test_file_read(void **state) {
@@ -415,6 +497,7 @@ int main(void) {
       cmocka_unit_test(test_batch_validation),     cmocka_unit_test(test_thread_count_independent),
       cmocka_unit_test(test_grad_accumulates),     cmocka_unit_test(test_size_checked_allocation),
       cmocka_unit_test(test_atomic_write),        cmocka_unit_test(test_file_read),
+      cmocka_unit_test(test_atomic_write_leftovers),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
