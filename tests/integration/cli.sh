@@ -403,6 +403,12 @@ run tok-unknown "$BIN" tokenize --tokenizer chars --text "ab€"
 expect_rc tok-unknown 1 && expect_one_line_error tok-unknown 'no token for "€" \(U\+20AC\) at byte 2'
 run tok-nofile "$BIN" tokenize --tokenizer "$TMP/none.json" --text a
 expect_rc tok-nofile 1 && expect_one_line_error tok-nofile 'none\.json'
+# a file named as the command keeps its name in the message (it was stripped as if it were
+# a library module's "tokenize: " prefix: "longhaul tokenize: cannot open: ...")
+mkdir -p "$TMP/named"
+run tok-named-cmd bash -c 'cd "$1" && exec "$2" tokenize --tokenizer tokenize --text hi' _ "$TMP/named" "$BIN"
+expect_rc tok-named-cmd 1 &&
+  expect_one_line_error tok-named-cmd '^longhaul tokenize: tokenize: cannot open: No such file or directory$'
 printf '{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}, "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "\\\\w+"}, "behavior": "Isolated"}}' >"$TMP/badpat.json"
 run tok-badpat "$BIN" tokenize --tokenizer "$TMP/badpat.json" --text a
 expect_rc tok-badpat 1 && expect_one_line_error tok-badpat 'badpat\.json: pre_tokenizer\.pattern\.Regex: unknown pattern'
@@ -565,6 +571,14 @@ for r in rows:
 ' "$TMP/gen-pad.out"
 run rl-pad "$BIN" rl --model "$TMP/pad" --env arith:digits=1 --steps 1 --prompts 2 --group 2 --max-new 16 --out "$TMP/rl-pad"
 expect_rc rl-pad 0
+# rl's own messages lose their "rl: " (no "longhaul rl: rl: --max-prompt ..."), but a run
+# directory named rl keeps its name
+run rl-ctx "$BIN" rl --model "$TMP/pad" --env arith --out "$TMP/rl-ctx" --max-prompt 2045 --max-new 8
+expect_rc rl-ctx 1 && expect_one_line_error rl-ctx '^longhaul rl: --max-prompt 2045 and --max-new 8 exceed'
+touch "$TMP/named/rl"
+run rl-named-cmd bash -c 'cd "$1" && exec "$2" rl --model "$3" --env arith --out rl --steps 1' \
+  _ "$TMP/named" "$BIN" "$TMP/pad"
+expect_rc rl-named-cmd 1 && expect_one_line_error rl-named-cmd '^longhaul rl: rl: not a directory$'
 # greedy is deterministic and text mode prints the completion
 run gen-greedy "$BIN" generate --model "$TMP/gen" --prompt-tokens 5,6,7 --max-new 8 --temperature 0
 run gen-greedy2 "$BIN" generate --model "$TMP/gen" --prompt-tokens 5,6,7 --max-new 8 --temperature 0 --seed 9
