@@ -430,6 +430,53 @@ static void test_atomic_write_leftovers(void **state) {
   assert_int_equal(rmdir(dir), 0);
 }
 
+/* lh_json_check_cost(text, len) on an exact-size heap copy, so ASan sees a read past len. */
+static lh_err json_cost(const char *text, size_t len, size_t max_open, size_t max_tokens) {
+  char *copy = malloc(len ? len : 1);
+  assert_non_null(copy);
+  memcpy(copy, text, len);
+  lh_err e = lh_json_check_cost(copy, len, max_open, max_tokens, "t.json");
+  free(copy);
+  return e;
+}
+
+/* lh_json_check_cost counts, outside strings, '{' and '[' (max_open) and those with ',' and ':'
+ * (max_tokens): an escaped quote does not end a string, the limits are inclusive, and nothing
+ * at or past len is read (a string cut by the end, a backslash as the last byte). */
+static void test_json_check_cost(void **state) {
+  (void)state;
+  /* a string starting with an escaped quote, then 20 "{}" and a ',' and ':' inside it: only the
+   * outer '[' counts (were the quote taken as the string's end, 20 more openings would) */
+  char text[128];
+  strcpy(text, "[\"\\\"");
+  for (int i = 0; i < 20; i++)
+    strcat(text, "{}");
+  strcat(text, ",:\"]");
+  assert_int_equal(json_cost(text, strlen(text), 1, 1), LH_ERR_OK);
+  assert_int_equal(json_cost(text, strlen(text), 0, 1), LH_ERR_LIMIT);
+  assert_non_null(strstr(lh_last_error(), "t.json: 1 JSON brackets"));
+  /* the end of the buffer inside a string, or right after a backslash: the bytes after len
+   * ("[[[" and ",,") are not counted */
+  assert_int_equal(lh_json_check_cost("[\"ab\\\"[[[", 5, 1, 1, "t.json"), LH_ERR_OK);
+  assert_int_equal(json_cost("[\"ab\\", 5, 1, 1), LH_ERR_OK);
+  assert_int_equal(lh_json_check_cost("[\"ab,,", 4, 1, 1, "t.json"), LH_ERR_OK);
+  assert_int_equal(json_cost("[\"ab", 4, 1, 1), LH_ERR_OK);
+  assert_int_equal(json_cost("\\", 1, 0, 0), LH_ERR_OK);
+  /* "[0,0,...,0]" with 50 zeros: 1 opening and 49 commas, 50 tokens */
+  strcpy(text, "[0");
+  for (int i = 1; i < 50; i++)
+    strcat(text, ",0");
+  strcat(text, "]");
+  assert_int_equal(json_cost(text, strlen(text), 1, 50), LH_ERR_OK);
+  assert_int_equal(json_cost(text, strlen(text), 1, 49), LH_ERR_LIMIT);
+  assert_non_null(strstr(lh_last_error(), "50 JSON brackets and separators, 1 of them"));
+  /* ':' counts too: '{' and '[', two ':' and a ',' */
+  const char *obj = "{\"a\":0,\"b\":[]}";
+  assert_int_equal(json_cost(obj, strlen(obj), 2, 5), LH_ERR_OK);
+  assert_int_equal(json_cost(obj, strlen(obj), 2, 4), LH_ERR_LIMIT);
+  assert_int_equal(json_cost(obj, strlen(obj), 1, 5), LH_ERR_LIMIT);
+}
+
 /* lh_file_read reads to the end, not to the size stat reports: /proc files say 0 bytes. A
  * directory and a file over the limit are errors. */
 static void test_file_read(void **state) {
@@ -498,6 +545,7 @@ int main(void) {
       cmocka_unit_test(test_grad_accumulates),     cmocka_unit_test(test_size_checked_allocation),
       cmocka_unit_test(test_atomic_write),        cmocka_unit_test(test_file_read),
       cmocka_unit_test(test_atomic_write_leftovers),
+      cmocka_unit_test(test_json_check_cost),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
