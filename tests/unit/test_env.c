@@ -544,6 +544,11 @@ static void test_jsonl_numeric_point_and_commas(void **state) {
   assert_true(equal("-.5e1", "-5"));
   assert_false(equal("3,4", "34"));
   assert_false(equal("1,23", "123"));
+  /* three digits after the comma, then one more digit: not a separator, two numbers */
+  assert_true(lh_env_last_number("1,2345", 6, &at, &n) && at == 2 && n == 4);
+  assert_true(lh_env_last_number("x 1,234,5678.", 13, &at, &n) && at == 8 && n == 4);
+  assert_false(equal("1,2345", "12345"));
+  assert_true(equal("1,234", "1234")); /* then the end: a separator */
 }
 
 static void test_jsonl_exact_and_auto(void **state) {
