@@ -24,17 +24,7 @@ int lh__cli_error(const char *cmd, int code, const char *fmt, ...) {
 }
 
 int lh__cli_fail(const char *cmd) {
-  /* The library modules gen and rl start their messages with "generate: " and "rl: "
-   * ("generate: request 0: ..."); from the command of that name, "longhaul generate: generate:
-   * ..." would say it twice. Only for those: elsewhere "CMD: " is a file named CMD
-   * ("tokenize: cannot open: ..."), whose name the message must keep. */
-  static const char *const prefixed[] = {"generate", "rl"};
-  const char *msg = lh_last_error();
-  size_t n = strlen(cmd);
-  for (size_t i = 0; i < sizeof prefixed / sizeof *prefixed; i++)
-    if (!strcmp(cmd, prefixed[i]) && !strncmp(msg, cmd, n) && !strncmp(msg + n, ": ", 2))
-      msg += n + 2;
-  return lh__cli_error(cmd, LH__EXIT_FAIL, "%s", msg);
+  return lh__cli_error(cmd, LH__EXIT_FAIL, "%s", lh_last_error());
 }
 
 int lh__cli_flush_stdout(const char *cmd) {

@@ -73,9 +73,9 @@ int lh__parse_id_array(const char *cmd, const char *where, const char *text, siz
 /* "longhaul CMD: message" on stderr; returns `code`. */
 int lh__cli_error(const char *cmd, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/* "longhaul CMD: <lh_last_error()>" on stderr; returns 1. For generate and rl, whose library
- * modules start their messages with "generate: " and "rl: ", without that leading "CMD: "
- * (for other commands it is a file named CMD, and stays). */
+/* "longhaul CMD: <lh_last_error()>" on stderr; returns 1. Library messages do not name the
+ * command (lh_generate's say "request 0: ...", not "generate: request 0: ..."), so nothing is
+ * said twice, and a message that starts with a file named as the command keeps it. */
 int lh__cli_fail(const char *cmd);
 /* Flushes stdout and checks that nothing written to it failed (a full disk, a closed pipe):
  * returns 0, or prints "longhaul CMD: cannot write the output: REASON" and returns 1. A command

@@ -160,9 +160,9 @@ int lh__cmd_generate(int argc, char **argv) {
   size_t bytes = lh_size_mul((size_t)n, per * 4); /* int32 tokens, float log-probs */
   reqs = lh_xcalloc((size_t)n, sizeof *reqs);
   outs = lh_xcalloc((size_t)n, sizeof *outs);
-  if (!(tokens = lh_try_malloc_aligned(bytes, "generate: sampled tokens")) ||
-      !(lps = lh_try_malloc_aligned(bytes, "generate: log-probs")) ||
-      !(lpm = lh_try_malloc_aligned(bytes, "generate: model log-probs"))) {
+  if (!(tokens = lh_try_malloc_aligned(bytes, "sampled tokens")) ||
+      !(lps = lh_try_malloc_aligned(bytes, "log-probs")) ||
+      !(lpm = lh_try_malloc_aligned(bytes, "model log-probs"))) {
     rc = lh__cli_fail(CMD);
     goto out;
   }

@@ -115,10 +115,7 @@ int lh__cmd_rl(int argc, char **argv) {
   c.adv.std_norm = adv_i == 0;
   c.opt.lr = (float)lr;
   c.opt.warmup_steps = (int)warmup;
-  /* --out rl: "rl: not a directory" names the run directory, which lh__cli_fail would strip */
-  if (lh_rl_run(&c))
-    return strcmp(c.out_dir, CMD) ? lh__cli_fail(CMD)
-                                  : lh__cli_error(CMD, LH__EXIT_FAIL, "%s", lh_last_error());
+  if (lh_rl_run(&c)) return lh__cli_fail(CMD);
   fprintf(stderr, "rl: finished %d steps; metrics in %s/metrics.jsonl, policy in %s/latest\n",
           c.steps, c.out_dir, c.out_dir);
   return LH__EXIT_OK;

@@ -146,29 +146,27 @@ lh_err lh_generate(lh_generator *g, const lh_gen_config *cfg, const lh_gen_reque
   lh_gen_stats st = {0};
   lh_err err = lh_sample_params_validate(&cfg->sample);
   if (err) return err;
-  if (cfg->max_new < 1) return lh_errorf(LH_ERR_INVAL, "generate: max_new must be at least 1");
+  if (cfg->max_new < 1) return lh_errorf(LH_ERR_INVAL, "max_new must be at least 1");
   if (cfg->n_eos < 0 || cfg->n_eos > LH_GEN_MAX_STOP || cfg->n_stop < 0 ||
       cfg->n_stop > LH_GEN_MAX_STOP)
-    return lh_errorf(LH_ERR_LIMIT, "generate: at most %d stop tokens and %d stop strings",
-                     LH_GEN_MAX_STOP, LH_GEN_MAX_STOP);
-  if (cfg->n_stop > 0 && !cfg->tok)
-    return lh_errorf(LH_ERR_INVAL, "generate: stop strings need a tokenizer");
+    return lh_errorf(LH_ERR_LIMIT, "at most %d stop tokens and %d stop strings", LH_GEN_MAX_STOP,
+                     LH_GEN_MAX_STOP);
+  if (cfg->n_stop > 0 && !cfg->tok) return lh_errorf(LH_ERR_INVAL, "stop strings need a tokenizer");
   for (int i = 0; i < cfg->n_stop; i++)
     if (!cfg->stop[i] || !cfg->stop[i][0] || strlen(cfg->stop[i]) > STOP_TAIL)
-      return lh_errorf(LH_ERR_INVAL, "generate: stop string %d is empty or longer than %d bytes", i,
+      return lh_errorf(LH_ERR_INVAL, "stop string %d is empty or longer than %d bytes", i,
                        STOP_TAIL);
   for (int r = 0; r < n; r++) {
-    if (reqs[r].prompt_len < 1)
-      return lh_errorf(LH_ERR_INVAL, "generate: request %d has an empty prompt", r);
+    if (reqs[r].prompt_len < 1) return lh_errorf(LH_ERR_INVAL, "request %d has an empty prompt", r);
     if (reqs[r].prompt_len >= g->max_seq)
       return lh_errorf(LH_ERR_LIMIT,
-                       "generate: request %d: prompt of %d tokens leaves no room in a context of "
+                       "request %d: prompt of %d tokens leaves no room in a context of "
                        "%d tokens",
                        r, reqs[r].prompt_len, g->max_seq);
     for (int i = 0; i < reqs[r].prompt_len; i++)
       if (reqs[r].prompt[i] < 0 || reqs[r].prompt[i] >= V)
         return lh_errorf(LH_ERR_INVAL,
-                         "generate: request %d: prompt token %d is %d, outside the vocabulary "
+                         "request %d: prompt token %d is %d, outside the vocabulary "
                          "[0, %d)",
                          r, i, reqs[r].prompt[i], V);
   }

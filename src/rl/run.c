@@ -75,13 +75,13 @@ static lh_err settings_check(const lh_rl_run_config *c) {
   char path[4096];
   snprintf(path, sizeof path, "%s/run.json", c->out_dir);
   json_t *now = settings_json(c);
-  if (!now) return lh_errorf(LH_ERR_INVAL, "rl: cannot encode the run settings");
+  if (!now) return lh_errorf(LH_ERR_INVAL, "cannot encode the run settings");
   lh_err e = LH_ERR_OK;
   if (!c->resume) {
     char *text = json_dumps(now, JSON_INDENT(2) | JSON_SORT_KEYS);
     if (!text) {
       json_decref(now);
-      return lh_errorf(LH_ERR_NOMEM, "rl: cannot encode the run settings");
+      return lh_errorf(LH_ERR_NOMEM, "cannot encode the run settings");
     }
     size_t len = strlen(text);
     text[len] = '\n';
@@ -532,12 +532,11 @@ lh_err lh_rl_run(const lh_rl_run_config *c) {
   if (c->steps < 1 || c->group < 2 || c->prompts < 1 || c->max_new < 1 || c->max_prompt < 1 ||
       c->staleness < 0 ||
       c->minibatches < 1 || c->slots < 1 || c->save_every < 0 || c->keep < 0 || c->log_every < 1)
-    return lh_errorf(LH_ERR_INVAL, "rl: steps, prompts, max_new, max_prompt, minibatches, slots >= 1, "
+    return lh_errorf(LH_ERR_INVAL, "steps, prompts, max_new, max_prompt, minibatches, slots >= 1, "
                                    "group >= 2, staleness, save_every, keep >= 0 required");
-  if (c->staleness > 64)
-    return lh_errorf(LH_ERR_LIMIT, "rl: staleness %d, at most 64", c->staleness);
+  if (c->staleness > 64) return lh_errorf(LH_ERR_LIMIT, "staleness %d, at most 64", c->staleness);
   if (c->seed > (uint64_t)INT64_MAX) /* run.json's integers are signed 64-bit */
-    return lh_errorf(LH_ERR_LIMIT, "rl: seed %llu, at most %lld", (unsigned long long)c->seed,
+    return lh_errorf(LH_ERR_LIMIT, "seed %llu, at most %lld", (unsigned long long)c->seed,
                      (long long)INT64_MAX);
   lh_env_config ecfg;
   lh_env *env = NULL;
@@ -570,7 +569,7 @@ lh_err lh_rl_run(const lh_rl_run_config *c) {
      * nothing and write the model unchanged */
     lh_env_task probe;
     if (lh_env_task_get(env, LH_SPLIT_TRAIN, 0, &probe) == LH_ERR_NOTFOUND) {
-      e = lh_errorf(LH_ERR_INVAL, "rl: --env %s has no train tasks", c->env_spec);
+      e = lh_errorf(LH_ERR_INVAL, "--env %s has no train tasks", c->env_spec);
       goto out;
     }
     lh_env_task_clear(&probe);
@@ -605,7 +604,7 @@ lh_err lh_rl_run(const lh_rl_run_config *c) {
   /* room for max_prompt prompt tokens and max_new completion tokens, within the context */
   if ((long)c->max_prompt + c->max_new > mc->max_positions) {
     e = lh_errorf(LH_ERR_LIMIT,
-                  "rl: --max-prompt %d and --max-new %d exceed the model's context of %d tokens "
+                  "--max-prompt %d and --max-new %d exceed the model's context of %d tokens "
                   "(%s/config.json max_position_embeddings)",
                   c->max_prompt, c->max_new, mc->max_positions, src);
     goto out;
@@ -726,7 +725,7 @@ lh_err lh_rl_run(const lh_rl_run_config *c) {
     char *line = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6));
     json_decref(o);
     if (!line) {
-      e = lh_errorf(LH_ERR_NOMEM, "rl: step %lld: cannot encode its metrics", (long long)step);
+      e = lh_errorf(LH_ERR_NOMEM, "step %lld: cannot encode its metrics", (long long)step);
       break;
     }
     int wrote = fprintf(metrics, "%s\n", line) >= 0 && fflush(metrics) == 0;

@@ -571,14 +571,18 @@ for r in rows:
 ' "$TMP/gen-pad.out"
 run rl-pad "$BIN" rl --model "$TMP/pad" --env arith:digits=1 --steps 1 --prompts 2 --group 2 --max-new 16 --out "$TMP/rl-pad"
 expect_rc rl-pad 0
-# rl's own messages lose their "rl: " (no "longhaul rl: rl: --max-prompt ..."), but a run
-# directory named rl keeps its name
+# rl's own messages do not name the command (no "longhaul rl: rl: --max-prompt ..."), and a
+# run directory named rl keeps its name
 run rl-ctx "$BIN" rl --model "$TMP/pad" --env arith --out "$TMP/rl-ctx" --max-prompt 2045 --max-new 8
 expect_rc rl-ctx 1 && expect_one_line_error rl-ctx '^longhaul rl: --max-prompt 2045 and --max-new 8 exceed'
 touch "$TMP/named/rl"
 run rl-named-cmd bash -c 'cd "$1" && exec "$2" rl --model "$3" --env arith --out rl --steps 1' \
   _ "$TMP/named" "$BIN" "$TMP/pad"
 expect_rc rl-named-cmd 1 && expect_one_line_error rl-named-cmd '^longhaul rl: rl: not a directory$'
+mkdir -p "$TMP/named-env"
+run rl-named-env bash -c 'cd "$1" && exec "$2" rl --model "$3" --env jsonl:path=rl --out o --steps 1' \
+  _ "$TMP/named-env" "$BIN" "$TMP/pad"
+expect_rc rl-named-env 1 && expect_one_line_error rl-named-env '^longhaul rl: rl: cannot open'
 # greedy is deterministic and text mode prints the completion
 run gen-greedy "$BIN" generate --model "$TMP/gen" --prompt-tokens 5,6,7 --max-new 8 --temperature 0
 run gen-greedy2 "$BIN" generate --model "$TMP/gen" --prompt-tokens 5,6,7 --max-new 8 --temperature 0 --seed 9
