@@ -472,6 +472,18 @@ static lh_err check_unsupported(const json_t *root, const char *what) {
   if (flag)
     return lh_errorf(LH_ERR_UNSUPPORTED, "%s: mlp_bias is true; MLP biases are not supported",
                      what);
+  /* RoPE on part of each head (transformers reads it at the top level, or in v5's
+   * rope_parameters) */
+  const json_t *params = json_object_get(root, "rope_parameters");
+  const json_t *where[2] = {root, json_is_object(params) ? params : NULL};
+  for (int i = 0; i < 2; i++) {
+    float partial = 1.0f;
+    if (where[i] && (e = get_num(where[i], what, "partial_rotary_factor", &partial))) return e;
+    if (partial != 1.0f)
+      return lh_errorf(LH_ERR_UNSUPPORTED,
+                       "%s: partial_rotary_factor %g; RoPE on part of each head is not supported",
+                       what, (double)partial);
+  }
   return LH_ERR_OK;
 }
 
@@ -738,7 +750,7 @@ static const char *const override_keys[] = {
     "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
     "max_position_embeddings", "rope_theta", "rms_norm_eps", "tie_word_embeddings",
     "attention_bias", "bos_token_id", "eos_token_id", "rope_scaling", "rope_parameters",
-    "hidden_act", "use_sliding_window", "mlp_bias", NULL,
+    "partial_rotary_factor", "hidden_act", "use_sliding_window", "mlp_bias", NULL,
     /* inert */
     "torch_dtype", "dtype", "transformers_version", "use_cache", "initializer_range",
     "attention_dropout", "sliding_window", "max_window_layers", "pretraining_tp", "layer_types",
@@ -784,6 +796,12 @@ lh_err lh_config_override(const char *json, size_t len, const char *what, lh_con
    * lh_config_parse reads before model_type, must not hide the file's model_type */
   if (json_object_get(over, "model_type") && !json_object_get(over, "architectures"))
     json_object_del(root, "architectures");
+  /* c's config.json is written as transformers 4 writes it; a file in version 5's form replaces
+   * both of its RoPE keys */
+  if (json_object_get(over, "rope_parameters")) {
+    json_object_del(root, "rope_theta");
+    json_object_del(root, "rope_scaling");
+  }
   lh_config out;
   if (json_object_update(root, over) || !(text = json_dumps(root, JSON_COMPACT))) {
     e = lh_errorf(LH_ERR_NOMEM, "%s: out of memory", what);

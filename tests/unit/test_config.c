@@ -453,6 +453,12 @@ static void test_rope_scaling(void **state) {
   expect_error(edit(llama("1", llama32_scaling), "\"rope_theta\": 500000.0,",
                     "\"rope_parameters\": {\"rope_type\": \"default\"},"),
                LH_ERR_FORMAT, "both rope_scaling and rope_parameters");
+  expect_error(edit(qwen3_06b, "\"rope_scaling\": null,", "\"partial_rotary_factor\": 0.5,"),
+               LH_ERR_UNSUPPORTED, "partial_rotary_factor 0.5");
+  expect_error(edit(qwen3_06b, "\"rope_scaling\": null,\n  \"rope_theta\": 1000000,",
+                    "\"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 1, "
+                    "\"partial_rotary_factor\": 0.25},"),
+               LH_ERR_UNSUPPORTED, "partial_rotary_factor 0.25");
   /* parameters per layer type (Gemma's form) name no type */
   expect_error(edit(qwen3_06b, "\"rope_scaling\": null,\n  \"rope_theta\": 1000000,",
                     "\"rope_parameters\": {\"full_attention\": {\"rope_type\": \"default\"}},"),
@@ -715,6 +721,10 @@ static void test_override(void **state) {
   assert_float_equal(c.rope_theta, 5000.0f, 0.0f);
   assert_int_equal(c.n_layers, orig.n_layers); /* keys not given keep the preset's values */
   assert_int_equal(c.vocab_size, orig.vocab_size);
+  /* transformers v5's rope_parameters in place of the preset's rope_theta */
+  const char *v5 = "{\"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 5e5}}";
+  assert_int_equal(lh_config_override(v5, strlen(v5), "over.json", &c), LH_ERR_OK);
+  assert_true(c.rope_theta == 5e5f && c.rope_scaling == LH_ROPE_DEFAULT);
   /* architectures null: model_type (the preset's) says what the model is, as in Hugging Face */
   const char *null_archs = "{\"architectures\": null}";
   assert_int_equal(lh_config_override(null_archs, strlen(null_archs), "over.json", &c), LH_ERR_OK);
