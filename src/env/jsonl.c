@@ -23,6 +23,14 @@ typedef struct {
 
 /* A real answer as text: the shortest of %.15g, %.16g and %.17g that reads back as the same
  * double, so 0.1 is "0.1" (not "0.10000000000000001") and every double still round-trips. */
+/* s[0, *n) without the whitespace at both ends: *s and *n move inward. */
+static void trim(const char **s, size_t *n) {
+  while (*n && isspace((unsigned char)**s))
+    ++*s, --*n;
+  while (*n && isspace((unsigned char)(*s)[*n - 1]))
+    --*n;
+}
+
 static size_t real_text(double v, char *buf, size_t cap) {
   int n = 0;
   for (int prec = 15; prec <= 17; prec++) {
@@ -93,10 +101,10 @@ lh_err lh_env_jsonl_parse_line(const char *line, size_t len, const char *file, s
   if (a && json_is_string(a)) {
     at = json_string_value(a);
     al = json_string_length(a);
-    size_t k = 0;
-    while (k < al && isspace((unsigned char)at[k]))
-      k++;
-    if (k == al) { /* exact match trims the completion: an empty one would score 1 */
+    const char *t = at;
+    size_t tl = al;
+    trim(&t, &tl);
+    if (tl == 0) { /* exact match trims the completion: an empty one would score 1 */
       e = lh_errorf(LH_ERR_FORMAT,
                     "%s:%zu: field answer: expected a non-blank answer, found %s (any empty "
                     "completion would score 1)",
@@ -253,10 +261,7 @@ bool lh_env_number_equal(const char *a, size_t alen, const char *b, size_t blen)
 
 /* match=auto: the answer, trimmed, is one number and in range */
 static bool is_whole_number(const char *s, size_t n) {
-  while (n && isspace((unsigned char)*s))
-    s++, n--;
-  while (n && isspace((unsigned char)s[n - 1]))
-    n--;
+  trim(&s, &n);
   jl_num x;
   return one_number(s, n, &x) && !x.huge;
 }
@@ -286,10 +291,10 @@ static lh_err load_file(jl *j, const char *path, int split, double test_fraction
     const char *line = data + pos;
     pos += ll + (nl ? 1 : 0);
     lineno++;
-    size_t k = 0;
-    while (k < ll && isspace((unsigned char)line[k]))
-      k++;
-    if (k == ll) continue; /* blank line */
+    const char *t = line;
+    size_t tl = ll;
+    trim(&t, &tl);
+    if (tl == 0) continue; /* blank line */
     char *prompt, *answer;
     if ((e = lh_env_jsonl_parse_line(line, ll, path, lineno, &prompt, &answer))) break;
     int s = split;
@@ -370,14 +375,8 @@ static lh_err jsonl_score(lh_env *env, const lh_env_task *task, const char *text
   } else {
     const char *s = text, *a = task->answer;
     size_t n = len;
-    while (n && isspace((unsigned char)*s))
-      s++, n--;
-    while (n && isspace((unsigned char)s[n - 1]))
-      n--;
-    while (al && isspace((unsigned char)*a))
-      a++, al--;
-    while (al && isspace((unsigned char)a[al - 1]))
-      al--;
+    trim(&s, &n);
+    trim(&a, &al);
     out->well_formed = n > 0;
     out->correct = n == al && memcmp(s, a, n) == 0;
   }
