@@ -11,8 +11,8 @@
 
 #include "longhaul/base.h"
 
-#define LANES 64           /* independent accumulators: a sum is not one latency-bound chain */
-#define CHUNK (64u << 10)  /* bytes per unit of work; the buffer is a whole number of them */
+#define LANES 64          /* independent accumulators: a sum is not one latency-bound chain */
+#define CHUNK (64u << 10) /* bytes per unit of work; the buffer is a whole number of them */
 
 /* Every 32-bit word is two bf16 values 1.0..1.5 and, read as fp32, a float near 1.0: both
  * readings are normal numbers (no denormal slow paths). */
@@ -34,9 +34,11 @@ static double sum_f32(const float *x, size_t n_chunks) {
     float acc[LANES] = {0};
     for (size_t i = 0; i < CHUNK / 4; i += LANES)
 #pragma omp simd
-      for (int j = 0; j < LANES; j++) acc[j] += p[i + j];
+      for (int j = 0; j < LANES; j++)
+        acc[j] += p[i + j];
     float s = 0;
-    for (int j = 0; j < LANES; j++) s += acc[j];
+    for (int j = 0; j < LANES; j++)
+      s += acc[j];
     total += s;
   }
   return total;
@@ -57,9 +59,11 @@ static double sum_bf16(const uint16_t *x, size_t n_chunks) {
     float acc[LANES] = {0};
     for (size_t i = 0; i < CHUNK / 2; i += LANES)
 #pragma omp simd
-      for (int j = 0; j < LANES; j++) acc[j] += bf16_to_f32(p[i + j]);
+      for (int j = 0; j < LANES; j++)
+        acc[j] += bf16_to_f32(p[i + j]);
     float s = 0;
-    for (int j = 0; j < LANES; j++) s += acc[j];
+    for (int j = 0; j < LANES; j++)
+      s += acc[j];
     total += s;
   }
   return total;

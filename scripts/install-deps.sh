@@ -4,7 +4,7 @@
 set -euo pipefail
 
 PKGS=(
-  build-essential cmake pkg-config clang libclang-rt-14-dev
+  build-essential cmake pkg-config clang clang-format libclang-rt-14-dev
   libopenblas-openmp-dev libopenblas0-openmp
   libcmocka-dev libsodium-dev libzstd-dev libcurl4-openssl-dev libmicrohttpd-dev
   libsqlite3-dev libjansson-dev

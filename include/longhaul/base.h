@@ -8,15 +8,15 @@
 #include <stdint.h>
 
 /* One table generates the enum, the names and the default messages. */
-#define LH_ERR_MAP(X)                                                                   \
-  X(OK, "success")                                                                      \
-  X(INVAL, "invalid argument")                                                          \
-  X(NOMEM, "out of memory")                                                             \
-  X(IO, "input/output error")                                                           \
-  X(FORMAT, "malformed input")                                                          \
-  X(LIMIT, "input exceeds a configured limit")                                          \
-  X(MISMATCH, "input does not match what was expected")                                 \
-  X(UNSUPPORTED, "unsupported feature or version")                                      \
+#define LH_ERR_MAP(X)                                                                              \
+  X(OK, "success")                                                                                 \
+  X(INVAL, "invalid argument")                                                                     \
+  X(NOMEM, "out of memory")                                                                        \
+  X(IO, "input/output error")                                                                      \
+  X(FORMAT, "malformed input")                                                                     \
+  X(LIMIT, "input exceeds a configured limit")                                                     \
+  X(MISMATCH, "input does not match what was expected")                                            \
+  X(UNSUPPORTED, "unsupported feature or version")                                                 \
   X(NOTFOUND, "not found")
 
 typedef enum {
@@ -34,9 +34,9 @@ lh_err lh_errorf(lh_err code, const char *fmt, ...) __attribute__((format(printf
 const char *lh_last_error(void);
 
 /* Internal invariants: abort with file, line and a hint. Never for outside input. */
-#define LH_CHECK(cond, ...)                                                             \
-  do {                                                                                  \
-    if (!(cond)) lh__fatal(__FILE__, __LINE__, #cond, __VA_ARGS__);                     \
+#define LH_CHECK(cond, ...)                                                                        \
+  do {                                                                                             \
+    if (!(cond)) lh__fatal(__FILE__, __LINE__, #cond, __VA_ARGS__);                                \
   } while (0)
 _Noreturn void lh__fatal(const char *file, int line, const char *cond, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

@@ -20,7 +20,7 @@
 typedef struct lh_gen_config {
   lh_sample_params sample;
   uint64_t seed;
-  int max_new;          /* tokens to generate at most, per request */
+  int max_new; /* tokens to generate at most, per request */
   /* Stop tokens: when n_eos is 0, the model's eos ids (config.json / generation_config.json). */
   int32_t eos_ids[LH_GEN_MAX_STOP];
   int n_eos;

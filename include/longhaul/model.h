@@ -52,10 +52,10 @@ typedef struct lh_config {
 } lh_config;
 
 /* Limits on what a config may declare (checked before anything is allocated). */
-#define LH_MAX_VOCAB (1 << 22)
-#define LH_MAX_HIDDEN 65536
-#define LH_MAX_LAYERS 512
-#define LH_MAX_HEADS 1024
+#define LH_MAX_VOCAB     (1 << 22)
+#define LH_MAX_HIDDEN    65536
+#define LH_MAX_LAYERS    512
+#define LH_MAX_HEADS     1024
 #define LH_MAX_POSITIONS (1 << 20)
 /* Parameters a config may imply: 10^12, above every dense Llama/Qwen model (the largest,
  * Llama 3.1 405B, has 4.1e11). Each field within its limit still allows ~5e14. */
@@ -108,25 +108,25 @@ lh_err lh_config_parse_generation(const char *json, size_t len, const char *what
  * so are wgate and wup (one (2F, C) matrix): the trainer multiplies each group at once. bo,
  * when present, follows wo. */
 typedef struct lh_params {
-  float *embed;   /* (V, C) */
-  float *ln1;     /* (C) input_layernorm */
-  float *wq;      /* (H*hd, C) */
-  float *wk;      /* (KV*hd, C) */
-  float *wv;      /* (KV*hd, C) */
-  float *bq;      /* (H*hd), NULL without qkv bias */
-  float *bk;      /* (KV*hd), NULL without qkv bias */
-  float *bv;      /* (KV*hd), NULL without qkv bias */
-  float *q_norm;  /* (hd), NULL without qk_norm */
-  float *k_norm;  /* (hd), NULL without qk_norm */
-  float *wo;      /* (C, H*hd) */
-  float *bo;      /* (C), NULL without o_proj bias */
-  float *ln2;     /* (C) post_attention_layernorm */
-  float *wgate;   /* (F, C) */
-  float *wup;     /* (F, C) */
-  float *wdown;   /* (C, F) */
+  float *embed;        /* (V, C) */
+  float *ln1;          /* (C) input_layernorm */
+  float *wq;           /* (H*hd, C) */
+  float *wk;           /* (KV*hd, C) */
+  float *wv;           /* (KV*hd, C) */
+  float *bq;           /* (H*hd), NULL without qkv bias */
+  float *bk;           /* (KV*hd), NULL without qkv bias */
+  float *bv;           /* (KV*hd), NULL without qkv bias */
+  float *q_norm;       /* (hd), NULL without qk_norm */
+  float *k_norm;       /* (hd), NULL without qk_norm */
+  float *wo;           /* (C, H*hd) */
+  float *bo;           /* (C), NULL without o_proj bias */
+  float *ln2;          /* (C) post_attention_layernorm */
+  float *wgate;        /* (F, C) */
+  float *wup;          /* (F, C) */
+  float *wdown;        /* (C, F) */
   size_t layer_stride; /* floats from one layer's tensors to the next's */
-  float *norm;    /* (C) */
-  float *lm_head; /* (V, C); equals embed when embeddings are tied */
+  float *norm;         /* (C) */
+  float *lm_head;      /* (V, C); equals embed when embeddings are tied */
 } lh_params;
 
 /* Points the views into `slab` (lh_config_n_params floats). */
@@ -135,9 +135,9 @@ void lh_params_point(const lh_config *c, float *slab, lh_params *out);
 /* One Hugging Face tensor of the model: its name, shape and place in the slab. */
 typedef struct lh_tensor_info {
   char name[96];
-  int ndim;          /* 1 or 2 */
+  int ndim; /* 1 or 2 */
   int64_t shape[2];
-  size_t offset;     /* in floats from the start of the slab */
+  size_t offset; /* in floats from the start of the slab */
   size_t numel;
 } lh_tensor_info;
 
@@ -178,11 +178,16 @@ lh_err lh_model_save(const lh_model *m, const char *dir, lh_save_dtype dtype);
 /* ---------------------------------------------------------------- safetensors */
 
 typedef enum {
-  LH_DTYPE_F32, LH_DTYPE_BF16, LH_DTYPE_F16, LH_DTYPE_I32, LH_DTYPE_I64, LH_DTYPE_U8,
+  LH_DTYPE_F32,
+  LH_DTYPE_BF16,
+  LH_DTYPE_F16,
+  LH_DTYPE_I32,
+  LH_DTYPE_I64,
+  LH_DTYPE_U8,
   LH_DTYPE__COUNT
 } lh_dtype;
 
-#define LH_ST_MAX_DIMS 8
+#define LH_ST_MAX_DIMS   8
 #define LH_ST_MAX_HEADER (100u << 20) /* bytes of JSON header, as Hugging Face's reader */
 /* Tensors in one file. The largest Hugging Face checkpoints hold about 10^5 in all, spread over
  * shards. The header's JSON may hold at most LH_ST_MAX_TENSORS * 24 separators (, and :) and
@@ -213,8 +218,7 @@ typedef struct lh_safetensors {
 /* Parses a safetensors image held in memory (not copied: buf must outlive the result).
  * `what` names the source in error messages. Checks header length, JSON, dtypes, shapes,
  * that offsets lie inside the data section, match dtype*shape, and do not overlap. */
-lh_err lh_safetensors_parse(const uint8_t *buf, size_t len, const char *what,
-                            lh_safetensors **out);
+lh_err lh_safetensors_parse(const uint8_t *buf, size_t len, const char *what, lh_safetensors **out);
 /* Maps a file read-only and parses it. */
 lh_err lh_safetensors_open(const char *path, lh_safetensors **out);
 void lh_safetensors_close(lh_safetensors *st);
@@ -257,9 +261,9 @@ lh_err lh_safetensors_write(const char *path, const lh_st_entry *entries, int n)
  * token of each sequence has no log-prob and its weight must be 0. */
 typedef struct lh_batch {
   int n_seqs;
-  const int *seq_start;      /* (n_seqs+1) offsets into tokens; seq_start[0] = 0 */
-  const int32_t *tokens;     /* (N) N = seq_start[n_seqs] */
-  const float *loss_weight;  /* (N) */
+  const int *seq_start;     /* (n_seqs+1) offsets into tokens; seq_start[0] = 0 */
+  const int32_t *tokens;    /* (N) N = seq_start[n_seqs] */
+  const float *loss_weight; /* (N) */
 } lh_batch;
 
 typedef struct lh_train lh_train;

@@ -75,8 +75,8 @@ void lh_swiglu_backward(float *dgu, const float *dh, const float *gu, int M, int
  * rows `ld` floats apart (one fused qkv buffer); out (T, H*hd) is dense. probs (H, T, T) holds
  * the softmax rows of this sequence for backward. Scale 1/sqrt(hd). Single-threaded:
  * callers parallelise over (sequence, kv head). */
-void lh_attention_forward(float *out, float *probs, const float *q, const float *k,
-                          const float *v, int ld, int T, int H, int KV, int hd, int g);
+void lh_attention_forward(float *out, float *probs, const float *q, const float *k, const float *v,
+                          int ld, int T, int H, int KV, int hd, int g);
 /* Gradients for the same slice. dq, dk, dv have row stride ld like q, k, v; the columns of
  * the group's query heads in dq and of head g in dk, dv are overwritten. dout (T, H*hd) is
  * dense. scratch: T*T floats. */

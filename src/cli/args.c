@@ -328,8 +328,8 @@ int lh__parse_id_array(const char *cmd, const char *where, const char *text, siz
   for (size_t i = 0; rc == LH__ARGS_CONTINUE && i < k; i++) {
     const json_t *x = json_array_get(arr, i);
     if (!json_is_integer(x))
-      rc = lh__cli_error(cmd, LH__EXIT_FAIL, "%s: element %zu is not an integer token id", where,
-                         i);
+      rc =
+          lh__cli_error(cmd, LH__EXIT_FAIL, "%s: element %zu is not an integer token id", where, i);
     else if (json_integer_value(x) < 0 || json_integer_value(x) >= vocab)
       rc = lh__cli_error(cmd, LH__EXIT_FAIL,
                          "%s: element %zu is token %lld, outside the vocabulary [0, %d)", where, i,

@@ -77,8 +77,7 @@ static int bench_train(int argc, char **argv) {
   lh_batch b = {.n_seqs = B, .seq_start = seq_start, .tokens = tokens, .loss_weight = weight};
 
   lh_adamw_config ocfg = lh_adamw_defaults();
-  if (lh_batch_validate(t, &b) != LH_ERR_OK ||
-      lh_adamw_create(&m->cfg, &ocfg, &opt) != LH_ERR_OK) {
+  if (lh_batch_validate(t, &b) != LH_ERR_OK || lh_adamw_create(&m->cfg, &ocfg, &opt) != LH_ERR_OK) {
     rc = lh__cli_fail(cmd);
     goto out;
   }
@@ -139,8 +138,9 @@ static void bench_usage(FILE *out) {
 
 int lh__cmd_bench(int argc, char **argv) {
   if (argc < 2)
-    return lh__cli_error("bench", LH__EXIT_USAGE,
-                         "missing subcommand (expected: train or generate; see longhaul bench --help)");
+    return lh__cli_error(
+        "bench", LH__EXIT_USAGE,
+        "missing subcommand (expected: train or generate; see longhaul bench --help)");
   const char *sub = argv[1];
   if (!strcmp(sub, "--help") || !strcmp(sub, "-h")) {
     bench_usage(stdout);
@@ -148,7 +148,7 @@ int lh__cmd_bench(int argc, char **argv) {
   }
   for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++)
     if (!strcmp(sub, subcommands[i].name)) return subcommands[i].run(argc - 1, argv + 1);
-  return lh__cli_error("bench", LH__EXIT_USAGE,
-                       "unknown subcommand \"%s\" (expected: train or generate; see longhaul bench --help)",
-                       sub);
+  return lh__cli_error(
+      "bench", LH__EXIT_USAGE,
+      "unknown subcommand \"%s\" (expected: train or generate; see longhaul bench --help)", sub);
 }

@@ -19,8 +19,9 @@ static const lh__flag flags[] = {
     {"group", "G", false, "completions per prompt (default 8)"},
     {"prompts", "P", false, "prompts per step (default 16)"},
     {"max-new", "N", false, "completion tokens at most (default 32)"},
-    {"max-prompt", "N", false, "prompt tokens at most; tasks with longer prompts are skipped "
-                               "(default 256)"},
+    {"max-prompt", "N", false,
+     "prompt tokens at most; tasks with longer prompts are skipped "
+     "(default 256)"},
     {"staleness", "K", false, "train on rollouts of the policy K versions back (default 0)"},
     {"loss", "KIND", false, "ppo | tis | mis | decoupled (default tis)"},
     {"eps-low", "E", false, "PPO clip below 1 (default 0.2)"},
@@ -56,8 +57,8 @@ int lh__cmd_rl(int argc, char **argv) {
   static const char *const adv_names[] = {"grpo", "drgrpo", "rloo", NULL};
   static const char *const agg_names[] = {"token", "seq", "const", NULL};
   lh_rl_run_config c = lh_rl_run_defaults();
-  long steps, group, prompts, max_new, max_prompt, stale, mb, warmup, slots, save_every, keep, log_every,
-      threads;
+  long steps, group, prompts, max_new, max_prompt, stale, mb, warmup, slots, save_every, keep,
+      log_every, threads;
   double eps_low, eps_high, cap, lr, kl_beta;
   int loss_i, adv_i, agg_i;
   if ((rc = lh__args_int(&a, "steps", 1, 1 << 24, c.steps, &steps)) != LH__ARGS_CONTINUE ||

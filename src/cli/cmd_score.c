@@ -57,8 +57,7 @@ static int parse_line(const char *path, size_t lineno, const char *text, size_t 
   snprintf(where, sizeof where, "%s:%zu", path, lineno);
   int32_t *ids;
   size_t n;
-  int rc = lh__parse_id_array(CMD, where, text, len, cfg->vocab_size, cfg->max_positions, &ids,
-                              &n);
+  int rc = lh__parse_id_array(CMD, where, text, len, cfg->vocab_size, cfg->max_positions, &ids, &n);
   if (rc != LH__ARGS_CONTINUE) return rc;
   for (size_t i = 0; i < n; i++)
     lines_push_token(L, ids[i]);

@@ -101,7 +101,9 @@ void lh_generator_free(lh_generator *g) {
   free(g);
 }
 
-int lh_generator_max_seq(const lh_generator *g) { return g->max_seq; }
+int lh_generator_max_seq(const lh_generator *g) {
+  return g->max_seq;
+}
 
 /* Whether a stop string ends inside the bytes this token adds to the completion. The window
  * searched is the slot's tail (the completion's last STOP_TAIL bytes before the token: enough

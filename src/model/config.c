@@ -21,8 +21,8 @@ lh_err lh__config_save_dtype(const char *path, const lh_config *c, const char *t
  * parsing one costs at most ~60 MB whatever it holds (lh_json_check_cost) */
 #define MAX_CONFIG_OPEN   (1u << 16)
 #define MAX_CONFIG_TOKENS (1u << 20)
-#define MAX_INTERMEDIATE (8 * LH_MAX_HIDDEN)
-#define MAX_HEAD_DIM     4096
+#define MAX_INTERMEDIATE  (8 * LH_MAX_HIDDEN)
+#define MAX_HEAD_DIM      4096
 
 lh_err lh_config_preset(const char *name, lh_arch arch, lh_config *out) {
   if (!out) return lh_errorf(LH_ERR_INVAL, "lh_config_preset: NULL output");

@@ -23,8 +23,8 @@ lh_err lh__config_save_dtype(const char *path, const lh_config *c, const char *t
  * most ~200 MB whatever it holds (lh_json_check_cost); 2M tensors fit */
 #define MAX_INDEX_OPEN   (1u << 10)
 #define MAX_INDEX_TOKENS (1u << 22)
-#define MAX_GEN_BYTES   (1u << 20)
-#define MAX_SHARDS      4096
+#define MAX_GEN_BYTES    (1u << 20)
+#define MAX_SHARDS       4096
 
 static char *join(const char *dir, const char *name) {
   size_t a = strlen(dir), b = strlen(name);

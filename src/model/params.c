@@ -9,10 +9,10 @@
 
 /* One tensor of the slab: `layered` ones repeat per layer, inside each layer's block. */
 typedef struct {
-  const char *hf;  /* printf pattern of the Hugging Face name (%d = layer) */
+  const char *hf; /* printf pattern of the Hugging Face name (%d = layer) */
   int layered;
-  int rows, cols;  /* cols == 0 for 1-D */
-  size_t view;     /* offsetof(lh_params, field) */
+  int rows, cols; /* cols == 0 for 1-D */
+  size_t view;    /* offsetof(lh_params, field) */
 } param_spec;
 
 /* Fills specs in slab order (the embedding, one layer's block, the tail); returns the count.
@@ -20,7 +20,7 @@ typedef struct {
 static int param_specs(const lh_config *c, param_spec *s) {
   int C = c->hidden_size, hd = c->head_dim, q = c->n_heads * hd, kv = c->n_kv_heads * hd;
   int F = c->intermediate_size, V = c->vocab_size, n = 0;
-#define SPEC(name, lay, r, cl, field)                                                     \
+#define SPEC(name, lay, r, cl, field)                                                              \
   s[n++] = (param_spec){name, lay, r, cl, offsetof(lh_params, field)}
   SPEC("model.embed_tokens.weight", 0, V, C, embed);
   SPEC("model.layers.%d.input_layernorm.weight", 1, C, 0, ln1);
@@ -60,7 +60,8 @@ typedef void (*visit_fn)(const param_spec *p, int layer, size_t offset, void *ct
 static void walk(const lh_config *c, visit_fn visit, void *ctx) {
   param_spec specs[MAX_SPECS];
   int n = param_specs(c, specs), first_layered = 1, end_layered = 1;
-  while (end_layered < n && specs[end_layered].layered) end_layered++;
+  while (end_layered < n && specs[end_layered].layered)
+    end_layered++;
   size_t off = 0;
   visit(&specs[0], -1, off, ctx);
   off += spec_numel(&specs[0]);
@@ -155,7 +156,8 @@ void lh_model_init_random(lh_model *m, uint64_t seed) {
     float *p = m->params + t[i].offset;
     int is_norm = strstr(t[i].name, "norm") != NULL;
     if (t[i].ndim == 1) {
-      for (size_t j = 0; j < t[i].numel; j++) p[j] = is_norm ? 1.0f : 0.0f;
+      for (size_t j = 0; j < t[i].numel; j++)
+        p[j] = is_norm ? 1.0f : 0.0f;
       continue;
     }
     /* stream = tensor index, position = element pair: independent of thread count */

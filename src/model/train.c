@@ -15,38 +15,38 @@ struct lh_train {
   int max_tokens, max_seq, n_threads;
   float *grads; /* (n_params) */
   lh_params g;
-  float *acts;  /* one slab for everything below */
+  float *acts; /* one slab for everything below */
   /* saved for backward, per layer l (stacked on a leading L axis) */
-  float *x;     /* (L+1, N, C) residual stream entering layer l; x[L] enters the final norm */
-  float *xmid;  /* (L, N, C) residual after attention */
-  float *ln1;   /* (L, N, C) */
-  float *ln2;   /* (L, N, C) */
-  float *rstd1; /* (L, N) */
-  float *rstd2; /* (L, N) */
-  float *qkv;   /* (L, N, QKV) q | k | v per row, QKV = (H + 2*KV)*hd; q and k after RoPE */
-  float *qk_x;  /* (L, N, (H+KV)*hd) q | k heads before their per-head norm (qk_norm only) */
-  float *rstdq; /* (L, N, H+KV) reciprocal RMS of each q and k head (qk_norm only) */
-  float *att;   /* (L, N, H*hd) attention output, before o_proj */
-  float *probs; /* (L, H * max_tokens * max_seq) softmax rows, per sequence H*T*T */
-  float *gu;    /* (L, N, 2F) gate | up per row */
-  float *hmlp;  /* (L, N, F) silu(gate) * up */
-  float *lnf;   /* (N, C) */
-  float *rstdf; /* (N) */
-  float *logits;/* (N, V); backward turns it into dlogits in place */
-  float *lse;   /* (N) log-sum-exp of each logits row */
-  float *dlp;   /* (N) dloss/dlogprob for lh_train_ce_step */
+  float *x;      /* (L+1, N, C) residual stream entering layer l; x[L] enters the final norm */
+  float *xmid;   /* (L, N, C) residual after attention */
+  float *ln1;    /* (L, N, C) */
+  float *ln2;    /* (L, N, C) */
+  float *rstd1;  /* (L, N) */
+  float *rstd2;  /* (L, N) */
+  float *qkv;    /* (L, N, QKV) q | k | v per row, QKV = (H + 2*KV)*hd; q and k after RoPE */
+  float *qk_x;   /* (L, N, (H+KV)*hd) q | k heads before their per-head norm (qk_norm only) */
+  float *rstdq;  /* (L, N, H+KV) reciprocal RMS of each q and k head (qk_norm only) */
+  float *att;    /* (L, N, H*hd) attention output, before o_proj */
+  float *probs;  /* (L, H * max_tokens * max_seq) softmax rows, per sequence H*T*T */
+  float *gu;     /* (L, N, 2F) gate | up per row */
+  float *hmlp;   /* (L, N, F) silu(gate) * up */
+  float *lnf;    /* (N, C) */
+  float *rstdf;  /* (N) */
+  float *logits; /* (N, V); backward turns it into dlogits in place */
+  float *lse;    /* (N) log-sum-exp of each logits row */
+  float *dlp;    /* (N) dloss/dlogprob for lh_train_ce_step */
   /* backward scratch */
-  float *dx;    /* (N, C) gradient of the residual stream */
-  float *dn;    /* (N, C) gradient of a norm output */
-  float *dqkv;  /* (N, QKV) */
-  float *datt;  /* (N, H*hd) */
-  float *dgu;   /* (N, 2F) */
-  float *dh;    /* (N, F) */
-  float *dS;    /* (n_threads, max_seq, max_seq), n_threads = lh_threads() at creation */
+  float *dx;   /* (N, C) gradient of the residual stream */
+  float *dn;   /* (N, C) gradient of a norm output */
+  float *dqkv; /* (N, QKV) */
+  float *datt; /* (N, H*hd) */
+  float *dgu;  /* (N, 2F) */
+  float *dh;   /* (N, F) */
+  float *dS;   /* (n_threads, max_seq, max_seq), n_threads = lh_threads() at creation */
   float *rope_cos, *rope_sin; /* (max_seq, hd/2) */
-  int *pos;          /* (max_tokens) position of each token in its sequence */
-  size_t *probs_off; /* (max_tokens+1) offset of each sequence's probs within a layer */
-  int n_tokens;      /* of the last forward */
+  int *pos;                   /* (max_tokens) position of each token in its sequence */
+  size_t *probs_off;          /* (max_tokens+1) offset of each sequence's probs within a layer */
+  int n_tokens;               /* of the last forward */
 };
 
 lh_err lh_train_create(lh_model *m, int max_tokens, int max_seq, lh_train **out) {
@@ -56,8 +56,8 @@ lh_err lh_train_create(lh_model *m, int max_tokens, int max_seq, lh_train **out)
     return lh_errorf(LH_ERR_INVAL, "lh_train_create: need 1 <= max_seq (%d) <= max_tokens (%d)",
                      max_seq, max_tokens);
   if (max_seq > c->max_positions)
-    return lh_errorf(LH_ERR_LIMIT, "lh_train_create: max_seq %d exceeds max_positions %d",
-                     max_seq, c->max_positions);
+    return lh_errorf(LH_ERR_LIMIT, "lh_train_create: max_seq %d exceeds max_positions %d", max_seq,
+                     c->max_positions);
   lh_train *t = lh_xcalloc(1, sizeof *t);
   t->m = m;
   t->max_tokens = max_tokens;
@@ -77,15 +77,32 @@ lh_err lh_train_create(lh_model *m, int max_tokens, int max_seq, lh_train **out)
     float **p;
     size_t n;
   } parts[] = {
-      {&t->x, MUL(LN + N, C)},  {&t->xmid, MUL(LN, C)},   {&t->ln1, MUL(LN, C)},
-      {&t->ln2, MUL(LN, C)},    {&t->rstd1, LN},          {&t->rstd2, LN},
-      {&t->qkv, MUL(LN, QKV)},  {&t->att, MUL(LN, QD)},   {&t->probs, MUL(L, P)},
-      {&t->qk_x, MUL(LN, NH * c->head_dim)},              {&t->rstdq, MUL(LN, NH)},
-      {&t->gu, MUL(LN, 2 * F)}, {&t->hmlp, MUL(LN, F)},   {&t->lnf, MUL(N, C)},
-      {&t->rstdf, N},           {&t->logits, MUL(N, V)},  {&t->lse, N},           {&t->dlp, N},
-      {&t->dx, MUL(N, C)},      {&t->dn, MUL(N, C)},      {&t->dqkv, MUL(N, QKV)},
-      {&t->datt, MUL(N, QD)},   {&t->dgu, MUL(N, 2 * F)}, {&t->dh, MUL(N, F)},
-      {&t->dS, MUL((size_t)t->n_threads, MUL(S, S))},     {&t->rope_cos, MUL(S, half)},
+      {&t->x, MUL(LN + N, C)},
+      {&t->xmid, MUL(LN, C)},
+      {&t->ln1, MUL(LN, C)},
+      {&t->ln2, MUL(LN, C)},
+      {&t->rstd1, LN},
+      {&t->rstd2, LN},
+      {&t->qkv, MUL(LN, QKV)},
+      {&t->att, MUL(LN, QD)},
+      {&t->probs, MUL(L, P)},
+      {&t->qk_x, MUL(LN, NH * c->head_dim)},
+      {&t->rstdq, MUL(LN, NH)},
+      {&t->gu, MUL(LN, 2 * F)},
+      {&t->hmlp, MUL(LN, F)},
+      {&t->lnf, MUL(N, C)},
+      {&t->rstdf, N},
+      {&t->logits, MUL(N, V)},
+      {&t->lse, N},
+      {&t->dlp, N},
+      {&t->dx, MUL(N, C)},
+      {&t->dn, MUL(N, C)},
+      {&t->dqkv, MUL(N, QKV)},
+      {&t->datt, MUL(N, QD)},
+      {&t->dgu, MUL(N, 2 * F)},
+      {&t->dh, MUL(N, F)},
+      {&t->dS, MUL((size_t)t->n_threads, MUL(S, S))},
+      {&t->rope_cos, MUL(S, half)},
       {&t->rope_sin, MUL(S, half)},
   };
   size_t total = 0, nparts = sizeof parts / sizeof parts[0];
@@ -99,9 +116,9 @@ lh_err lh_train_create(lh_model *m, int max_tokens, int max_seq, lh_train **out)
            max_seq);
   t->acts = lh_try_malloc_aligned(MUL(total, sizeof(float)), what);
 #undef MUL
-  t->grads = t->acts ? lh_try_malloc_aligned(m->n_params * sizeof(float),
-                                              "training state: gradient slab")
-                     : NULL;
+  t->grads =
+      t->acts ? lh_try_malloc_aligned(m->n_params * sizeof(float), "training state: gradient slab")
+              : NULL;
   if (!t->grads) {
     lh_train_free(t);
     return LH_ERR_NOMEM;
@@ -178,7 +195,8 @@ static void add_bias(float *x, const float *bias, int N, int D) {
   for (int i = 0; i < N; i++) {
     float *xi = x + (size_t)i * D;
 #pragma omp simd
-    for (int j = 0; j < D; j++) xi[j] += bias[j];
+    for (int j = 0; j < D; j++)
+      xi[j] += bias[j];
   }
 }
 
@@ -188,7 +206,8 @@ static void bias_grad(float *db, const float *dx, int N, int D) {
   for (int i = 0; i < N; i++) {
     const float *r = dx + (size_t)i * D;
 #pragma omp simd
-    for (int j = 0; j < D; j++) db[j] += r[j];
+    for (int j = 0; j < D; j++)
+      db[j] += r[j];
   }
 }
 
@@ -198,8 +217,8 @@ static void rope_rows(lh_train *t, float *qkv, int N, int inverse) {
   int hd = c->head_dim, QKV = (c->n_heads + 2 * c->n_kv_heads) * hd;
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < N; i++)
-    lh_rope_apply(qkv + (size_t)i * QKV, c->n_heads + c->n_kv_heads, hd, t->rope_cos,
-                  t->rope_sin, t->pos[i], inverse);
+    lh_rope_apply(qkv + (size_t)i * QKV, c->n_heads + c->n_kv_heads, hd, t->rope_cos, t->rope_sin,
+                  t->pos[i], inverse);
 }
 
 /* Qwen3's per-head RMSNorm, in place on the q and k heads of every row of a fused (N, QKV)
@@ -272,7 +291,8 @@ float lh_train_forward(lh_train *t, const lh_batch *b, float *logprob) {
   t->probs_off[0] = 0;
   for (int s = 0; s < b->n_seqs; s++) {
     int s0 = b->seq_start[s], T = b->seq_start[s + 1] - s0;
-    for (int i = 0; i < T; i++) t->pos[s0 + i] = i;
+    for (int i = 0; i < T; i++)
+      t->pos[s0 + i] = i;
     t->probs_off[s + 1] = t->probs_off[s] + (size_t)H * T * T;
   }
 
@@ -300,8 +320,8 @@ float lh_train_forward(lh_train *t, const lh_batch *b, float *logprob) {
     for (int pi = 0; pi < pairs; pi++) {
       int s = pi / KV, g = pi % KV, s0 = b->seq_start[s], T = b->seq_start[s + 1] - s0;
       const float *q = qkv + (size_t)s0 * QKV;
-      lh_attention_forward(att + (size_t)s0 * QD, probs + t->probs_off[s], q, q + QD,
-                           q + QD + KD, QKV, T, H, KV, hd, g);
+      lh_attention_forward(att + (size_t)s0 * QD, probs + t->probs_off[s], q, q + QD, q + QD + KD,
+                           QKV, T, H, KV, hd, g);
     }
 
     memcpy(xmid, x, NC * sizeof(float));
@@ -322,10 +342,12 @@ float lh_train_forward(lh_train *t, const lh_batch *b, float *logprob) {
   for (int i = 0; i < N; i++) {
     const float *row = t->logits + (size_t)i * V;
     float mx = row[0];
-    for (int j = 1; j < V; j++) mx = row[j] > mx ? row[j] : mx;
+    for (int j = 1; j < V; j++)
+      mx = row[j] > mx ? row[j] : mx;
     float sum = 0.0f;
-    #pragma omp simd reduction(+ : sum)
-    for (int j = 0; j < V; j++) sum += lh_expf(row[j] - mx);
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j < V; j++)
+      sum += lh_expf(row[j] - mx);
     t->lse[i] = mx + logf(sum);
   }
   double loss = 0.0, wsum = 0.0;
@@ -364,8 +386,9 @@ void lh_train_backward(lh_train *t, const lh_batch *b, const float *dlogprob) {
       continue;
     }
     float lse = t->lse[r];
-    #pragma omp simd
-    for (int j = 0; j < V; j++) row[j] = -d * lh_expf(row[j] - lse);
+#pragma omp simd
+    for (int j = 0; j < V; j++)
+      row[j] = -d * lh_expf(row[j] - lse);
     row[b->tokens[r + 1]] += d;
   }
   float *dlogits = t->logits;
@@ -390,8 +413,8 @@ void lh_train_backward(lh_train *t, const lh_batch *b, const float *dlogprob) {
     lh_swiglu_backward(t->dgu, t->dh, gu, N, F);
     lh_matmul_dx(t->dn, t->dgu, w->wgate + lo, N, C, 2 * F, 0.0f);
     lh_matmul_dw(g->wgate + lo, t->dgu, ln2, N, C, 2 * F);
-    lh_rmsnorm_backward(t->dx, g->ln2 + lo, t->dn, xmid, w->ln2 + lo, t->rstd2 + (size_t)l * N,
-                        N, C);
+    lh_rmsnorm_backward(t->dx, g->ln2 + lo, t->dn, xmid, w->ln2 + lo, t->rstd2 + (size_t)l * N, N,
+                        C);
 
     /* attention: xmid = x + o(att) + bo */
     lh_matmul_dx(t->datt, t->dx, w->wo + lo, N, QD, C, 0.0f);
@@ -406,8 +429,8 @@ void lh_train_backward(lh_train *t, const lh_batch *b, const float *dlogprob) {
       const float *q = qkv + (size_t)s0 * QKV;
       float *dq = t->dqkv + (size_t)s0 * QKV;
       lh_attention_backward(dq, dq + QD, dq + QD + KD, t->datt + (size_t)s0 * QD,
-                            probs + t->probs_off[s], q, q + QD, q + QD + KD, QKV, T, H, KV, hd,
-                            gi, scratch);
+                            probs + t->probs_off[s], q, q + QD, q + QD + KD, QKV, T, H, KV, hd, gi,
+                            scratch);
     }
     rope_rows(t, t->dqkv, N, 1);
     if (c->qk_norm)
@@ -417,8 +440,7 @@ void lh_train_backward(lh_train *t, const lh_batch *b, const float *dlogprob) {
     if (c->qkv_bias) bias_grad(g->bq + lo, t->dqkv, N, QKV);
     lh_matmul_dx(t->dn, t->dqkv, w->wq + lo, N, C, QKV, 0.0f);
     lh_matmul_dw(g->wq + lo, t->dqkv, ln1, N, C, QKV);
-    lh_rmsnorm_backward(t->dx, g->ln1 + lo, t->dn, x, w->ln1 + lo, t->rstd1 + (size_t)l * N, N,
-                        C);
+    lh_rmsnorm_backward(t->dx, g->ln1 + lo, t->dn, x, w->ln1 + lo, t->rstd1 + (size_t)l * N, N, C);
   }
 
   /* embedding rows, tokens in order */
@@ -426,7 +448,8 @@ void lh_train_backward(lh_train *t, const lh_batch *b, const float *dlogprob) {
     float *dst = g->embed + (size_t)b->tokens[i] * C;
     const float *src = t->dx + (size_t)i * C;
 #pragma omp simd
-    for (int j = 0; j < C; j++) dst[j] += src[j];
+    for (int j = 0; j < C; j++)
+      dst[j] += src[j];
   }
 }
 
@@ -435,8 +458,10 @@ float lh_train_ce_step(lh_train *t, const lh_batch *b, float *logprob) {
   lh_train_zero_grad(t);
   float loss = lh_train_forward(t, b, logprob);
   double wsum = 0.0;
-  for (int i = 0; i < N; i++) wsum += b->loss_weight[i];
-  for (int i = 0; i < N; i++) t->dlp[i] = wsum > 0.0 ? (float)(-b->loss_weight[i] / wsum) : 0.0f;
+  for (int i = 0; i < N; i++)
+    wsum += b->loss_weight[i];
+  for (int i = 0; i < N; i++)
+    t->dlp[i] = wsum > 0.0 ? (float)(-b->loss_weight[i] / wsum) : 0.0f;
   lh_train_backward(t, b, t->dlp);
   return loss;
 }

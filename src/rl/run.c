@@ -58,8 +58,8 @@ static json_t *settings_json(const lh_rl_run_config *c) {
       " s:{s:s, s:b, s:f},"
       " s:{s:f, s:f, s:f, s:f, s:f, s:f, s:i}}",
       "format", STATE_FORMAT, "model", lh_json_text(c->model_dir, strlen(c->model_dir)), "env",
-      lh_json_text(c->env_spec, strlen(c->env_spec)), "group", c->group,
-      "prompts", c->prompts, "max_new", c->max_new, "max_prompt", c->max_prompt, "staleness", c->staleness, "minibatches",
+      lh_json_text(c->env_spec, strlen(c->env_spec)), "group", c->group, "prompts", c->prompts,
+      "max_new", c->max_new, "max_prompt", c->max_prompt, "staleness", c->staleness, "minibatches",
       c->minibatches, "slots", c->slots, "seed", (json_int_t)c->seed, "loss", "kind",
       loss_names[l->kind], "eps_low", (double)l->eps_low, "eps_high", (double)l->eps_high, "C",
       (double)l->C, "lo", (double)l->lo, "hi", (double)l->hi, "prox_mask", l->prox_mask, "m2po_tau",
@@ -275,8 +275,8 @@ static lh_err state_read(const char *path, const lh_rl_run_config *c, int vocab,
   for (size_t i = 0; i < opt->n; i++) { /* a NaN moment would turn every later step to NaN */
     const char *bad = !isfinite(m[i]) ? "m" : !(v[i] >= 0.0f && isfinite(v[i])) ? "v" : NULL;
     if (bad) {
-      e = lh_errorf(LH_ERR_FORMAT, "%s: adam.%s[%zu] is %g, expected a finite number%s", path,
-                    bad, i, (double)(*bad == 'm' ? m[i] : v[i]), *bad == 'v' ? " >= 0" : "");
+      e = lh_errorf(LH_ERR_FORMAT, "%s: adam.%s[%zu] is %g, expected a finite number%s", path, bad,
+                    i, (double)(*bad == 'm' ? m[i] : v[i]), *bad == 'v' ? " >= 0" : "");
       goto out;
     }
   }
@@ -530,8 +530,8 @@ static lh_err read_optional(const char *dir, const char *file, size_t max, blob 
 
 lh_err lh_rl_run(const lh_rl_run_config *c) {
   if (c->steps < 1 || c->group < 2 || c->prompts < 1 || c->max_new < 1 || c->max_prompt < 1 ||
-      c->staleness < 0 ||
-      c->minibatches < 1 || c->slots < 1 || c->save_every < 0 || c->keep < 0 || c->log_every < 1)
+      c->staleness < 0 || c->minibatches < 1 || c->slots < 1 || c->save_every < 0 || c->keep < 0 ||
+      c->log_every < 1)
     return lh_errorf(LH_ERR_INVAL, "steps, prompts, max_new, max_prompt, minibatches, slots >= 1, "
                                    "group >= 2, staleness, save_every, keep >= 0 required");
   if (c->staleness > 64) return lh_errorf(LH_ERR_LIMIT, "staleness %d, at most 64", c->staleness);

@@ -14,9 +14,9 @@
  * bounds below take each weight independently within a factor exp(tol / T) of the others'
  * scale, i.e. the weights on one side against those on the other within r = exp(2 tol / T). */
 typedef struct {
-  double tol2; /* 2 tol, a hair wider so that the float differences compared with it are safe */
-  bool cold;   /* 2 tol / T >= 300: r and the weights computed here bound nothing (check_cold) */
-  double r;    /* exp(2 tol / T), raised by eps (when not cold) */
+  double tol2;    /* 2 tol, a hair wider so that the float differences compared with it are safe */
+  bool cold;      /* 2 tol / T >= 300: r and the weights computed here bound nothing (check_cold) */
+  double r;       /* exp(2 tol / T), raised by eps (when not cold) */
   double u_faint; /* below this u, weights near exp's underflow decide (faint_weights) */
   double eps;     /* relative rounding allowance: 8 (V + 2048) 2^-53, where (V + 713) 2^-53 bounds
                      the relative error of any weight (exp's argument and result) and sum of weights
@@ -27,7 +27,7 @@ static noise noise_of(double tol, double T, int V) {
   noise nz;
   nz.tol2 = 2.0 * tol * (1.0 + 0x1p-40);
   nz.eps = ((double)V + 2048.0) * 0x1p-50;
-  double x = T > 0.0 ? nz.tol2 * (1.0 / T) : INFINITY;  /* as the sampler scales: * (1 / T) */
+  double x = T > 0.0 ? nz.tol2 * (1.0 / T) : INFINITY; /* as the sampler scales: * (1 / T) */
   nz.cold = !(x < 300.0);
   nz.r = nz.cold ? INFINITY : exp(x) * (1.0 + nz.eps);
   /* a weight that is 0 on one machine and not on another is below exp(x - 708) of the total

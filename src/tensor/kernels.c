@@ -25,12 +25,14 @@ float lh_f32_from_bf16(uint16_t b) {
 
 void lh_bf16_from_f32_n(uint16_t *dst, const float *src, size_t n) {
 #pragma omp parallel for schedule(static)
-  for (size_t i = 0; i < n; i++) dst[i] = lh_bf16_from_f32(src[i]);
+  for (size_t i = 0; i < n; i++)
+    dst[i] = lh_bf16_from_f32(src[i]);
 }
 
 void lh_f32_from_bf16_n(float *dst, const uint16_t *src, size_t n) {
 #pragma omp parallel for schedule(static)
-  for (size_t i = 0; i < n; i++) dst[i] = lh_f32_from_bf16(src[i]);
+  for (size_t i = 0; i < n; i++)
+    dst[i] = lh_f32_from_bf16(src[i]);
 }
 
 void lh_matmul_xwt(float *out, const float *x, const float *w, int M, int K, int N, float beta) {
@@ -38,8 +40,7 @@ void lh_matmul_xwt(float *out, const float *x, const float *w, int M, int K, int
 }
 
 void lh_matmul_dx(float *dx, const float *dout, const float *w, int M, int K, int N, float beta) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, K, N, 1.0f, dout, N, w, K, beta, dx,
-              K);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, K, N, 1.0f, dout, N, w, K, beta, dx, K);
 }
 
 void lh_matmul_dw(float *dw, const float *dout, const float *x, int M, int K, int N) {
@@ -54,11 +55,13 @@ void lh_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w,
     float *oi = out + (size_t)i * C;
     float ss = 0.0f;
 #pragma omp simd reduction(+ : ss)
-    for (int j = 0; j < C; j++) ss += xi[j] * xi[j];
+    for (int j = 0; j < C; j++)
+      ss += xi[j] * xi[j];
     float r = 1.0f / sqrtf(ss / (float)C + eps);
     if (rstd) rstd[i] = r;
 #pragma omp simd
-    for (int j = 0; j < C; j++) oi[j] = xi[j] * r * w[j];
+    for (int j = 0; j < C; j++)
+      oi[j] = xi[j] * r * w[j];
   }
 }
 
@@ -70,17 +73,20 @@ void lh_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x
     float *dxi = dx + (size_t)i * C;
     float r = rstd[i], dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
-    for (int j = 0; j < C; j++) dot += gi[j] * w[j] * xi[j];
+    for (int j = 0; j < C; j++)
+      dot += gi[j] * w[j] * xi[j];
     float c = dot * r * r * r / (float)C;
 #pragma omp simd
-    for (int j = 0; j < C; j++) dxi[j] += r * gi[j] * w[j] - c * xi[j];
+    for (int j = 0; j < C; j++)
+      dxi[j] += r * gi[j] * w[j] - c * xi[j];
   }
   /* dw: rows in order, so the sum is the same on any thread count */
   for (int i = 0; i < M; i++) {
     const float *xi = x + (size_t)i * C, *gi = dout + (size_t)i * C;
     float r = rstd[i];
 #pragma omp simd
-    for (int j = 0; j < C; j++) dw[j] += gi[j] * xi[j] * r;
+    for (int j = 0; j < C; j++)
+      dw[j] += gi[j] * xi[j] * r;
   }
 }
 
@@ -119,7 +125,8 @@ void lh_swiglu_forward(float *h, const float *gu, int M, int F) {
     const float *gate = gu + (size_t)i * 2 * F, *up = gate + F;
     float *hi = h + (size_t)i * F;
 #pragma omp simd
-    for (int j = 0; j < F; j++) hi[j] = gate[j] / (1.0f + lh_expf(-gate[j])) * up[j];
+    for (int j = 0; j < F; j++)
+      hi[j] = gate[j] / (1.0f + lh_expf(-gate[j])) * up[j];
   }
 }
 
@@ -150,7 +157,8 @@ static void causal_softmax(float *P, int T) {
   for (int i = 0; i < T; i++) {
     float *row = P + (size_t)i * T, mx = row[0], sum = 0.0f;
     int end = imin(T, (i / ATT_BLOCK + 1) * ATT_BLOCK);
-    for (int j = 1; j <= i; j++) mx = row[j] > mx ? row[j] : mx;
+    for (int j = 1; j <= i; j++)
+      mx = row[j] > mx ? row[j] : mx;
 #pragma omp simd reduction(+ : sum)
     for (int j = 0; j <= i; j++) {
       row[j] = lh_expf(row[j] - mx);
@@ -158,13 +166,15 @@ static void causal_softmax(float *P, int T) {
     }
     float inv = 1.0f / sum;
 #pragma omp simd
-    for (int j = 0; j <= i; j++) row[j] *= inv;
-    for (int j = i + 1; j < end; j++) row[j] = 0.0f;
+    for (int j = 0; j <= i; j++)
+      row[j] *= inv;
+    for (int j = i + 1; j < end; j++)
+      row[j] = 0.0f;
   }
 }
 
-void lh_attention_forward(float *out, float *probs, const float *q, const float *k,
-                          const float *v, int ld, int T, int H, int KV, int hd, int g) {
+void lh_attention_forward(float *out, float *probs, const float *q, const float *k, const float *v,
+                          int ld, int T, int H, int KV, int hd, int g) {
   int G = H / KV, os = H * hd;
   float scale = 1.0f / sqrtf((float)hd);
   const float *kg = k + g * hd, *vg = v + g * hd;
@@ -201,11 +211,11 @@ void lh_attention_backward(float *dq, float *dk, float *dv, const float *dout, c
       int n = imin(ATT_BLOCK, T - b0), cols = b0 + n;
       /* key block [b0, b0+n) is seen by query rows [b0, T): dV_g += P^T dO */
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, hd, T - b0, 1.0f,
-                  P + (size_t)b0 * T + b0, T, dO + (size_t)b0 * os, os, beta,
-                  dvg + (size_t)b0 * ld, ld);
+                  P + (size_t)b0 * T + b0, T, dO + (size_t)b0 * os, os, beta, dvg + (size_t)b0 * ld,
+                  ld);
       /* query block: dP = dO V^T over keys [0, cols) */
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, cols, hd, 1.0f,
-                  dO + (size_t)b0 * os, os, vg, ld, 0.0f, dS + (size_t)b0 * T, T);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, cols, hd, 1.0f, dO + (size_t)b0 * os,
+                  os, vg, ld, 0.0f, dS + (size_t)b0 * T, T);
     }
     /* dS = P * (dP - rowsum(P * dP)) * scale on the causal triangle, 0 above it */
     for (int i = 0; i < T; i++) {
@@ -213,16 +223,19 @@ void lh_attention_backward(float *dq, float *dk, float *dv, const float *dout, c
       float *d = dS + (size_t)i * T, dot = 0.0f;
       int end = imin(T, (i / ATT_BLOCK + 1) * ATT_BLOCK);
 #pragma omp simd reduction(+ : dot)
-      for (int j = 0; j <= i; j++) dot += p[j] * d[j];
+      for (int j = 0; j <= i; j++)
+        dot += p[j] * d[j];
 #pragma omp simd
-      for (int j = 0; j <= i; j++) d[j] = p[j] * (d[j] - dot) * scale;
-      for (int j = i + 1; j < end; j++) d[j] = 0.0f;
+      for (int j = 0; j <= i; j++)
+        d[j] = p[j] * (d[j] - dot) * scale;
+      for (int j = i + 1; j < end; j++)
+        d[j] = 0.0f;
     }
     for (int b0 = 0; b0 < T; b0 += ATT_BLOCK) {
       int n = imin(ATT_BLOCK, T - b0), cols = b0 + n;
       /* dQ_h = dS K_g over keys [0, cols); dK_g += dS^T Q_h over query rows [b0, T) */
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hd, cols, 1.0f,
-                  dS + (size_t)b0 * T, T, kg, ld, 0.0f, dq + (size_t)b0 * ld + h * hd, ld);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hd, cols, 1.0f, dS + (size_t)b0 * T,
+                  T, kg, ld, 0.0f, dq + (size_t)b0 * ld + h * hd, ld);
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, hd, T - b0, 1.0f,
                   dS + (size_t)b0 * T + b0, T, q + (size_t)b0 * ld + h * hd, ld, beta,
                   dkg + (size_t)b0 * ld, ld);

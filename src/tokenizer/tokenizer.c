@@ -444,8 +444,7 @@ lh_err lh_tokenizer_decode(const lh_tokenizer *t, const int32_t *ids, size_t n, 
     int32_t id = ids[i];
     if (id < 0) {
       free(b.p);
-      return lh_errorf(LH_ERR_INVAL, "%s: token id %d at position %zu is negative", t->what, id,
-                       i);
+      return lh_errorf(LH_ERR_INVAL, "%s: token id %d at position %zu is negative", t->what, id, i);
     }
     /* an id the model has but the tokenizer does not (Qwen pads vocab_size past its tokenizer,
      * and a sampler may pick those rows) decodes to nothing, as in Hugging Face */

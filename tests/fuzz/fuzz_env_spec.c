@@ -20,12 +20,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   } else {
     CHECK(memchr(cfg.name, '\0', sizeof cfg.name) && cfg.name[0]);
     CHECK(memchr(cfg.ops, '\0', sizeof cfg.ops));
-    CHECK(memchr(cfg.path, '\0', sizeof cfg.path) && memchr(cfg.test_path, '\0', sizeof cfg.test_path));
+    CHECK(memchr(cfg.path, '\0', sizeof cfg.path) &&
+          memchr(cfg.test_path, '\0', sizeof cfg.test_path));
     CHECK(cfg.match == LH_ENV_MATCH_AUTO || cfg.match == LH_ENV_MATCH_EXACT ||
           cfg.match == LH_ENV_MATCH_NUMERIC);
     CHECK(cfg.digits >= 0 && cfg.count >= 0 && cfg.max_number >= 0);
-    if (!strcmp(cfg.name, "arith") || !strcmp(cfg.name, "countdown") ||
-        !strcmp(cfg.name, "sort")) {
+    if (!strcmp(cfg.name, "arith") || !strcmp(cfg.name, "countdown") || !strcmp(cfg.name, "sort")) {
       lh_env *env = NULL;
       if (lh_env_create(&cfg, &env) == LH_ERR_OK) {
         lh_env_task t;

@@ -85,7 +85,8 @@ static void test_rope_inverse(void **state) {
   for (int i = 0; i < 4; i++)
     inv_freq[i] = 1.0f / powf(10000.0f, (float)(2 * i) / 8.0f);
   lh_rope_tables(cs, sn, 16, 8, inv_freq);
-  for (int i = 0; i < 16; i++) x[i] = y[i] = (float)i - 7.5f;
+  for (int i = 0; i < 16; i++)
+    x[i] = y[i] = (float)i - 7.5f;
   lh_rope_apply(y, 2, 8, cs, sn, 11, 0);
   /* a rotation keeps the norm of each pair (i, i+hd/2) and position 0 is the identity */
   for (int h = 0; h < 2; h++)
@@ -95,7 +96,8 @@ static void test_rope_inverse(void **state) {
     }
   assert_true(fabsf(y[1] - x[1]) > 1e-3f);
   lh_rope_apply(y, 2, 8, cs, sn, 11, 1);
-  for (int i = 0; i < 16; i++) assert_float_equal(x[i], y[i], 1e-5);
+  for (int i = 0; i < 16; i++)
+    assert_float_equal(x[i], y[i], 1e-5);
   /* HF rotate-half at position p, pair 0: (a cos - b sin, b cos + a sin) with angle p */
   float z[8] = {1, 0, 0, 0, 2, 0, 0, 0};
   lh_rope_apply(z, 1, 8, cs, sn, 3, 0);
@@ -136,9 +138,11 @@ static void test_adamw_by_hand(void **state) {
   lh_config c = small_cfg();
   lh_model *m;
   assert_int_equal(lh_model_create(&c, &m), LH_ERR_OK);
-  for (size_t i = 0; i < m->n_params; i++) m->params[i] = 0.5f;
+  for (size_t i = 0; i < m->n_params; i++)
+    m->params[i] = 0.5f;
   float *g = malloc(m->n_params * sizeof(float));
-  for (size_t i = 0; i < m->n_params; i++) g[i] = 3.0f;
+  for (size_t i = 0; i < m->n_params; i++)
+    g[i] = 3.0f;
   ac = lh_adamw_defaults();
   ac.lr = 0.01f;
   ac.weight_decay = 0.1f;
@@ -158,7 +162,8 @@ static void test_adamw_by_hand(void **state) {
   lh_adamw *warm;
   assert_int_equal(lh_adamw_create(&c, &ac, &warm), LH_ERR_OK);
   float *p2 = malloc(m->n_params * sizeof(float));
-  for (size_t i = 0; i < m->n_params; i++) p2[i] = 0.5f, g[i] = 3.0f;
+  for (size_t i = 0; i < m->n_params; i++)
+    p2[i] = 0.5f, g[i] = 3.0f;
   lh_adamw_step(warm, p2, g);
   assert_float_equal(p2[0], 0.5f * (1 - 0.0025f * 0.1f) - 0.0025f, 1e-6);
   free(p2);
@@ -168,7 +173,8 @@ static void test_adamw_by_hand(void **state) {
   float *before = malloc(m->n_params * sizeof(float));
   memcpy(before, m->params, m->n_params * sizeof(float));
   float m0 = opt->m[0], v0 = opt->v[0];
-  for (size_t i = 0; i < m->n_params; i++) g[i] = 1.0f;
+  for (size_t i = 0; i < m->n_params; i++)
+    g[i] = 1.0f;
   g[7] = INFINITY;
   assert_true(isinf(lh_adamw_step(opt, m->params, g)));
   g[7] = NAN;
@@ -192,14 +198,16 @@ typedef struct {
 static void make_batch(batch3 *bb, int vocab, lh_batch *b) {
   int lens[3] = {17, 5, 12};
   bb->seq_start[0] = 0;
-  for (int s = 0; s < 3; s++) bb->seq_start[s + 1] = bb->seq_start[s] + lens[s];
+  for (int s = 0; s < 3; s++)
+    bb->seq_start[s + 1] = bb->seq_start[s] + lens[s];
   for (int i = 0; i < bb->seq_start[3]; i++) {
     uint32_t r[4];
     lh_philox(7, 0, (uint64_t)i, r);
     bb->tokens[i] = (int32_t)(r[0] % (uint32_t)vocab);
     bb->weight[i] = (r[1] & 3) ? 1.0f : 0.0f;
   }
-  for (int s = 0; s < 3; s++) bb->weight[bb->seq_start[s]] = 0.0f;
+  for (int s = 0; s < 3; s++)
+    bb->weight[bb->seq_start[s]] = 0.0f;
   *b = (lh_batch){3, bb->seq_start, bb->tokens, bb->weight};
 }
 
@@ -520,8 +528,10 @@ static void test_grad_accumulates(void **state) {
   memcpy(once, lh_train_grads(t), m->n_params * sizeof(float));
   /* a second backward with the same dlogprob doubles every gradient */
   double wsum = 0;
-  for (int i = 0; i < 34; i++) wsum += bb.weight[i];
-  for (int i = 0; i < 34; i++) dlp[i] = (float)(-bb.weight[i] / wsum);
+  for (int i = 0; i < 34; i++)
+    wsum += bb.weight[i];
+  for (int i = 0; i < 34; i++)
+    dlp[i] = (float)(-bb.weight[i] / wsum);
   lh_train_forward(t, &b, lp);
   lh_train_backward(t, &b, dlp);
   const float *twice = lh_train_grads(t);
@@ -538,12 +548,17 @@ static void test_grad_accumulates(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_bf16_rounding),        cmocka_unit_test(test_expf),
+      cmocka_unit_test(test_bf16_rounding),
+      cmocka_unit_test(test_expf),
       cmocka_unit_test(test_philox_known_answers),
-      cmocka_unit_test(test_rope_inverse),         cmocka_unit_test(test_adamw_by_hand),
-      cmocka_unit_test(test_batch_validation),     cmocka_unit_test(test_thread_count_independent),
-      cmocka_unit_test(test_grad_accumulates),     cmocka_unit_test(test_size_checked_allocation),
-      cmocka_unit_test(test_atomic_write),        cmocka_unit_test(test_file_read),
+      cmocka_unit_test(test_rope_inverse),
+      cmocka_unit_test(test_adamw_by_hand),
+      cmocka_unit_test(test_batch_validation),
+      cmocka_unit_test(test_thread_count_independent),
+      cmocka_unit_test(test_grad_accumulates),
+      cmocka_unit_test(test_size_checked_allocation),
+      cmocka_unit_test(test_atomic_write),
+      cmocka_unit_test(test_file_read),
       cmocka_unit_test(test_atomic_write_leftovers),
       cmocka_unit_test(test_json_check_cost),
   };

@@ -235,8 +235,8 @@ static void test_stop_string_before_long_token(void **state) {
     m->w.embed[(size_t)v * C + 0] = 1.0f; /* e0 for every token but y and x */
   m->w.embed[(size_t)y * C + 0] = 0.0f, m->w.embed[(size_t)y * C + 1] = 1.0f; /* e1 */
   m->w.embed[(size_t)X * C + 0] = 0.0f, m->w.embed[(size_t)X * C + 2] = 1.0f; /* e2 */
-  m->w.lm_head[(size_t)y * C + 0] = 8.0f;                                       /* e0 -> y */
-  m->w.lm_head[(size_t)X * C + 1] = m->w.lm_head[(size_t)X * C + 2] = 8.0f;     /* e1, e2 -> x */
+  m->w.lm_head[(size_t)y * C + 0] = 8.0f;                                     /* e0 -> y */
+  m->w.lm_head[(size_t)X * C + 1] = m->w.lm_head[(size_t)X * C + 2] = 8.0f;   /* e1, e2 -> x */
   lh_infer *inf;
   assert_int_equal(lh_infer_from_model(m, &inf), LH_ERR_OK);
   lh_generator *g;

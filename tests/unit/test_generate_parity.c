@@ -20,8 +20,8 @@
 #include "near.h"
 
 #define N_PROMPTS 4
-#define MAX_NEW 32
-#define MAX_SEQ 64 /* longest prompt (20) + 32, within max_position_embeddings 128 */
+#define MAX_NEW   32
+#define MAX_SEQ   64 /* longest prompt (20) + 32, within max_position_embeddings 128 */
 /* |logprob_model - float64 reference|: fp32 compute on the same bf16 weights. The inference
  * forward alone (full recompute per token) is off by at most 2.7e-5 on these fixtures; ~10x. */
 #define LOGPROB_TOL 3e-4
@@ -55,10 +55,12 @@ static int read_array(const fixture *f, json_t *rows, size_t i, int cap, int32_t
   for (size_t j = 0; j < json_array_size(a); j++) {
     json_t *v = json_array_get(a, j);
     if (ints) {
-      if (!json_is_integer(v)) fail_msg("%s/expected.json: %s[%zu][%zu]: not an integer", f->dir, key, i, j);
+      if (!json_is_integer(v))
+        fail_msg("%s/expected.json: %s[%zu][%zu]: not an integer", f->dir, key, i, j);
       ints[j] = (int32_t)json_integer_value(v);
     } else {
-      if (!json_is_number(v)) fail_msg("%s/expected.json: %s[%zu][%zu]: not a number", f->dir, key, i, j);
+      if (!json_is_number(v))
+        fail_msg("%s/expected.json: %s[%zu][%zu]: not a number", f->dir, key, i, j);
       dbls[j] = json_number_value(v);
     }
   }
@@ -187,8 +189,8 @@ static void explain_mismatch(const lh_infer *m, const fixture *f, const lh_sampl
   static const char *const names[] = {"CONSISTENT", "INCONSISTENT", "BORDERLINE"};
   lh_sample_verdict a = lh_sample_check(logits, V, p, u, tokens[t], 1e-4, s);
   lh_sample_verdict b = lh_sample_check(logits, V, p, u, other, 1e-4, s);
-  printf("  u = %.9f; checker on recomputed logits: 4-slot token %d %s, 1-slot token %d %s\n",
-         u, tokens[t], names[a], other, names[b]);
+  printf("  u = %.9f; checker on recomputed logits: 4-slot token %d %s, 1-slot token %d %s\n", u,
+         tokens[t], names[a], other, names[b]);
   lh_sample_scratch_free(s);
   free(logits);
   lh_kv_free(kv);
@@ -211,8 +213,8 @@ static void check_batch_independence(const fixture *f, const lh_infer *m, lh_sam
       if (batched.tokens[i][t] != alone.tokens[i][t]) {
         printf("%s, T=%g top_k=%d top_p=%g: prompt %d: first difference at new token %d "
                "(position %d): 4 slots %d, 1 slot %d\n",
-               f->dir, (double)p.temperature, p.top_k, (double)p.top_p, i, t,
-               f->prompt_len[i] + t, batched.tokens[i][t], alone.tokens[i][t]);
+               f->dir, (double)p.temperature, p.top_k, (double)p.top_p, i, t, f->prompt_len[i] + t,
+               batched.tokens[i][t], alone.tokens[i][t]);
         explain_mismatch(m, f, &p, seed, i, t, batched.tokens[i], alone.tokens[i][t]);
         fail_msg("completion depends on batch composition");
       }

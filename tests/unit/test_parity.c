@@ -12,9 +12,9 @@
 
 #include <cmocka.h>
 
+#include "fixture.h"
 #include "longhaul/model.h"
 #include "longhaul/rl.h"
-#include "fixture.h"
 #include "near.h"
 
 typedef struct {
@@ -59,7 +59,8 @@ static void compare(const char *variant, const char *what, const float *got, con
                     size_t n, double atol, double rtol) {
   double worst = 0.0, scale = 0.0;
   size_t at = 0;
-  for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs(want[i]));
+  for (size_t i = 0; i < n; i++)
+    scale = fmax(scale, fabs(want[i]));
   for (size_t i = 0; i < n; i++) {
     double e = fabs((double)got[i] - want[i]);
     if (!(e <= worst)) worst = e, at = i;
@@ -68,8 +69,8 @@ static void compare(const char *variant, const char *what, const float *got, con
   printf("  %-16s %-48s worst abs %.3e  rel %.3e  (max|ref| %.3e)\n", variant, what, worst, rel,
          scale);
   if (!(worst <= atol + rtol * scale))
-    fail_msg("%s: %s: element %zu: got %.9g, reference %.9g (abs error %.3e > %.3e)", variant,
-             what, at, got[at], want[at], worst, atol + rtol * scale);
+    fail_msg("%s: %s: element %zu: got %.9g, reference %.9g (abs error %.3e > %.3e)", variant, what,
+             at, got[at], want[at], worst, atol + rtol * scale);
 }
 
 static int max_seq_len(const fixture *f) {
@@ -170,12 +171,9 @@ static void test_llama3_ropescale(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_qwen2_tied_gqa),
-      cmocka_unit_test(test_qwen2_untied_mha),
-      cmocka_unit_test(test_llama_untied_gqa),
-      cmocka_unit_test(test_llama_tied_mqa),
-      cmocka_unit_test(test_qwen2_long),
-      cmocka_unit_test(test_qwen3_qknorm),
+      cmocka_unit_test(test_qwen2_tied_gqa),   cmocka_unit_test(test_qwen2_untied_mha),
+      cmocka_unit_test(test_llama_untied_gqa), cmocka_unit_test(test_llama_tied_mqa),
+      cmocka_unit_test(test_qwen2_long),       cmocka_unit_test(test_qwen3_qknorm),
       cmocka_unit_test(test_llama3_ropescale),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

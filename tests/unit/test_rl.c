@@ -10,8 +10,8 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <unistd.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -26,9 +26,10 @@ static void test_rollout_prompts(void **state) {
   char train[] = "/tmp/longhaul-test-rl-XXXXXX", test[] = "/tmp/longhaul-test-rl-XXXXXX";
   int fd = mkstemp(train), fd2 = mkstemp(test);
   assert_true(fd >= 0 && fd2 >= 0);
-  const char *rows = "{\"prompt\": \"ab\", \"answer\": \"x\"}\n"
-                     "{\"prompt\": \"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\", \"answer\": \"x\"}\n"
-                     "{\"prompt\": \"a<|eos|>b\", \"answer\": \"x\"}\n";
+  const char *rows =
+      "{\"prompt\": \"ab\", \"answer\": \"x\"}\n"
+      "{\"prompt\": \"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\", \"answer\": \"x\"}\n"
+      "{\"prompt\": \"a<|eos|>b\", \"answer\": \"x\"}\n";
   assert_int_equal(write(fd, rows, strlen(rows)), (ssize_t)strlen(rows));
   const char *test_rows = "{\"prompt\": \"ba\", \"answer\": \"y\"}\n";
   assert_int_equal(write(fd2, test_rows, strlen(test_rows)), (ssize_t)strlen(test_rows));
@@ -62,8 +63,8 @@ static void test_rollout_prompts(void **state) {
 
   uint64_t tasks[3] = {0, 1, 2};
   lh_rollout_batch b;
-  assert_int_equal(
-      lh_rollout_generate(g, &gc, tok, env, LH_SPLIT_TRAIN, tasks, NULL, 3, 2, 0, &b), LH_ERR_OK);
+  assert_int_equal(lh_rollout_generate(g, &gc, tok, env, LH_SPLIT_TRAIN, tasks, NULL, 3, 2, 0, &b),
+                   LH_ERR_OK);
   assert_int_equal(b.group_ok[0], 1);
   assert_int_equal(b.group_ok[1], 0); /* 40 tokens: skipped, the batch goes on */
   assert_int_equal(b.group_ok[2], 1);
@@ -263,12 +264,9 @@ static void test_run_seed_limit(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_rollout_prompts),
-      cmocka_unit_test(test_assemble),
-      cmocka_unit_test(test_update_ppo),
-      cmocka_unit_test(test_update_decoupled_minibatches),
-      cmocka_unit_test(test_update_empty),
-      cmocka_unit_test(test_run_seed_limit),
+      cmocka_unit_test(test_rollout_prompts), cmocka_unit_test(test_assemble),
+      cmocka_unit_test(test_update_ppo),      cmocka_unit_test(test_update_decoupled_minibatches),
+      cmocka_unit_test(test_update_empty),    cmocka_unit_test(test_run_seed_limit),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -15,9 +15,9 @@
 
 #include <cmocka.h>
 
+#include "fixture.h"
 #include "longhaul/model.h"
 #include "longhaul/rl.h"
-#include "fixture.h"
 
 static lh_safetensors *open_ref(const char *rel) {
   char path[512];
