@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "longhaul/model.h"
+
 /* A malloc'd copy of tensor `name`, checked for dtype and element count (numel < 0: any count,
  * returned in *count when count is not NULL). Element size 4 except U8. */
 static inline void *fixture_tensor(const lh_safetensors *st, const char *name, lh_dtype dtype,
