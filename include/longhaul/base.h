@@ -7,6 +7,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* longhaul's version, as `longhaul --version` prints it and run.json records it */
+#define LH_VERSION "0.2.0"
+
 /* One table generates the enum, the names and the default messages. */
 #define LH_ERR_MAP(X)                                                                              \
   X(OK, "success")                                                                                 \
@@ -17,7 +20,8 @@
   X(LIMIT, "input exceeds a configured limit")                                                     \
   X(MISMATCH, "input does not match what was expected")                                            \
   X(UNSUPPORTED, "unsupported feature or version")                                                 \
-  X(NOTFOUND, "not found")
+  X(NOTFOUND, "not found")                                                                         \
+  X(NONFINITE, "a value is not a finite number")
 
 typedef enum {
 #define LH_ERR_ENUM(name, msg) LH_ERR_##name,
@@ -83,6 +87,13 @@ lh_err lh_file_commit(const char *tmp, const char *path);
  * directory afterwards. */
 lh_err lh_mkdir_p(const char *dir);
 
+/* DIR/NAME, malloc'd (DIR "" gives NAME; a trailing '/' of DIR is not doubled). For building
+ * paths of any length: no fixed-size buffers. */
+char *lh_path_join(const char *dir, const char *name);
+/* The current wall-clock time in UTC as ISO 8601, "2026-12-01T14:30:00Z", or with milliseconds
+ * "2026-12-01T14:30:00.123Z"; buf holds at least 32 bytes. */
+void lh_time_utc(char *buf, size_t cap, int millis);
+
 /* Number of threads OpenMP loops use (1 without OpenMP); lh_set_threads(0) keeps the default. */
 int lh_threads(void);
 void lh_set_threads(int n);
@@ -104,6 +115,11 @@ struct json_t *lh_json_text(const char *s, size_t n);
  * LH_ERR_LIMIT error naming `what`. */
 lh_err lh_json_check_cost(const char *text, size_t len, size_t max_open, size_t max_tokens,
                           const char *what);
+
+/* BLAKE2b-256 of data[0..len) (libsodium), and its lowercase hex (65 bytes with the NUL). */
+#define LH_HASH_BYTES 32
+void lh_hash256(const void *data, size_t len, uint8_t out[LH_HASH_BYTES]);
+void lh_hash_hex(const uint8_t h[LH_HASH_BYTES], char hex[2 * LH_HASH_BYTES + 1]);
 
 /* Philox4x32-10 counter-based generator: four 32-bit words for key `seed` and counter
  * (stream, position). The same inputs give the same words on any thread or machine. */

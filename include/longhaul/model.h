@@ -175,6 +175,22 @@ lh_err lh_model_check(const char *dir, lh_config *cfg);
 typedef enum { LH_SAVE_F32 = 0, LH_SAVE_BF16 = 1 } lh_save_dtype;
 lh_err lh_model_save(const lh_model *m, const char *dir, lh_save_dtype dtype);
 
+/* The files of a model directory besides config.json and the weights. */
+typedef struct lh_model_files {
+  const char *tokenizer_json; /* tokenizer.json's bytes, or NULL: none */
+  size_t tokenizer_len;
+  const char *generation_config; /* generation_config.json's bytes, or NULL: none */
+  size_t generation_len;
+} lh_model_files;
+/* Writes a whole model directory (creating DIR): config.json and model.safetensors
+ * (lh_model_save), and tokenizer.json and generation_config.json when files has them (files may
+ * be NULL: neither). The writer owns these names: a generation_config.json or tokenizer.json it
+ * was not given, and a model.safetensors.index.json, are removed, so nothing left in DIR
+ * overrides what was written (a stale generation_config.json would replace the eos ids). Other
+ * files are left alone. Each file is replaced atomically. */
+lh_err lh_model_dir_save(const lh_model *m, const char *dir, lh_save_dtype dtype,
+                         const lh_model_files *files);
+
 /* ---------------------------------------------------------------- safetensors */
 
 typedef enum {

@@ -321,3 +321,26 @@ lh_err lh_mkdir_p(const char *dir) {
   free(p);
   return e;
 }
+
+char *lh_path_join(const char *dir, const char *name) {
+  size_t a = strlen(dir), b = strlen(name);
+  int slash = a > 0 && dir[a - 1] != '/';
+  char *p = lh_xmalloc(a + (size_t)slash + b + 1);
+  memcpy(p, dir, a);
+  if (slash) p[a] = '/';
+  memcpy(p + a + slash, name, b + 1);
+  return p;
+}
+
+void lh_time_utc(char *buf, size_t cap, int millis) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  struct tm tm;
+  gmtime_r(&ts.tv_sec, &tm);
+  char base[32];
+  strftime(base, sizeof base, "%Y-%m-%dT%H:%M:%S", &tm);
+  if (millis)
+    snprintf(buf, cap, "%s.%03dZ", base, (int)(ts.tv_nsec / 1000000));
+  else
+    snprintf(buf, cap, "%sZ", base);
+}

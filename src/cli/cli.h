@@ -5,11 +5,10 @@
 #define LONGHAUL_CLI_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
-#ifndef LH_VERSION
-#define LH_VERSION "0.1.0"
-#endif
+#include "longhaul/base.h"
 
 #define LH__EXIT_OK    0
 #define LH__EXIT_FAIL  1
@@ -81,6 +80,34 @@ int lh__cli_fail(const char *cmd);
  * returns 0, or prints "longhaul CMD: cannot write the output: REASON" and returns 1. A command
  * that prints its result calls it last, so its exit code says whether the result was written. */
 int lh__cli_flush_stdout(const char *cmd);
+
+/* ---------------------------------------------------------------- long-running commands (ui.c) */
+#include <signal.h>
+/* The signal that asked a command to stop (0: none). lh__stop_on_signals makes SIGINT and
+ * SIGTERM set it, so the command finishes its step, writes a checkpoint and exits
+ * lh__stop_exit_code() (130 or 143); a second signal exits at once. */
+extern volatile sig_atomic_t lh__stop;
+void lh__stop_on_signals(void);
+int lh__stop_exit_code(void);
+const char *lh__stop_name(void);
+/* "42s", "3m07s", "2h05m"; "?" for a negative or absurd time. */
+void lh__format_duration(double s, char *buf, size_t cap);
+/* A progress line on stderr: redrawn in place on a terminal after every step, with the rate and
+ * ETA; a plain line every `every` steps (and at the last) otherwise. */
+typedef struct lh__progress_state {
+  const char *cmd;
+  int64_t first, total; /* steps done before this process started, and in all */
+  int every;
+  double elapsed; /* seconds since this process started, set by the caller */
+  int tty;        /* -1: not yet known */
+  int open;       /* a terminal line is waiting for its newline */
+} lh__progress_state;
+void lh__progress(lh__progress_state *p, int64_t done, const char *text);
+/* Ends an unfinished terminal line (a run stopped early). */
+void lh__progress_end(lh__progress_state *p);
+/* What --model names (a model directory, a run directory or RUN/latest: lh_rundir_resolve_model),
+ * malloc'd; NULL after printing the error. */
+char *lh__model_dir(const char *cmd, const char *arg);
 
 int lh__cmd_init_model(int argc, char **argv);
 int lh__cmd_score(int argc, char **argv);

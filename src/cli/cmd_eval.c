@@ -187,7 +187,7 @@ static int run_model(const setup *s, const char *dir, int max_prompt, run *r) {
   int max_seq = max_prompt + s->gc.max_new;
   long want = (long)s->n * s->K;
   int slots = want < s->batch ? (int)want : s->batch;
-  if ((slots > 8 && lh_infer_keep_fp32(m)) || lh_generator_create(m, slots, max_seq, 0, &g)) {
+  if (lh_generator_create(m, slots, max_seq, 0, &g)) {
     rc = lh__cli_fail(CMD);
     goto out;
   }

@@ -13,8 +13,6 @@
 
 #define CMD       "generate"
 #define MAX_SLOTS 32
-/* above this many concurrent sequences, keep an fp32 copy of the weights (lh_infer_keep_fp32) */
-#define FP32_FROM_SLOTS 8
 
 static const lh__flag flags[] = {
     {"model", "DIR", true, "model directory (config.json, model.safetensors, tokenizer.json)"},
@@ -134,8 +132,7 @@ int lh__cmd_generate(int argc, char **argv) {
   }
   int max_seq = np + (int)max_new < c->max_positions ? np + (int)max_new : c->max_positions;
   int slots = n < MAX_SLOTS ? (int)n : MAX_SLOTS;
-  if ((slots > FP32_FROM_SLOTS && lh_infer_keep_fp32(m)) ||
-      lh_generator_create(m, slots, max_seq, 0, &g)) {
+  if (lh_generator_create(m, slots, max_seq, 0, &g)) {
     rc = lh__cli_fail(CMD);
     goto out;
   }
@@ -279,8 +276,7 @@ int lh__bench_generate(int argc, char **argv) {
     goto out;
   }
   long chunk = B * P < 8192 ? B * P : 8192;
-  if ((B > FP32_FROM_SLOTS && lh_infer_keep_fp32(m)) ||
-      lh_generator_create(m, (int)B, (int)(P + N), (int)chunk, &g)) {
+  if (lh_generator_create(m, (int)B, (int)(P + N), (int)chunk, &g)) {
     rc = lh__cli_fail(a.cmd);
     goto out;
   }

@@ -44,7 +44,7 @@ const char *lh_finish_name(lh_finish f) {
   return (unsigned)f < 4 ? names[f] : "unknown";
 }
 
-lh_err lh_generator_create(const lh_infer *m, int n_slots, int max_seq, int prefill_chunk,
+lh_err lh_generator_create(lh_infer *m, int n_slots, int max_seq, int prefill_chunk,
                            lh_generator **out) {
   *out = NULL;
   if (prefill_chunk <= 0) prefill_chunk = 256;
@@ -83,6 +83,11 @@ lh_err lh_generator_create(const lh_infer *m, int n_slots, int max_seq, int pref
   memset(g->slots, 0, (size_t)n_slots * sizeof *g->slots);
   for (int i = 0; i < g->n_threads; i++)
     g->scratch[i] = lh_sample_scratch_create(V);
+  /* many rows per forward: products read an fp32 copy (last: the other buffers fail first) */
+  if (n_slots > LH_GEN_FP32_SLOTS && (err = lh_infer_keep_fp32(m))) {
+    lh_generator_free(g);
+    return err;
+  }
   *out = g;
   return LH_ERR_OK;
 }

@@ -533,3 +533,30 @@ out:
   free(st_path);
   return e;
 }
+
+/* Writes DIR/NAME atomically, or removes it when data is NULL. */
+static lh_err put_or_remove(const char *dir, const char *name, const char *data, size_t len) {
+  char *p = lh_path_join(dir, name);
+  lh_err e = LH_ERR_OK;
+  if (data)
+    e = lh_file_write_atomic(p, data, len);
+  else if (unlink(p) != 0 && errno != ENOENT)
+    e = lh_errorf(LH_ERR_IO, "%s: cannot remove: %s", p, strerror(errno));
+  free(p);
+  return e;
+}
+
+lh_err lh_model_dir_save(const lh_model *m, const char *dir, lh_save_dtype dtype,
+                         const lh_model_files *files) {
+  static const lh_model_files none = {0};
+  if (!files) files = &none;
+  lh_err e;
+  /* stale files first, so no moment of the write pairs new weights with an old eos list */
+  if ((e = lh_mkdir_p(dir)) ||
+      (e = put_or_remove(dir, "generation_config.json", files->generation_config,
+                         files->generation_len)) ||
+      (e = put_or_remove(dir, "model.safetensors.index.json", NULL, 0)) ||
+      (e = lh_model_save(m, dir, dtype)))
+    return e;
+  return put_or_remove(dir, "tokenizer.json", files->tokenizer_json, files->tokenizer_len);
+}

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "longhaul/rl.h"
+#include "longhaul/optim.h"
 
 lh_adamw_config lh_adamw_defaults(void) {
   return (lh_adamw_config){.lr = 1e-3f,

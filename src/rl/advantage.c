@@ -3,7 +3,7 @@
  * whose rewards are all equal carry no signal: their advantages are 0 and they are counted. */
 #include <math.h>
 
-#include "longhaul/rl.h"
+#include "longhaul/loss.h"
 
 int lh_adv_compute(const lh_adv_config *cfg, const float *rewards, int n_groups, int group_size,
                    float *adv) {

@@ -3,9 +3,10 @@
  * caller-owned arrays; gradients are analytic (docs/ALGORITHMS.md, "Policy losses"). */
 #include <float.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
-#include "longhaul/rl.h"
+#include "longhaul/loss.h"
 
 lh_loss_config lh_loss_defaults(void) {
   return (lh_loss_config){.kind = LH_LOSS_PPO,
@@ -221,4 +222,31 @@ lh_err lh_loss_compute(const lh_loss_config *cfg, const lh_loss_input *in, float
     stats->m2po_threshold = use_m2po ? m2po_t : 0.0;
   }
   return LH_ERR_OK;
+}
+
+/* ---------------------------------------------------------------- names */
+
+const char *const lh_loss_kind_names[] = {"ppo", "tis", "mis", "decoupled", NULL};
+const char *const lh_loss_agg_names[] = {"token", "seq", "const", NULL};
+const char *const lh_adv_kind_names[] = {"grpo", "rloo", NULL};
+const char *const lh_adv_flag_names[] = {"grpo", "drgrpo", "rloo", NULL};
+
+int lh_name_index(const char *const *names, const char *name, const char *what) {
+  char list[256] = "";
+  for (int i = 0; names[i]; i++) {
+    if (!strcmp(names[i], name)) return i;
+    size_t used = strlen(list);
+    snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "", names[i]);
+  }
+  lh_errorf(LH_ERR_INVAL, "%s: unknown value \"%s\"; expected one of %s", what, name, list);
+  return -1;
+}
+
+void lh_adv_from_flag(int index, lh_adv_config *a) {
+  a->kind = index == 2 ? LH_ADV_RLOO : LH_ADV_GRPO;
+  a->std_norm = index == 0;
+}
+
+int lh_adv_flag_index(const lh_adv_config *a) {
+  return a->kind == LH_ADV_RLOO ? 2 : a->std_norm ? 0 : 1;
 }

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "longhaul/rl.h"
+#include "longhaul/trainer.h"
 
 void lh_rl_batch_free(lh_rl_batch *b) {
   if (!b) return;

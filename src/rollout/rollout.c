@@ -1,10 +1,11 @@
-/* longhaul rl: rollouts. Tasks of an environment are encoded, sampled group by group with the
- * rollout engine (one lh_generate call for the whole batch, so continuous batching keeps every
- * slot busy), decoded and scored. */
+/* longhaul rollout: generation and scoring. Tasks of an environment are encoded, sampled group by
+ * group with the rollout engine (one lh_generate call for the whole batch, so continuous batching
+ * keeps every slot busy), decoded and scored; scoring alone recomputes rewards from tokens. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "longhaul/rl.h"
+#include "longhaul/rollout.h"
 
 void lh_rollout_batch_free(lh_rollout_batch *b) {
   if (!b) return;
@@ -20,6 +21,72 @@ void lh_rollout_batch_free(lh_rollout_batch *b) {
   free(b->well_formed);
   free(b->finish);
   memset(b, 0, sizeof *b);
+}
+
+/* Scores every ok group of a packed batch from its tokens (task[t] is group t's task, or NULL
+ * to fetch it), then repacks the batch without the groups the environment failed on. */
+static lh_err score_groups(const lh_tokenizer *tok, lh_env *env, const lh_env_task *task,
+                           lh_rollout_batch *b) {
+  int G = b->group_size, n = b->n_groups * G;
+  lh_err e = LH_ERR_OK;
+  for (int t = 0; t < b->n_groups; t++) {
+    if (!b->group_ok[t]) continue;
+    lh_env_task own = {0};
+    const lh_env_task *tk = task ? &task[t] : &own;
+    if (!task && lh_env_task_get(env, b->split, b->task_index[t], &own)) {
+      lh_log(LH_LOG_WARN, "rollout: task %llu skipped: %s", (unsigned long long)b->task_index[t],
+             lh_last_error());
+      b->group_ok[t] = 0;
+      continue;
+    }
+    for (int j = 0; j < G; j++) {
+      int s = t * G + j, at = b->seq_start[s] + b->prompt_len[s];
+      char *text = NULL;
+      size_t len = 0;
+      if ((e = lh_tokenizer_decode(tok, b->tokens + at, (size_t)(b->seq_start[s + 1] - at), true,
+                                   &text, &len))) {
+        lh_env_task_clear(&own);
+        return e;
+      }
+      lh_env_result r;
+      lh_err se = lh_env_score(env, tk, text, len, &r);
+      free(text);
+      if (se) {
+        lh_log(LH_LOG_WARN, "rollout: task %llu skipped, scoring failed: %s",
+               (unsigned long long)b->task_index[t], lh_last_error());
+        b->group_ok[t] = 0;
+        break;
+      }
+      b->reward[s] = r.reward;
+      b->correct[s] = r.correct;
+      b->well_formed[s] = r.well_formed;
+    }
+    lh_env_task_clear(&own);
+  }
+  /* A group whose scoring failed keeps no tokens: repack without it. */
+  int at = 0;
+  for (int s = 0; s < n; s++) {
+    int a = b->seq_start[s], end = b->seq_start[s + 1];
+    b->seq_start[s] = at;
+    if (!b->group_ok[s / G]) {
+      b->prompt_len[s] = 0;
+      b->reward[s] = 0.0f;
+      b->correct[s] = b->well_formed[s] = 0;
+      b->finish[s] = 0;
+      continue;
+    }
+    memmove(b->tokens + at, b->tokens + a, (size_t)(end - a) * sizeof *b->tokens);
+    memmove(b->mu + at, b->mu + a, (size_t)(end - a) * sizeof *b->mu);
+    if (b->old) memmove(b->old + at, b->old + a, (size_t)(end - a) * sizeof *b->old);
+    at += end - a;
+  }
+  b->seq_start[n] = at;
+  return e;
+}
+
+lh_err lh_rollout_score(const lh_tokenizer *tok, lh_env *env, const lh_env_task *tasks,
+                        lh_rollout_batch *b) {
+  return score_groups(tok, env, tasks, b);
 }
 
 lh_err lh_rollout_generate(lh_generator *g, const lh_gen_config *gc, const lh_tokenizer *tok,
@@ -44,6 +111,11 @@ lh_err lh_rollout_generate(lh_generator *g, const lh_gen_config *gc, const lh_to
   float *glpm = lh_xmalloc((size_t)n * max_new * sizeof *glpm);
   out->n_groups = n_groups;
   out->group_size = group_size;
+  out->split = split;
+  out->seed = gc->seed;
+  out->stream_base = seq_base;
+  out->sample = gc->sample;
+  out->max_new = max_new;
   out->task_index = lh_xmalloc((size_t)n_groups * sizeof *out->task_index);
   out->group_ok = lh_xcalloc((size_t)n_groups, 1);
   out->seq_start = lh_xcalloc((size_t)n + 1, sizeof *out->seq_start);
@@ -124,43 +196,9 @@ lh_err lh_rollout_generate(lh_generator *g, const lh_gen_config *gc, const lh_to
       at += o->n;
       out->finish[s] = (uint8_t)o->finish;
     }
-    if (!out->group_ok[t]) continue;
-    for (int j = 0; j < group_size; j++) {
-      int s = t * group_size + j;
-      char *text = NULL;
-      size_t len = 0;
-      if ((e = lh_tokenizer_decode(tok, outs[s].tokens, (size_t)outs[s].n, true, &text, &len)))
-        goto done;
-      lh_env_result r;
-      lh_err se = lh_env_score(env, &task[t], text, len, &r);
-      free(text);
-      if (se) {
-        lh_log(LH_LOG_WARN, "rollout: task %llu skipped, scoring failed: %s",
-               (unsigned long long)task_index[t], lh_last_error());
-        out->group_ok[t] = 0;
-        break;
-      }
-      out->reward[s] = r.reward;
-      out->correct[s] = r.correct;
-      out->well_formed[s] = r.well_formed;
-    }
-  }
-  /* A group whose scoring failed keeps no tokens: repack without it. */
-  at = 0;
-  for (int s = 0; s < n; s++) {
-    int a = out->seq_start[s], b = s + 1 < n ? out->seq_start[s + 1] : (int)total;
-    out->seq_start[s] = at;
-    if (!out->group_ok[s / group_size]) {
-      out->prompt_len[s] = 0;
-      out->reward[s] = 0.0f;
-      out->correct[s] = out->well_formed[s] = 0;
-      continue;
-    }
-    memmove(out->tokens + at, out->tokens + a, (size_t)(b - a) * sizeof *out->tokens);
-    memmove(out->mu + at, out->mu + a, (size_t)(b - a) * sizeof *out->mu);
-    at += b - a;
   }
   out->seq_start[n] = at;
+  e = score_groups(tok, env, task, out);
 
 done:
   for (int t = 0; t < n_groups; t++) {
@@ -198,4 +236,31 @@ lh_err lh_rollout_recompute(lh_train *t, lh_rollout_batch *b) {
   free(starts);
   free(w);
   return e;
+}
+
+lh_rollout_summary lh_rollout_summarise(const lh_rollout_batch *b) {
+  lh_rollout_summary g = {0};
+  int n = b->n_groups * b->group_size, cnt = 0;
+  double r2 = 0.0, lp = 0.0;
+  for (int t = 0; t < b->n_groups; t++)
+    b->group_ok[t] ? g.groups_ok++ : g.groups_failed++;
+  for (int s = 0; s < n; s++) {
+    if (!b->group_ok[s / b->group_size]) continue;
+    cnt++;
+    g.reward_mean += b->reward[s];
+    r2 += (double)b->reward[s] * b->reward[s];
+    g.accuracy += b->correct[s];
+    g.well_formed += b->well_formed[s];
+    for (int i = b->seq_start[s] + b->prompt_len[s]; i < b->seq_start[s + 1]; i++)
+      lp -= b->mu[i], g.completion_tokens++;
+  }
+  if (cnt > 0) {
+    g.reward_mean /= cnt;
+    g.reward_std = sqrt(fmax(0.0, r2 / cnt - g.reward_mean * g.reward_mean));
+    g.accuracy /= cnt;
+    g.well_formed /= cnt;
+    g.response_len = (double)g.completion_tokens / cnt;
+  }
+  g.entropy = g.completion_tokens > 0 ? lp / g.completion_tokens : 0.0;
+  return g;
 }

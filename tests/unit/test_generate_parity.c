@@ -100,7 +100,7 @@ static lh_infer *load_model(const fixture *f) {
 }
 
 /* Generates the fixture's prompts (seq_index = prompt index) with n_slots slots. */
-static void generate(const lh_infer *m, const fixture *f, int n_slots, int prefill_chunk,
+static void generate(lh_infer *m, const fixture *f, int n_slots, int prefill_chunk,
                      const lh_gen_config *cfg, completions *c) {
   lh_generator *g = NULL;
   if (lh_generator_create(m, n_slots, MAX_SEQ, prefill_chunk, &g) != LH_ERR_OK)
@@ -131,7 +131,7 @@ static lh_gen_config greedy_config(void) {
   return cfg;
 }
 
-static void check_greedy(const fixture *f, const lh_infer *m, int n_slots, int prefill_chunk) {
+static void check_greedy(const fixture *f, lh_infer *m, int n_slots, int prefill_chunk) {
   lh_gen_config cfg = greedy_config();
   completions c;
   generate(m, f, n_slots, prefill_chunk, &cfg, &c);
@@ -196,7 +196,7 @@ static void explain_mismatch(const lh_infer *m, const fixture *f, const lh_sampl
   lh_kv_free(kv);
 }
 
-static void check_batch_independence(const fixture *f, const lh_infer *m, lh_sample_params p,
+static void check_batch_independence(const fixture *f, lh_infer *m, lh_sample_params p,
                                      uint64_t seed) {
   lh_gen_config cfg = lh_gen_defaults();
   cfg.sample = p;

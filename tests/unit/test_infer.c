@@ -239,7 +239,7 @@ static void test_load_bf16(void **state) {
 
 /* Generates 4 sampled completions of 12 tokens with a generator made while `made` OpenMP
  * threads were configured and run with `run`. */
-static void generate_with(const lh_infer *inf, int made, int run, int32_t out[4][12]) {
+static void generate_with(lh_infer *inf, int made, int run, int32_t out[4][12]) {
   lh_set_threads(made);
   lh_generator *g;
   assert_int_equal(lh_generator_create(inf, 4, 32, 0, &g), LH_ERR_OK);

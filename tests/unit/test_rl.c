@@ -250,7 +250,7 @@ static void test_run_seed_limit(void **state) {
   c.env_spec = "arith";
   c.out_dir = out;
   c.seed = (uint64_t)INT64_MAX + 1;
-  lh_err e = lh_rl_run(&c);
+  lh_err e = lh_rl_run(&c, NULL);
   bool created = access(out, F_OK) == 0;
   if (created) {
     char path[128];

@@ -1,0 +1,116 @@
+/* longhaul loss: policy losses with off-policy corrections and group-relative advantages
+ * (docs/ALGORITHMS.md, "Policy losses and advantages"), and the names by which users and run
+ * files spell their kinds. Pure functions of plain arrays: the caller owns every buffer, nothing
+ * is allocated or kept, and any thread may call them. */
+#ifndef LONGHAUL_LOSS_H
+#define LONGHAUL_LOSS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "longhaul/base.h"
+
+/* ---------------------------------------------------------------- policy losses
+ * Per-token policy-gradient losses with off-policy corrections (docs/ALGORITHMS.md, "Policy
+ * losses and advantages"). Plain arrays: the caller owns every buffer; nothing is allocated.
+ * The loss is computed in double; dlogp is dL/dlogprob per token, ready for lh_train_backward. */
+
+typedef enum {
+  LH_LOSS_PPO = 0,       /* PPO-clip on r = pi/mu */
+  LH_LOSS_TIS = 1,       /* min(pi_old/mu, C) (no grad) x PPO-clip on pi/pi_old; needs old */
+  LH_LOSS_MIS = 2,       /* masked IS (IcePop): drop tokens with q = pi_old/mu (pi/mu without
+                          * old) outside [lo, hi]; PPO-clip on pi/pi_old (pi/mu without old) */
+  LH_LOSS_DECOUPLED = 3, /* AReaL: PPO-clip on pi/pi_prox, weight pi_prox/mu clamped to <= C,
+                          * or masked outside [lo, hi] with prox_mask; needs old (= prox) */
+} lh_loss_kind;
+
+typedef enum {
+  LH_AGG_TOKEN = 0, /* sum over the batch / sum of loss weights of the batch (DAPO) */
+  LH_AGG_SEQ = 1,   /* per-sequence weighted mean, then mean over sequences with weight > 0 */
+  LH_AGG_CONST = 2, /* sum / constant, or sum / (n_seqs * max weighted tokens in a sequence)
+                     * when constant <= 0 (Dr. GRPO) */
+} lh_loss_agg;
+
+typedef struct lh_loss_config {
+  lh_loss_kind kind;
+  float eps_low, eps_high; /* clip r to [1 - eps_low, 1 + eps_high] */
+  float C;                 /* TIS / DECOUPLED truncation of the behaviour weight */
+  float lo, hi;            /* MIS (and DECOUPLED with prox_mask) kept range of the ratio */
+  int prox_mask;           /* DECOUPLED: mask outside [lo, hi] instead of clamping to C */
+  float m2po_tau;          /* > 0: M2PO mask on the squared log-ratio, any kind; <= 0: off */
+  lh_loss_agg agg;
+  float constant; /* LH_AGG_CONST normaliser; <= 0 means n_seqs * max_len */
+  float kl_beta;  /* > 0: beta * k3 KL to the reference (needs ref); 0: off */
+} lh_loss_config;
+
+/* PPO, eps 0.2 / 0.28, C 2, [lo, hi] = [0.5, 2], no M2PO, token aggregation, no KL. */
+lh_loss_config lh_loss_defaults(void);
+
+typedef struct lh_loss_input {
+  int n_seqs;
+  const int *seq_start; /* (n_seqs+1) token offsets, seq_start[0] = 0, non-decreasing */
+  const float *weight;  /* (N) loss weight; tokens with weight <= 0 are not trained ("invalid") */
+  const float *adv;     /* (N) advantage */
+  const float *logp;    /* (N) current log-prob log pi_theta */
+  const float *mu;      /* (N) behaviour log-prob (the sampler's) */
+  const float *old;     /* (N) old / proximal log-prob, or NULL (PPO, MIS may omit it) */
+  const float *ref;     /* (N) reference log-prob, or NULL (needed when kl_beta > 0) */
+} lh_loss_input;
+
+typedef struct lh_loss_stats {
+  double loss;      /* pg_loss + kl_loss */
+  double pg_loss;   /* the policy term */
+  double kl_loss;   /* kl_beta * aggregated k3(ref, logp) */
+  double clip_frac; /* kept tokens where the clipped side of the min is taken / kept tokens */
+  double ratio_min, ratio_mean, ratio_max; /* pi/mu over valid tokens (unweighted) */
+  double masked_frac;    /* valid tokens dropped by the IS mask or M2PO / valid tokens */
+  double kl_mu_pi;       /* k3 estimate of KL(mu || pi), weighted mean over valid tokens */
+  double m2po_threshold; /* M2PO: kept tokens have squared log-ratio <= this; else 0 */
+  int n_valid, n_masked, n_clipped;
+} lh_loss_stats;
+
+/* Computes the loss, writes dlogp (N) (0 on invalid and masked tokens) and fills stats (may be
+ * NULL). Returns LH_ERR_INVAL, with a message, for a bad config or missing arrays. */
+lh_err lh_loss_compute(const lh_loss_config *cfg, const lh_loss_input *in, float *dlogp,
+                       lh_loss_stats *stats);
+
+/* ---------------------------------------------------------------- advantages
+ * Group-relative advantages: rewards come in n_groups contiguous groups of group_size
+ * completions of one prompt. */
+
+typedef enum {
+  LH_ADV_GRPO = 0, /* (r - mean) / (std + eps), std optional (Dr. GRPO: none) */
+  LH_ADV_RLOO = 1, /* r_i - mean of the other G - 1 rewards */
+} lh_adv_kind;
+
+typedef struct lh_adv_config {
+  lh_adv_kind kind;
+  int std_norm; /* GRPO: divide by the sample std (G - 1 denominator) + eps */
+  float eps;    /* GRPO with std_norm: finite, >= 0 */
+} lh_adv_config;
+
+/* Writes adv (n_groups * group_size). Groups whose rewards are all equal get advantage 0 and
+ * are counted; returns that count, or -1 (with a message) for bad arguments. */
+int lh_adv_compute(const lh_adv_config *cfg, const float *rewards, int n_groups, int group_size,
+                   float *adv);
+/* Spreads one advantage per sequence over its tokens: tok_adv[i] = seq_adv[s] for
+ * seq_start[s] <= i < seq_start[s+1]. */
+void lh_adv_to_tokens(int n_seqs, const int *seq_start, const float *seq_adv, float *tok_adv);
+
+/* ---------------------------------------------------------------- names
+ * How flags and run.json spell the kinds. Each array is indexed by the enum and ends with NULL. */
+extern const char *const lh_loss_kind_names[]; /* "ppo", "tis", "mis", "decoupled" */
+extern const char *const lh_loss_agg_names[];  /* "token", "seq", "const" */
+extern const char *const lh_adv_kind_names[];  /* "grpo", "rloo" */
+/* The name's index in a NULL-terminated list, or -1 (with a message listing the names, `what`
+ * naming the setting) when it is none of them. */
+int lh_name_index(const char *const *names, const char *name, const char *what);
+/* The advantage estimators as `rl --adv` names them: "grpo" (std-normalised), "drgrpo" (GRPO
+ * without std normalisation, Dr. GRPO) and "rloo"; NULL-terminated. */
+extern const char *const lh_adv_flag_names[];
+/* Sets kind and std_norm from an lh_adv_flag_names index (eps is left as it is). */
+void lh_adv_from_flag(int index, lh_adv_config *a);
+/* The lh_adv_flag_names index of a configuration. */
+int lh_adv_flag_index(const lh_adv_config *a);
+
+#endif
