@@ -42,116 +42,41 @@ static const lh__flag flags[] = {
     {"json", "FILE", false, "also write every number and the per-task results to FILE as JSON"},
 };
 
-/* What every model is evaluated on: the same tasks, settings and sampler streams. */
+/* What every model is evaluated on (the driver's tasks and settings), and how it is reported. */
 typedef struct {
-  lh_env *env;
-  const char *env_spec;
-  lh_split split;
-  int n, K;          /* tasks, samples per task */
-  int chunk;         /* tasks per lh_rollout_generate call */
-  int batch;         /* generator slots */
-  lh_gen_config gc;  /* sampling settings (eos ids: the model's) */
-  lh_env_task *task; /* (n) fetched once, for every model; prompt NULL where the env failed */
+  lh_eval *ev;
+  int n, K;
   int ks[MAX_KS], n_ks;
-  const char **levels; /* distinct non-empty labels, sorted */
-  int n_levels;
   bool tty;
 } setup;
 
 /* One model's results. */
 typedef struct {
   const char *dir;
-  uint8_t *ok;    /* (n) the environment produced and scored the task */
-  int *correct;   /* (n) correct samples of K */
-  double *reward; /* (n) mean reward of the K samples */
-  int n_ok;
-  double seconds;
-  long tokens; /* generated */
+  lh_eval_result r;
 } run;
-
-static void run_free(run *r) {
-  free(r->ok);
-  free(r->correct);
-  free(r->reward);
-}
 
 /* ---------------------------------------------------------------- progress */
 
-static void progress(const setup *s, const run *r, int done, double t0, double pass1_sum,
-                     int ok_done) {
-  double el = lh_time_now() - t0, p1 = ok_done ? pass1_sum / ok_done : 0;
-  if (s->tty) {
-    int fill = (int)((long)BAR_WIDTH * done / s->n);
-    char bar[BAR_WIDTH + 1];
+typedef struct {
+  const char *dir;
+  bool tty;
+  long tokens;
+} bar;
+
+static void progress(int done, int n, double p1, double el, void *ud) {
+  bar *b = ud;
+  if (b->tty) {
+    int fill = (int)((long)BAR_WIDTH * done / n);
+    char line[BAR_WIDTH + 1];
     for (int i = 0; i < BAR_WIDTH; i++)
-      bar[i] = i < fill ? '#' : '.';
-    bar[BAR_WIDTH] = '\0';
-    fprintf(stderr, "\reval %s [%s] %d/%d tasks %.1f s pass@1 %.3f\033[K", r->dir, bar, done, s->n,
+      line[i] = i < fill ? '#' : '.';
+    line[BAR_WIDTH] = '\0';
+    fprintf(stderr, "\reval %s [%s] %d/%d tasks %.1f s pass@1 %.3f\033[K", b->dir, line, done, n,
             el, p1);
-    if (done == s->n) fputc('\n', stderr);
-  } else if (done == s->n) {
-    fprintf(stderr, "eval: %s: %d tasks in %.1f s (%.0f tokens/s), pass@1 %.3f\n", r->dir, done, el,
-            el > 0 ? (double)r->tokens / el : 0.0, p1);
+    if (done == n) fputc('\n', stderr);
+    fflush(stderr);
   }
-  fflush(stderr);
-}
-
-/* ---------------------------------------------------------------- one model */
-
-static lh_err load_tokenizer(const char *dir, lh_tokenizer **tok) {
-  char path[4096];
-  snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-  return lh_tokenizer_load(path, tok);
-}
-
-/* Fails early, before the tasks are fetched and any model generates, on a model directory that
- * cannot be loaded: config, weights (every tensor present with its dtype and shape) and
- * tokenizer. */
-static lh_err check_model_dir(const char *dir) {
-  lh_config c;
-  lh_tokenizer *tok = NULL;
-  lh_err e = lh_model_check(dir, &c);
-  if (!e) e = load_tokenizer(dir, &tok);
-  lh_tokenizer_free(tok);
-  return e;
-}
-
-/* Checks, before any model generates, that every prompt leaves room for --max-new tokens in the
- * context of the model in dir, so no sample is cut short; sets *max_prompt to the longest prompt
- * in its tokens (at least 1: it sizes the KV cache). Returns an exit code. */
-static int fit_prompts(const setup *s, const char *dir, int *max_prompt) {
-  char path[4096];
-  lh_config c;
-  lh_tokenizer *tok = NULL;
-  int rc = LH__EXIT_OK;
-  *max_prompt = 1;
-  snprintf(path, sizeof path, "%s/config.json", dir);
-  if (lh_config_load(path, &c) || load_tokenizer(dir, &tok)) {
-    rc = lh__cli_fail(CMD);
-    goto out;
-  }
-  for (int i = 0; i < s->n; i++) {
-    const char *p = s->task[i].prompt;
-    if (!p) continue;
-    int32_t *ids = NULL;
-    size_t len = 0;
-    if (lh_tokenizer_encode(tok, p, strlen(p), true, &ids, &len)) {
-      rc = lh__cli_fail(CMD);
-      goto out;
-    }
-    free(ids);
-    if ((long)len + s->gc.max_new > c.max_positions) {
-      rc = lh__cli_error(CMD, LH__EXIT_FAIL,
-                         "%s: task %d: the prompt has %zu tokens and --max-new is %d; the "
-                         "model's context is %d tokens",
-                         dir, i, len, s->gc.max_new, c.max_positions);
-      goto out;
-    }
-    if ((int)len > *max_prompt) *max_prompt = (int)len;
-  }
-out:
-  lh_tokenizer_free(tok);
-  return rc;
 }
 
 /* Fails early on a --json path whose directory cannot be written. */
@@ -167,107 +92,38 @@ static bool json_dir_writable(const char *path) {
   return access(dir, W_OK | X_OK) == 0;
 }
 
-/* Generates and scores every task with the model in dir, whose longest prompt has max_prompt
- * tokens (fit_prompts); fills r. Returns an exit code. */
-static int run_model(const setup *s, const char *dir, int max_prompt, run *r) {
-  memset(r, 0, sizeof *r);
+/* Evaluates the model in dir; fills r. Returns an exit code. */
+static int run_model(const setup *s, const char *dir, run *r) {
   r->dir = dir;
-  r->ok = lh_xcalloc((size_t)s->n, 1);
-  r->correct = lh_xcalloc((size_t)s->n, sizeof *r->correct);
-  r->reward = lh_xcalloc((size_t)s->n, sizeof *r->reward);
-  lh_infer *m = NULL;
-  lh_tokenizer *tok = NULL;
-  lh_generator *g = NULL;
-  uint64_t *idx = lh_xmalloc((size_t)s->chunk * sizeof *idx);
-  int rc = LH__EXIT_FAIL;
-  if (lh_infer_load(dir, &m) || load_tokenizer(dir, &tok)) {
-    rc = lh__cli_fail(CMD);
-    goto out;
-  }
-  int max_seq = max_prompt + s->gc.max_new;
-  long want = (long)s->n * s->K;
-  int slots = want < s->batch ? (int)want : s->batch;
-  if (lh_generator_create(m, slots, max_seq, 0, &g)) {
-    rc = lh__cli_fail(CMD);
-    goto out;
-  }
-  double t0 = lh_time_now(), pass1_sum = 0;
-  progress(s, r, 0, t0, 0, 0);
-  for (int first = 0; first < s->n; first += s->chunk) {
-    int cn = s->n - first < s->chunk ? s->n - first : s->chunk;
-    for (int t = 0; t < cn; t++)
-      idx[t] = (uint64_t)(first + t);
-    lh_rollout_batch b;
-    /* task first+t, sample j: stream (first+t)*K + j */
-    if (lh_rollout_generate(g, &s->gc, tok, s->env, s->split, idx, s->task + first, cn, s->K,
-                            (uint64_t)first * (uint64_t)s->K, &b)) {
-      rc = lh__cli_fail(CMD);
-      goto out;
-    }
-    for (int t = 0; t < cn; t++) {
-      int i = first + t;
-      if (!b.group_ok[t]) continue;
-      r->ok[i] = 1;
-      r->n_ok++;
-      double rw = 0;
-      for (int j = 0; j < s->K; j++) {
-        int q = t * s->K + j;
-        r->correct[i] += b.correct[q];
-        rw += b.reward[q];
-        r->tokens += b.seq_start[q + 1] - b.seq_start[q] - b.prompt_len[q];
-      }
-      r->reward[i] = rw / s->K;
-      pass1_sum += (double)r->correct[i] / s->K;
-    }
-    lh_rollout_batch_free(&b);
-    progress(s, r, first + cn, t0, pass1_sum, r->n_ok);
-  }
-  r->seconds = lh_time_now() - t0;
-  if (r->n_ok == 0) {
-    rc = lh__cli_error(CMD, LH__EXIT_FAIL, "%s: the environment failed on all %d tasks", dir, s->n);
-    goto out;
-  }
-  rc = LH__EXIT_OK;
-out:
-  free(idx);
-  lh_generator_free(g);
-  lh_tokenizer_free(tok);
-  lh_infer_free(m);
-  return rc;
+  bar b = {dir, s->tty, 0};
+  if (lh_eval_run_dir(s->ev, dir, progress, &b, &r->r)) return lh__cli_fail(CMD);
+  if (!s->tty)
+    fprintf(stderr, "eval: %s: %d tasks in %.1f s (%.0f tokens/s), pass@1 %.3f\n", dir, s->n,
+            r->r.seconds, r->r.seconds > 0 ? (double)r->r.tokens / r->r.seconds : 0.0,
+            lh_eval_stat(s->ev, &r->r, NULL, NULL, 1).mean);
+  return LH__EXIT_OK;
 }
 
 /* ---------------------------------------------------------------- statistics */
 
-/* What is averaged over tasks: pass@k (k >= 1) or the mean reward (k = 0). */
-static double task_value(const setup *s, const run *r, int i, int k) {
-  return k > 0 ? lh_eval_pass_at_k(s->K, r->correct[i], k) : r->reward[i];
-}
-
-/* Tasks with the label (NULL: all) that every run in rs[0..nr) scored; writes their indices. */
-static int select_tasks(const setup *s, const run *const *rs, int nr, const char *label, int *out) {
+/* Tasks that every run in rs[0..nr) scored (with the label, or all for NULL). */
+static int count_tasks(const setup *s, const run *const *rs, int nr, const char *label) {
   int m = 0;
   for (int i = 0; i < s->n; i++) {
-    bool in = !label || !strcmp(s->task[i].level, label);
+    bool in = !label || !strcmp(lh_eval_task(s->ev, i)->level, label);
     for (int j = 0; j < nr && in; j++)
-      in = rs[j]->ok[i];
-    if (in) out[m++] = i;
+      in = rs[j]->r.ok[i];
+    m += in;
   }
   return m;
 }
 
 /* The mean of a quantity over tasks with its interval; with b, the paired difference a - b. */
-static lh_eval_ci stat(const setup *s, const run *a, const run *b, const int *tasks, int m, int k,
-                       double *va, double *vb) {
-  for (int t = 0; t < m; t++) {
-    va[t] = task_value(s, a, tasks[t], k);
-    if (b) vb[t] = task_value(s, b, tasks[t], k);
-  }
-  return b ? lh_eval_paired(va, vb, m) : lh_eval_mean(va, m);
+static lh_eval_ci stat(const setup *s, const run *a, const run *b, const char *label, int k) {
+  return lh_eval_stat(s->ev, &a->r, b ? &b->r : NULL, label, k);
 }
 
 typedef struct {
-  int *tasks; /* (n) scratch */
-  double *va, *vb;
   char zero[1024]; /* paired rows whose interval has zero width, comma-separated */
   bool json_bad;   /* a JSON value could not be built or added (out of memory) */
 } scratch;
@@ -312,10 +168,10 @@ static void print_row(const char *name, lh_eval_ci c, bool diff) {
  * over the tasks both scored. Returns the number of tasks. */
 static int report_rows(const setup *s, const run *a, const run *b, scratch *w, json_t *o) {
   const run *rs[2] = {a, b};
-  int nr = b ? 2 : 1, m = select_tasks(s, rs, nr, NULL, w->tasks);
+  int nr = b ? 2 : 1, m = count_tasks(s, rs, nr, NULL);
   json_t *pk = json_object();
   for (int j = 0; j < s->n_ks; j++) {
-    lh_eval_ci c = stat(s, a, b, w->tasks, m, s->ks[j], w->va, w->vb);
+    lh_eval_ci c = stat(s, a, b, NULL, s->ks[j]);
     char name[32];
     snprintf(name, sizeof name, "pass@%d", s->ks[j]);
     print_row(name, c, b);
@@ -325,27 +181,29 @@ static int report_rows(const setup *s, const run *a, const run *b, scratch *w, j
     if (s->ks[j] == 1) set_json(w, o, "pass_at_1", ci_json(c));
   }
   set_json(w, o, "pass_at_k", pk);
-  lh_eval_ci rw = stat(s, a, b, w->tasks, m, 0, w->va, w->vb);
+  lh_eval_ci rw = stat(s, a, b, NULL, 0);
   print_row("mean reward", rw, b);
   if (b) note_zero_width(w, "mean reward", rw);
   set_json(w, o, "mean_reward", ci_json(rw));
   json_t *by = json_array();
-  if (s->n_levels > 0)
+  int n_levels = lh_eval_n_levels(s->ev);
+  if (n_levels > 0)
     printf("  %-23s %6s  %s\n", "difficulty", "tasks", b ? "pass@1 difference" : "pass@1");
-  for (int l = 0; l < s->n_levels; l++) {
-    int ml = select_tasks(s, rs, nr, s->levels[l], w->tasks);
-    lh_eval_ci c = stat(s, a, b, w->tasks, ml, 1, w->va, w->vb);
-    lh_eval_ci cr = stat(s, a, b, w->tasks, ml, 0, w->va, w->vb);
+  for (int l = 0; l < n_levels; l++) {
+    const char *level = lh_eval_level(s->ev, l);
+    int ml = count_tasks(s, rs, nr, level);
+    lh_eval_ci c = stat(s, a, b, level, 1);
+    lh_eval_ci cr = stat(s, a, b, level, 0);
     char name[48];
-    snprintf(name, sizeof name, "%-23s %6d ", s->levels[l], ml);
+    snprintf(name, sizeof name, "%-23s %6d ", level, ml);
     print_row(name, c, b);
     if (b) {
       char row[96];
-      snprintf(row, sizeof row, "pass@1 of %s", s->levels[l]);
+      snprintf(row, sizeof row, "pass@1 of %s", level);
       note_zero_width(w, row, c);
     }
     append_json(w, by,
-                json_pack("{s:o, s:i, s:o, s:o}", "level", text_json(s->levels[l]), "tasks", ml,
+                json_pack("{s:o, s:i, s:o, s:o}", "level", text_json(level), "tasks", ml,
                           "pass_at_1", ci_json(c), "mean_reward", ci_json(cr)));
   }
   set_json(w, o, "by_level", by);
@@ -356,20 +214,21 @@ static int report_rows(const setup *s, const run *a, const run *b, scratch *w, j
 static json_t *report_model(const setup *s, const run *r, const char *role, scratch *w) {
   int m = 0;
   for (int i = 0; i < s->n; i++)
-    m += r->ok[i];
+    m += r->r.ok[i];
   printf("%s %s: %d tasks scored", role, r->dir, m);
   if (m < s->n) printf(", %d skipped (the environment failed on them)", s->n - m);
-  printf(", %.1f s, %.0f tokens/s\n", r->seconds, r->seconds > 0 ? r->tokens / r->seconds : 0.0);
+  printf(", %.1f s, %.0f tokens/s\n", r->r.seconds,
+         r->r.seconds > 0 ? (double)r->r.tokens / r->r.seconds : 0.0);
   json_t *o = json_pack("{s:o, s:i, s:i, s:f, s:I}", "dir", text_json(r->dir), "tasks_scored", m,
-                        "tasks_skipped", s->n - m, "seconds", r->seconds, "generated_tokens",
-                        (json_int_t)r->tokens);
+                        "tasks_skipped", s->n - m, "seconds", r->r.seconds, "generated_tokens",
+                        (json_int_t)r->r.tokens);
   report_rows(s, r, NULL, w, o);
   json_t *per = json_array();
   for (int i = 0; i < s->n; i++)
     append_json(w, per,
                 json_pack("{s:i, s:o, s:b, s:i, s:f}", "index", i, "level",
-                          text_json(s->task[i].level), "ok", r->ok[i], "correct", r->correct[i],
-                          "reward", r->reward[i]));
+                          text_json(lh_eval_task(s->ev, i)->level), "ok", r->r.ok[i], "correct",
+                          r->r.correct[i], "reward", r->r.reward[i]));
   set_json(w, o, "per_task", per);
   return o;
 }
@@ -378,7 +237,7 @@ static json_t *report_model(const setup *s, const run *r, const char *role, scra
  * directory, whose zero-width intervals need no note. */
 static json_t *report_paired(const setup *s, const run *a, const run *b, bool same, scratch *w) {
   const run *rs[2] = {a, b};
-  int m = select_tasks(s, rs, 2, NULL, w->tasks);
+  int m = count_tasks(s, rs, 2, NULL);
   printf("paired difference (model - compare) on the %d tasks both scored, same sampler "
          "streams:\n",
          m);
@@ -402,29 +261,6 @@ static bool same_dir(const char *x, const char *y) {
   free(rx);
   free(ry);
   return same;
-}
-
-static int cmp_str(const void *x, const void *y) {
-  return strcmp(*(const char *const *)x, *(const char *const *)y);
-}
-
-/* Fetches every task once (every model is evaluated on these, so an environment is asked for
- * each task once) and collects the difficulty labels. */
-static void fetch_tasks(setup *s) {
-  s->task = lh_xcalloc((size_t)s->n, sizeof *s->task);
-  s->levels = lh_xcalloc((size_t)s->n, sizeof *s->levels);
-  for (int i = 0; i < s->n; i++) {
-    if (lh_env_task_get(s->env, s->split, (uint64_t)i, &s->task[i])) {
-      lh_log(LH_LOG_WARN, "eval: task %d skipped: %s", i, lh_last_error());
-      continue;
-    }
-    if (s->task[i].level[0]) s->levels[s->n_levels++] = s->task[i].level;
-  }
-  qsort(s->levels, (size_t)s->n_levels, sizeof *s->levels, cmp_str);
-  int u = 0;
-  for (int l = 0; l < s->n_levels; l++)
-    if (u == 0 || strcmp(s->levels[u - 1], s->levels[l])) s->levels[u++] = s->levels[l];
-  s->n_levels = u;
 }
 
 int lh__cmd_eval(int argc, char **argv) {
@@ -468,21 +304,24 @@ int lh__cmd_eval(int argc, char **argv) {
   const char *dir = lh__args_str(&a, "model", NULL), *dir2 = lh__args_str(&a, "compare", NULL);
   const char *json_path = lh__args_str(&a, "json", NULL);
 
-  setup s = {.env_spec = lh__args_str(&a, "env", ""),
-             .split = (lh_split)split,
-             .K = (int)K,
-             .batch = (int)batch,
-             .tty = isatty(2)};
+  const char *env_spec = lh__args_str(&a, "env", "");
+  setup s = {.K = (int)K, .tty = isatty(2)};
   run ra = {0}, rb = {0};
   scratch w = {0};
   json_t *root = NULL;
+  lh_env *env = NULL;
+  char *mdir = NULL, *mdir2 = NULL;
   rc = LH__EXIT_FAIL;
   lh_env_config ecfg;
-  if (lh_env_config_parse(s.env_spec, &ecfg) || lh_env_create(&ecfg, &s.env)) {
+  if (!(mdir = lh__model_dir(CMD, dir)) || (dir2 && !(mdir2 = lh__model_dir(CMD, dir2)))) goto out;
+  dir = mdir;
+  if (dir2) dir2 = mdir2;
+  if (lh_env_config_parse(env_spec, &ecfg) || lh_env_create(&ecfg, &env)) {
     rc = lh__cli_fail(CMD);
     goto out;
   }
-  if (check_model_dir(dir) || (dir2 && check_model_dir(dir2))) {
+  lh_config mc;
+  if (lh_model_check(dir, &mc) || (dir2 && lh_model_check(dir2, &mc))) {
     rc = lh__cli_fail(CMD);
     goto out;
   }
@@ -491,51 +330,43 @@ int lh__cmd_eval(int argc, char **argv) {
                        json_path, strerror(errno));
     goto out;
   }
-  if (!strcmp(ecfg.name, "jsonl")) {
-    uint64_t size = lh_env_size(s.env, s.split);
-    if (size == 0) {
-      rc =
-          lh__cli_error(CMD, LH__EXIT_FAIL, "%s: the %s split is empty", s.env_spec, splits[split]);
-      goto out;
-    }
-    if ((uint64_t)n > size) n = (long)size;
+  lh_eval_config ec = {.split = (lh_split)split,
+                       .n = (int)n,
+                       .samples = (int)K,
+                       .batch = (int)batch,
+                       .gc = lh_gen_defaults()};
+  ec.gc.sample.temperature = (float)temperature;
+  ec.gc.sample.top_p = (float)top_p;
+  ec.gc.seed = seed;
+  ec.gc.max_new = (int)max_new;
+  if (lh_eval_create(env, &ec, &s.ev)) {
+    rc = lh__cli_error(CMD, LH__EXIT_FAIL, "%s: %s", env_spec, lh_last_error());
+    goto out;
   }
-  s.n = (int)n;
-  /* about two rounds of the generator's slots per call: slots refill while a chunk drains */
-  s.chunk = (int)(2 * batch / K);
-  if (s.chunk < 1) s.chunk = 1;
-  if (s.chunk > s.n) s.chunk = s.n;
-  s.gc = lh_gen_defaults();
-  s.gc.sample.temperature = (float)temperature;
-  s.gc.sample.top_p = (float)top_p;
-  s.gc.seed = seed;
-  s.gc.max_new = (int)max_new;
+  s.n = lh_eval_config_of(s.ev)->n;
   s.ks[s.n_ks++] = 1;
   for (int k = 2; k < K && s.n_ks < MAX_KS - 1; k *= 2)
     s.ks[s.n_ks++] = k;
   if (K > 1) s.ks[s.n_ks++] = (int)K;
-  fetch_tasks(&s);
 
   /* every model is checked before any generates */
-  int max_prompt = 1, max_prompt2 = 1;
-  if ((rc = fit_prompts(&s, dir, &max_prompt)) != LH__EXIT_OK ||
-      (dir2 && (rc = fit_prompts(&s, dir2, &max_prompt2)) != LH__EXIT_OK))
+  if (lh_eval_check_model(s.ev, dir, NULL) || (dir2 && lh_eval_check_model(s.ev, dir2, NULL))) {
+    rc = lh__cli_fail(CMD);
     goto out;
-  if ((rc = run_model(&s, dir, max_prompt, &ra)) != LH__EXIT_OK) goto out;
-  if (dir2 && (rc = run_model(&s, dir2, max_prompt2, &rb)) != LH__EXIT_OK) goto out;
+  }
+  if ((rc = run_model(&s, dir, &ra)) != LH__EXIT_OK) goto out;
+  if (dir2 && (rc = run_model(&s, dir2, &rb)) != LH__EXIT_OK) goto out;
+  rc = LH__EXIT_FAIL;
 
-  w.tasks = lh_xmalloc((size_t)s.n * sizeof *w.tasks);
-  w.va = lh_xmalloc((size_t)s.n * sizeof *w.va);
-  w.vb = lh_xmalloc((size_t)s.n * sizeof *w.vb);
   char sampling[64];
   if (temperature == 0)
     snprintf(sampling, sizeof sampling, "greedy");
   else
     snprintf(sampling, sizeof sampling, "temperature %g, top-p %g", temperature, top_p);
-  printf("eval %s, %s split: %d tasks x %ld sample%s (%s), max-new %ld, seed %llu\n", s.env_spec,
+  printf("eval %s, %s split: %d tasks x %ld sample%s (%s), max-new %ld, seed %llu\n", env_spec,
          splits[split], s.n, K, K == 1 ? "" : "s", sampling, max_new, (unsigned long long)seed);
   root = json_pack("{s:s, s:o, s:s, s:i, s:i, s:f, s:f, s:i, s:I}", "command", "eval", "env",
-                   text_json(s.env_spec), "split", splits[split], "tasks", s.n, "samples", (int)K,
+                   text_json(env_spec), "split", splits[split], "tasks", s.n, "samples", (int)K,
                    "temperature", temperature, "top_p", top_p, "max_new", (int)max_new, "seed",
                    (json_int_t)seed);
   set_json(&w, root, "model", report_model(&s, &ra, "model", &w));
@@ -565,16 +396,11 @@ int lh__cmd_eval(int argc, char **argv) {
   rc = out_rc;
 out:
   json_decref(root);
-  free(w.tasks);
-  free(w.va);
-  free(w.vb);
-  run_free(&ra);
-  run_free(&rb);
-  if (s.task)
-    for (int i = 0; i < s.n; i++)
-      lh_env_task_clear(&s.task[i]);
-  free(s.task);
-  free(s.levels);
-  lh_env_free(s.env);
+  lh_eval_result_free(&ra.r);
+  lh_eval_result_free(&rb.r);
+  lh_eval_free(s.ev);
+  lh_env_free(env);
+  free(mdir);
+  free(mdir2);
   return rc;
 }
