@@ -67,7 +67,7 @@ main_env() { # main_env NAME ENV SFT_STEPS EASY_ENV LOSS_FLAGS...
   local n=$1 env=$2 sft=$3 easy=$4
   shift 4
   run "init" "$BIN" init-model --arch qwen2 --preset tiny --tokenizer chars --seed 2 --out init
-  run "$n-base" "$BIN" sft --model init --env "$env" --steps "$sft" --batch 32 --threads 1 \
+  run "$n-base" "$BIN" sft --force --model init --env "$env" --steps "$sft" --batch 32 --threads 1 \
     --out "$n-base"
   evaluate "$n-base" "$n-base" "$env"
   run "$n-rl" "$BIN" rl --model "$n-base" --env "$env" --steps $RL_STEPS --lr $RL_LR \
@@ -75,13 +75,13 @@ main_env() { # main_env NAME ENV SFT_STEPS EASY_ENV LOSS_FLAGS...
   local rl_s
   rl_s=$(cat "$n-rl.seconds")
   # SFT controls get the RL run's wall time: steps = its measured rate x that time.
-  run "$n-rate" "$BIN" sft --model "$n-base" --env "$env" --steps 100 --batch 32 --threads 1 \
+  run "$n-rate" "$BIN" sft --force --model "$n-base" --env "$env" --steps 100 --batch 32 --threads 1 \
     --out "$n-rate-model"
   local steps
   steps=$(awk -v r="$(cat "$n-rate.seconds")" -v t="$rl_s" 'BEGIN { printf "%d", 100 / r * t }')
-  run "$n-sft-easy" "$BIN" sft --model "$n-base" --env "$easy" --steps "$steps" --batch 32 \
+  run "$n-sft-easy" "$BIN" sft --force --model "$n-base" --env "$easy" --steps "$steps" --batch 32 \
     --lr 1e-3 --threads 1 --log-every 500 --out "$n-sft-easy"
-  run "$n-sft-same" "$BIN" sft --model "$n-base" --env "$env" --steps "$steps" --batch 32 \
+  run "$n-sft-same" "$BIN" sft --force --model "$n-base" --env "$env" --steps "$steps" --batch 32 \
     --lr 1e-3 --threads 1 --log-every 500 --out "$n-sft-same"
   evaluate "$n-rl" "$n-rl/checkpoints/step-$(printf %06d $RL_STEPS)" "$env" "$n-base"
   evaluate "$n-sft-easy" "$n-sft-easy" "$env" "$n-base"

@@ -108,6 +108,10 @@ void lh__progress_end(lh__progress_state *p);
 /* What --model names (a model directory, a run directory or RUN/latest: lh_rundir_resolve_model),
  * malloc'd; NULL after printing the error. */
 char *lh__model_dir(const char *cmd, const char *arg);
+/* Replaces the value of flag `name` (when given) by what it names as a model directory
+ * (lh__model_dir; the string lives until exit). Returns LH__ARGS_CONTINUE, or 1 after printing
+ * the error. */
+int lh__args_model(lh__args *a, const char *name);
 
 int lh__cmd_init_model(int argc, char **argv);
 int lh__cmd_score(int argc, char **argv);

@@ -31,6 +31,7 @@ static int bench_train(int argc, char **argv) {
                 .n_flags = (int)(sizeof train_flags / sizeof train_flags[0])};
   int rc = lh__args_parse(&a, argc, argv);
   if (rc != LH__ARGS_CONTINUE) return rc;
+  if ((rc = lh__args_model(&a, "model")) != LH__ARGS_CONTINUE) return rc;
   long batch = 0, seq = 0, steps = 0, threads = 0;
   if ((rc = lh__args_int(&a, "batch", 1, 1 << 20, 0, &batch)) != LH__ARGS_CONTINUE) return rc;
   if ((rc = lh__args_int(&a, "seq", 2, LH_MAX_POSITIONS, 0, &seq)) != LH__ARGS_CONTINUE) return rc;

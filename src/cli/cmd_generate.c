@@ -62,6 +62,7 @@ int lh__cmd_generate(int argc, char **argv) {
                 .n_flags = sizeof flags / sizeof flags[0]};
   int rc = lh__args_parse(&a, argc, argv);
   if (rc != LH__ARGS_CONTINUE) return rc;
+  if ((rc = lh__args_model(&a, "model")) != LH__ARGS_CONTINUE) return rc;
   long max_new, top_k, n, threads;
   double temperature, top_p, min_p;
   uint64_t seed;
@@ -250,6 +251,7 @@ int lh__bench_generate(int argc, char **argv) {
                 .n_flags = sizeof bench_flags / sizeof bench_flags[0]};
   int rc = lh__args_parse(&a, argc, argv);
   if (rc != LH__ARGS_CONTINUE) return rc;
+  if ((rc = lh__args_model(&a, "model")) != LH__ARGS_CONTINUE) return rc;
   long B, P, N, threads;
   if ((rc = lh__args_int(&a, "batch", 1, 4096, 1, &B)) != LH__ARGS_CONTINUE ||
       (rc = lh__args_int(&a, "prompt-len", 1, 1 << 20, 1, &P)) != LH__ARGS_CONTINUE ||

@@ -262,8 +262,13 @@ int lh__cmd_rl(int argc, char **argv) {
     }
   }
   ui u = {{.cmd = CMD, .every = (int)log_every, .tty = -1}};
-  c.argc = argc;
-  c.argv = argv;
+  /* run.json records the command as typed: "longhaul rl ..." */
+  char **cmdline = lh_xcalloc((size_t)argc + 2, sizeof *cmdline);
+  cmdline[0] = "longhaul";
+  for (int i = 0; i < argc; i++)
+    cmdline[i + 1] = argv[i];
+  c.argc = argc + 1;
+  c.argv = cmdline;
   c.stop = &lh__stop;
   c.progress = on_progress;
   c.progress_ud = &u;
@@ -281,6 +286,7 @@ int lh__cmd_rl(int argc, char **argv) {
   u.bar.first = 0;
   u.bar.total = c.steps;
   lh_err e = lh_rl_run(&c, &res);
+  free(cmdline);
   lh__progress_end(&u.bar);
   if (e) {
     rc = lh__cli_fail(CMD);

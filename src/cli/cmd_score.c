@@ -147,6 +147,7 @@ int lh__cmd_score(int argc, char **argv) {
                 .n_flags = (int)(sizeof flags / sizeof flags[0])};
   int rc = lh__args_parse(&a, argc, argv);
   if (rc != LH__ARGS_CONTINUE) return rc;
+  if ((rc = lh__args_model(&a, "model")) != LH__ARGS_CONTINUE) return rc;
   long threads = 0;
   if ((rc = lh__args_int(&a, "threads", 0, 4096, 0, &threads)) != LH__ARGS_CONTINUE) return rc;
   const char *model_dir = lh__args_str(&a, "model", NULL);

@@ -3,16 +3,19 @@
  * takes the next `batch` train tasks: prompt solution [eos] (the prompt's tokens exactly as
  * `generate` encodes them, no bos), loss weight 1 on the solution and eos. AdamW with linear warmup
  * and cosine decay; writes a Hugging Face directory. */
+#include <dirent.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "longhaul/env.h"
 #include "longhaul/model.h"
-#include "longhaul/rl.h"
+#include "longhaul/optim.h"
 #include "longhaul/tokenizer.h"
 
 #define CMD "sft"
@@ -28,7 +31,9 @@ static const lh__flag flags[] = {
     {"lr", "LR", false, "peak learning rate (default 3e-3; 10% warmup, cosine to 10%)"},
     {"max-seq", "N", false,
      "tokens of prompt, solution and eos at most (default 512, at most the model's context)"},
-    {"log-every", "N", false, "print a progress line every N steps (default 20)"},
+    {"log-every", "N", false,
+     "progress line every N steps when stderr is not a terminal (default 20)"},
+    {"force", NULL, false, "write into --out even when it is a non-empty directory"},
     {"threads", "K", false, "threads (default: all cores)"},
 };
 
@@ -87,15 +92,29 @@ out:
   return n;
 }
 
+/* DIR/generation_config.json into files, when DIR has one. */
+static lh_err read_generation_config(const char *dir, lh_model_files *files) {
+  char *p = lh_path_join(dir, "generation_config.json");
+  lh_err e = access(p, F_OK) == 0 ? lh_file_read(p, 1 << 20, (char **)&files->generation_config,
+                                                 &files->generation_len)
+                                  : LH_ERR_OK;
+  free(p);
+  return e;
+}
+
 int lh__cmd_sft(int argc, char **argv) {
   lh__args a = {.cmd = CMD,
                 .about = "Supervised training on an environment's reference solutions (loss on "
-                         "the response only). Prints the mean loss and token accuracy of the "
-                         "response every --log-every steps.",
+                         "the response only). Shows the mean loss and token accuracy of the "
+                         "response (a live line on a terminal, else every --log-every steps). "
+                         "SIGINT or SIGTERM stops after the current step and writes the model "
+                         "trained so far (exit 130 or 143); a loss that is not finite stops it "
+                         "with nothing written.",
                 .flags = flags,
                 .n_flags = sizeof flags / sizeof flags[0]};
   int rc = lh__args_parse(&a, argc, argv);
   if (rc != LH__ARGS_CONTINUE) return rc;
+  if ((rc = lh__args_model(&a, "model")) != LH__ARGS_CONTINUE) return rc;
   long steps, batch, max_seq_arg, log_every, threads;
   double lr;
   if ((rc = lh__args_int(&a, "steps", 1, 1 << 24, 200, &steps)) != LH__ARGS_CONTINUE ||
@@ -118,8 +137,25 @@ int lh__cmd_sft(int argc, char **argv) {
   char path[4096];
   rc = LH__EXIT_FAIL;
   lh_env_config ecfg;
+  lh_model_files files = {0};
+  if (!lh__args_has(&a, "force")) { /* a directory of something else is not overwritten */
+    DIR *d = opendir(out_dir);
+    struct dirent *ent;
+    int n_ent = 0;
+    while (d && (ent = readdir(d)))
+      n_ent += strcmp(ent->d_name, ".") && strcmp(ent->d_name, "..");
+    if (d) closedir(d);
+    if (n_ent > 0)
+      return lh__cli_error(CMD, LH__EXIT_USAGE,
+                           "--out %s is not empty: choose another directory, or give --force to "
+                           "write the model into it",
+                           out_dir);
+  }
   snprintf(path, sizeof path, "%s/tokenizer.json", dir);
   if (lh_model_load(dir, &m) || lh_tokenizer_load(path, &tok) ||
+      lh_file_read(path, LH_TOKENIZER_MAX_FILE, (char **)&files.tokenizer_json,
+                   &files.tokenizer_len) ||
+      read_generation_config(dir, &files) ||
       lh_env_config_parse(lh__args_str(&a, "env", ""), &ecfg) || lh_env_create(&ecfg, &env)) {
     rc = lh__cli_fail(CMD);
     goto out;
@@ -169,7 +205,10 @@ int lh__cmd_sft(int argc, char **argv) {
   }
   uint64_t next = 0;
   double loss_sum = 0, correct = 0, counted = 0, t0 = lh_time_now();
-  for (long step = 0; step < steps; step++) {
+  lh__progress_state bar = {.cmd = CMD, .total = steps, .every = (int)log_every, .tty = -1};
+  lh__stop_on_signals();
+  long step = 0;
+  for (; step < steps && !lh__stop; step++) {
     int n = 0, s = 0;
     seq_start[0] = 0;
     while (s < batch) {
@@ -193,37 +232,44 @@ int lh__cmd_sft(int argc, char **argv) {
       goto out;
     }
     float loss = lh_train_ce_step(t, &b, logprob);
+    if (!isfinite(loss)) {
+      lh__progress_end(&bar);
+      rc = lh__cli_error(CMD, LH__EXIT_FAIL,
+                         "step %ld: the loss is %g (a weight or log-prob is not finite); "
+                         "stopped, nothing written to %s",
+                         step + 1, (double)loss, out_dir);
+      goto out;
+    }
     lh_adamw_step(opt, m->params, lh_train_grads(t));
     /* a response token counts as right when the model gave it more than half the mass */
     for (int i = 0; i < n; i++)
       if (weight[i] > 0) correct += logprob[i] > -0.6931f, counted += 1;
     loss_sum += loss;
-    if ((step + 1) % log_every == 0 || step + 1 == steps) {
-      long k = (step + 1) % log_every ? (step + 1) % log_every : log_every;
-      fprintf(stderr, "sft: step %ld/%ld loss %.4f response-token accuracy %.3f lr %.2e %.1fs\n",
-              step + 1, steps, loss_sum / k, correct / (counted > 0 ? counted : 1),
-              (double)lh_adamw_lr(&ac, step), lh_time_now() - t0);
-      loss_sum = correct = counted = 0;
-    }
+    long k = (step + 1) % log_every ? (step + 1) % log_every : log_every;
+    char text[160];
+    snprintf(text, sizeof text, "loss %.4f response-token accuracy %.3f lr %.2e", loss_sum / k,
+             correct / (counted > 0 ? counted : 1), (double)lh_adamw_lr(&ac, step));
+    bar.elapsed = lh_time_now() - t0;
+    lh__progress(&bar, step + 1, text);
+    if ((step + 1) % log_every == 0) loss_sum = correct = counted = 0;
   }
-  if (lh_model_save(m, out_dir, LH_SAVE_F32)) {
+  lh__progress_end(&bar);
+  if (lh_model_dir_save(m, out_dir, LH_SAVE_F32, &files)) {
     rc = lh__cli_fail(CMD);
     goto out;
   }
-  char *json = NULL;
-  size_t len = 0;
-  char dst[4096];
-  snprintf(dst, sizeof dst, "%s/tokenizer.json", out_dir);
-  if (lh_file_read(path, LH_TOKENIZER_MAX_FILE, &json, &len) ||
-      lh_file_write_atomic(dst, json, len)) {
-    free(json);
-    rc = lh__cli_fail(CMD);
+  if (lh__stop) {
+    fprintf(stderr,
+            "sft: stopped by %s after step %ld of %ld; wrote the model trained so far to %s\n",
+            lh__stop_name(), step, steps, out_dir);
+    rc = lh__stop_exit_code();
     goto out;
   }
-  free(json);
   fprintf(stderr, "sft: wrote %s\n", out_dir);
   rc = LH__EXIT_OK;
 out:
+  free((char *)files.tokenizer_json);
+  free((char *)files.generation_config);
   free(tokens);
   free(weight);
   free(logprob);

@@ -76,6 +76,29 @@ void lh__progress_end(lh__progress_state *p) {
   p->open = 0;
 }
 
+/* Resolved --model values, freed at exit. */
+static char *resolved[8];
+static int n_resolved;
+
+static void free_resolved(void) {
+  for (int i = 0; i < n_resolved; i++)
+    free(resolved[i]);
+  n_resolved = 0;
+}
+
+int lh__args_model(lh__args *a, const char *name) {
+  for (int i = 0; i < a->n_flags; i++) {
+    if (strcmp(a->flags[i].name, name) || !a->values[i]) continue;
+    char *dir = lh__model_dir(a->cmd, a->values[i]);
+    if (!dir) return LH__EXIT_FAIL;
+    LH_CHECK(n_resolved < 8, "too many model flags");
+    if (n_resolved == 0) atexit(free_resolved);
+    resolved[n_resolved++] = dir;
+    a->values[i] = dir;
+  }
+  return LH__ARGS_CONTINUE;
+}
+
 char *lh__model_dir(const char *cmd, const char *arg) {
   char *dir = NULL;
   if (lh_rundir_resolve_model(arg, &dir)) {

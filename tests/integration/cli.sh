@@ -664,7 +664,7 @@ run gen-bench-new1 "$BIN" bench generate --model "$TMP/gen" --batch 2 --prompt-l
 expect_rc gen-bench-new1 2 && expect_one_line_error gen-bench-new1 '--new: expected an integer in \[2, '
 
 # ---------------------------------------------------------------- sft
-check_help help-sft model env out steps batch lr max-seq log-every threads -- sft
+check_help help-sft model env out steps batch lr max-seq log-every force threads -- sft
 run sft "$BIN" sft --model "$TMP/gen" --env arith:digits=1 --steps 60 --batch 16 --log-every 20 --out "$TMP/sft-out"
 expect_rc sft 0 && py sft-check '
 import re, sys
