@@ -1,0 +1,182 @@
+/* lh_trainer: pending batches of any shape in any number, the staleness bound checked when a
+ * batch is taken (older batches dropped and counted), a batch from a newer version refused, a
+ * non-finite loss stopping the trainer, and the state file: a round trip restores the counters,
+ * moments and pending batches, and a state of another step or of other weights is refused. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "longhaul/trainer.h"
+
+/* A batch of `groups` groups of 2 whose rewards differ (1, 0): every group carries signal.
+ * Prompts of 2 tokens, completions of 1 + (t % 3) tokens, so batches differ in shape. */
+static void make_batch(lh_rollout_batch *b, int groups, int64_t version) {
+  int n = 2 * groups;
+  memset(b, 0, sizeof *b);
+  b->n_groups = groups;
+  b->group_size = 2;
+  b->version = version;
+  b->sample = (lh_sample_params){1.0f, 0, 1.0f, 0.0f};
+  b->max_new = 4;
+  b->task_index = calloc((size_t)groups, 8);
+  b->group_ok = calloc((size_t)groups, 1);
+  b->seq_start = calloc((size_t)n + 1, sizeof(int));
+  b->prompt_len = calloc((size_t)n, sizeof(int));
+  b->reward = calloc((size_t)n, 4);
+  b->correct = calloc((size_t)n, 1);
+  b->well_formed = calloc((size_t)n, 1);
+  b->finish = calloc((size_t)n, 1);
+  b->tokens = calloc((size_t)n * 6, 4);
+  b->mu = calloc((size_t)n * 6, 4);
+  int at = 0;
+  for (int s = 0; s < n; s++) {
+    int t = s / 2, len = 2 + 1 + t % 3;
+    b->group_ok[t] = 1;
+    b->task_index[t] = (uint64_t)t;
+    b->prompt_len[s] = 2;
+    b->reward[s] = s % 2 ? 0.0f : 1.0f;
+    b->correct[s] = s % 2 == 0;
+    for (int i = 0; i < len; i++) {
+      b->tokens[at + i] = 3 + (s * 7 + i * 5) % 200;
+      b->mu[at + i] = i < 2 ? 0.0f : -1.5f;
+    }
+    at += len;
+    b->seq_start[s + 1] = at;
+  }
+}
+
+static lh_trainer *make_trainer(int staleness, uint64_t seed) {
+  lh_config c;
+  assert_int_equal(lh_config_preset("tiny", LH_ARCH_QWEN2, &c), LH_ERR_OK);
+  lh_model *m = NULL;
+  assert_int_equal(lh_model_create(&c, &m), LH_ERR_OK);
+  lh_model_init_random(m, seed);
+  lh_trainer_config tc = lh_trainer_defaults();
+  tc.max_staleness = staleness;
+  tc.max_seq = 16;
+  lh_trainer *t = NULL;
+  assert_int_equal(lh_trainer_create(m, &tc, &t), LH_ERR_OK);
+  return t;
+}
+
+static void submit(lh_trainer *t, int groups, int64_t version) {
+  lh_rollout_batch b;
+  make_batch(&b, groups, version);
+  assert_int_equal(lh_trainer_submit(t, &b), LH_ERR_OK);
+  assert_null(b.tokens); /* taken */
+  lh_rollout_batch_free(&b);
+}
+
+static void test_staleness_bound(void **state) {
+  (void)state;
+  lh_trainer *t = make_trainer(1, 3);
+  lh_trainer_step_stats st;
+  assert_int_equal(lh_trainer_step(t, &st), LH_ERR_NOTFOUND); /* nothing pending */
+  /* batches of three shapes, all from version 0 */
+  submit(t, 1, 0);
+  submit(t, 3, 0);
+  submit(t, 2, 0);
+  assert_int_equal(lh_trainer_pending(t), 3);
+  assert_int_equal(lh_trainer_step(t, &st), LH_ERR_OK);
+  assert_int_equal(st.staleness, 0);
+  assert_int_equal(st.groups_used, 1);
+  assert_int_equal(st.batches_dropped, 0);
+  assert_true(st.update.n_updates == 1 && isfinite(st.update.loss.loss));
+  assert_int_equal(lh_trainer_step(t, &st), LH_ERR_OK); /* 1 version old: within the bound */
+  assert_int_equal(st.staleness, 1);
+  assert_int_equal(st.groups_used, 3);
+  /* 2 versions old now: dropped, counted, and nothing is left */
+  assert_int_equal(lh_trainer_step(t, &st), LH_ERR_NOTFOUND);
+  assert_int_equal(st.batches_dropped, 1);
+  assert_int_equal(lh_trainer_pending(t), 0);
+  assert_int_equal(lh_trainer_version(t), 2);
+  /* a batch claiming a version the trainer has not reached is refused */
+  lh_rollout_batch b;
+  make_batch(&b, 1, 3);
+  assert_int_equal(lh_trainer_submit(t, &b), LH_ERR_INVAL);
+  assert_non_null(strstr(lh_last_error(), "version 3, the policy is at 2"));
+  lh_rollout_batch_free(&b);
+  assert_int_equal(lh_trainer_submitted(t), 3);
+  lh_trainer_free(t);
+  lh_trainer_free(NULL);
+}
+
+static void test_nonfinite_loss(void **state) {
+  (void)state;
+  lh_trainer *t = make_trainer(0, 4);
+  submit(t, 2, 0);
+  lh_trainer_model(t)->params[5] = NAN; /* an embedding weight */
+  lh_trainer_step_stats st;
+  assert_int_equal(lh_trainer_step(t, &st), LH_ERR_NONFINITE);
+  assert_non_null(strstr(lh_last_error(), "update 1: the loss is nan"));
+  assert_int_equal(lh_trainer_version(t), 0);
+  lh_trainer_free(t);
+}
+
+static void test_state_round_trip(void **state) {
+  (void)state;
+  char path[64];
+  snprintf(path, sizeof path, "/tmp/longhaul-test-trainer.%d.safetensors", (int)getpid());
+  lh_trainer *a = make_trainer(2, 5);
+  submit(a, 2, 0);
+  submit(a, 1, 0);
+  lh_trainer_step_stats st;
+  assert_int_equal(lh_trainer_step(a, &st), LH_ERR_OK);
+  submit(a, 3, 1);
+  assert_int_equal(lh_trainer_save(a, path), LH_ERR_OK);
+  size_t np = lh_trainer_model(a)->n_params;
+  float *saved = malloc(np * sizeof *saved);
+  memcpy(saved, lh_trainer_model(a)->params, np * sizeof *saved);
+
+  /* a trainer on the same weights restores everything */
+  lh_trainer *b = make_trainer(2, 5);
+  lh_model *ma = lh_trainer_model(a), *mb = lh_trainer_model(b);
+  memcpy(mb->params, ma->params, ma->n_params * sizeof(float));
+  assert_int_equal(lh_trainer_load(b, path, 2), LH_ERR_MISMATCH); /* the state is of step 1 */
+  assert_non_null(strstr(lh_last_error(), "the trainer state is of step 1"));
+  assert_int_equal(lh_trainer_pending(b), 0); /* unchanged on error */
+  assert_int_equal(lh_trainer_load(b, path, 1), LH_ERR_OK);
+  assert_int_equal(lh_trainer_version(b), 1);
+  assert_int_equal(lh_trainer_submitted(b), 3);
+  assert_int_equal(lh_trainer_pending(b), 2);
+  /* both continue identically */
+  lh_trainer_step_stats sa, sb;
+  assert_int_equal(lh_trainer_step(a, &sa), LH_ERR_OK);
+  assert_int_equal(lh_trainer_step(b, &sb), LH_ERR_OK);
+  assert_int_equal(sa.groups_used, 1);
+  assert_true(sa.update.loss.loss == sb.update.loss.loss);
+  assert_memory_equal(ma->params, mb->params, ma->n_params * sizeof(float));
+
+  /* other weights: refused by the hash */
+  lh_trainer *c = make_trainer(2, 6);
+  assert_int_equal(lh_trainer_load(c, path, 1), LH_ERR_MISMATCH);
+  assert_non_null(strstr(lh_last_error(), "belongs to weights with BLAKE2b"));
+  /* a tighter staleness bound than the pending batches allow: the version-0 batch is 1 old */
+  lh_trainer *d = make_trainer(0, 5);
+  memcpy(lh_trainer_model(d)->params, saved, np * sizeof *saved);
+  assert_int_equal(lh_trainer_load(d, path, 1), LH_ERR_FORMAT);
+  assert_non_null(strstr(lh_last_error(), "queue.0: version 0, expected 1..1"));
+  lh_trainer_free(d);
+  free(saved);
+  unlink(path);
+  lh_trainer_free(a);
+  lh_trainer_free(b);
+  lh_trainer_free(c);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_staleness_bound),
+      cmocka_unit_test(test_nonfinite_loss),
+      cmocka_unit_test(test_state_round_trip),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
