@@ -28,6 +28,14 @@ lh_err lh_infer_from_model(const lh_model *m, lh_infer **out);
  * head layout, RoPE, norm or bias field) is LH_ERR_MISMATCH naming the field. */
 lh_err lh_infer_update(lh_infer *m, const lh_model *src);
 void lh_infer_free(lh_infer *m);
+/* The policy's bf16 slab, *n values in the training slab's layout (lh_model_tensors gives each
+ * tensor's offset): what a policy version is, for hashing and diffing. Valid until
+ * lh_infer_free; lh_infer_update and lh_infer_set_range change it in place. */
+const uint16_t *lh_infer_bf16(const lh_infer *m, size_t *n);
+/* Writes vals[0..n) at slab positions [offset, offset + n) (applying a patch), and the same
+ * values into the fp32 copy when one is kept, so every forward sees the new bits. A range
+ * outside the slab is LH_ERR_INVAL and changes nothing. Not while a forward runs. */
+lh_err lh_infer_set_range(lh_infer *m, size_t offset, const uint16_t *vals, size_t n);
 /* Also keeps an fp32 copy of the weights (4 more bytes per parameter), which products of more
  * than 8 rows (prefill, decode batches above 8) then use instead of converting bf16 chunks on
  * every forward. Worth it when many sequences decode together. Call before any forward that

@@ -81,15 +81,15 @@ static void progress(int done, int n, double p1, double el, void *ud) {
 
 /* Fails early on a --json path whose directory cannot be written. */
 static bool json_dir_writable(const char *path) {
-  char dir[4096];
-  snprintf(dir, sizeof dir, "%s", path);
+  char *dir = lh_xstrdup(path);
   char *slash = strrchr(dir, '/');
-  if (!slash) return access(".", W_OK | X_OK) == 0;
   if (slash == dir)
     slash[1] = '\0';
-  else
+  else if (slash)
     *slash = '\0';
-  return access(dir, W_OK | X_OK) == 0;
+  bool ok = access(slash ? dir : ".", W_OK | X_OK) == 0;
+  free(dir);
+  return ok;
 }
 
 /* Evaluates the model in dir; fills r. Returns an exit code. */

@@ -36,11 +36,11 @@ static const lh__flag flags[] = {
 
 static lh_err load_tokenizer_if_present(const char *dir, lh_tokenizer **tok) {
   *tok = NULL;
-  char path[4096];
+  char *path = lh_path_join(dir, "tokenizer.json");
   struct stat sb;
-  snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-  if (stat(path, &sb) != 0) return LH_ERR_OK;
-  return lh_tokenizer_load(path, tok);
+  lh_err e = stat(path, &sb) == 0 ? lh_tokenizer_load(path, tok) : LH_ERR_OK;
+  free(path);
+  return e;
 }
 
 /* JSON has no NaN or infinity: such a value is written as null, so the array keeps one entry per

@@ -154,25 +154,26 @@ int lh__cmd_init_model(int argc, char **argv) {
     return lh__cli_fail(CMD);
   }
   lh_model_init_random(m, seed);
-  char tok_path[4096];
-  snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", out_dir);
-  if (lh_model_save(m, out_dir, dtype) != LH_ERR_OK ||
-      (tok_json && lh_file_write_atomic(tok_path, tok_json, tok_len) != LH_ERR_OK)) {
-    rc = lh__cli_fail(CMD);
-    free(tok_json);
-    lh_model_free(m);
-    return rc;
-  }
+  /* the model directory writer owns tokenizer.json and generation_config.json: one left from an
+   * earlier run would not match the model, or replace the eos ids just written */
+  char *tok_path = lh_path_join(out_dir, "tokenizer.json"),
+       *gen_path = lh_path_join(out_dir, "generation_config.json");
+  bool had_tok = !tok_json && access(tok_path, F_OK) == 0, had_gen = access(gen_path, F_OK) == 0;
+  lh_model_files files = {tok_json, tok_len, NULL, 0};
+  lh_err e = lh_model_dir_save(m, out_dir, dtype, &files);
   free(tok_json);
-  /* without --tokenizer, a tokenizer.json left from an earlier run would not match the model */
-  if (!tok_spec && unlink(tok_path) == 0)
+  if (e) {
+    free(tok_path);
+    free(gen_path);
+    lh_model_free(m);
+    return lh__cli_fail(CMD);
+  }
+  if (had_tok)
     fprintf(stderr, "longhaul %s: removed %s from an earlier run (no --tokenizer)\n", CMD,
             tok_path);
-  /* a generation_config.json left in DIR would replace the eos ids just written */
-  char gen_path[4096];
-  snprintf(gen_path, sizeof gen_path, "%s/generation_config.json", out_dir);
-  if (unlink(gen_path) == 0)
-    fprintf(stderr, "longhaul %s: removed %s from an earlier run\n", CMD, gen_path);
+  if (had_gen) fprintf(stderr, "longhaul %s: removed %s from an earlier run\n", CMD, gen_path);
+  free(tok_path);
+  free(gen_path);
   fprintf(stderr, "longhaul %s: %s, %.2fM parameters (%s), seed %llu, wrote %s\n", CMD,
           arch_names[arch_i], (double)m->n_params / 1e6, dtype_names[dtype_i],
           (unsigned long long)seed, out_dir);

@@ -134,7 +134,7 @@ int lh__cmd_sft(int argc, char **argv) {
   int32_t *tokens = NULL;
   float *weight = NULL, *logprob = NULL;
   int *seq_start = NULL;
-  char path[4096];
+  char *path = lh_path_join(dir, "tokenizer.json");
   rc = LH__EXIT_FAIL;
   lh_env_config ecfg;
   lh_model_files files = {0};
@@ -151,7 +151,6 @@ int lh__cmd_sft(int argc, char **argv) {
                            "write the model into it",
                            out_dir);
   }
-  snprintf(path, sizeof path, "%s/tokenizer.json", dir);
   if (lh_model_load(dir, &m) || lh_tokenizer_load(path, &tok) ||
       lh_file_read(path, LH_TOKENIZER_MAX_FILE, (char **)&files.tokenizer_json,
                    &files.tokenizer_len) ||
@@ -268,6 +267,7 @@ int lh__cmd_sft(int argc, char **argv) {
   fprintf(stderr, "sft: wrote %s\n", out_dir);
   rc = LH__EXIT_OK;
 out:
+  free(path);
   free((char *)files.tokenizer_json);
   free((char *)files.generation_config);
   free(tokens);

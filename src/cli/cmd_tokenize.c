@@ -31,12 +31,11 @@ static int load(const char *spec, lh_tokenizer **t) {
     return e == LH_ERR_OK ? LH__ARGS_CONTINUE : lh__cli_fail(CMD);
   }
   struct stat st;
-  char path[4096];
-  if (stat(spec, &st) == 0 && S_ISDIR(st.st_mode))
-    snprintf(path, sizeof path, "%s/tokenizer.json", spec);
-  else
-    snprintf(path, sizeof path, "%s", spec);
-  return lh_tokenizer_load(path, t) == LH_ERR_OK ? LH__ARGS_CONTINUE : lh__cli_fail(CMD);
+  char *path = stat(spec, &st) == 0 && S_ISDIR(st.st_mode) ? lh_path_join(spec, "tokenizer.json")
+                                                           : lh_xstrdup(spec);
+  lh_err e = lh_tokenizer_load(path, t);
+  free(path);
+  return e == LH_ERR_OK ? LH__ARGS_CONTINUE : lh__cli_fail(CMD);
 }
 
 static int read_stdin(char **out, size_t *len) {

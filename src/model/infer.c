@@ -110,6 +110,21 @@ lh_err lh_infer_update(lh_infer *m, const lh_model *src) {
   return LH_ERR_OK;
 }
 
+const uint16_t *lh_infer_bf16(const lh_infer *m, size_t *n) {
+  if (n) *n = m->n_params;
+  return m->w;
+}
+
+lh_err lh_infer_set_range(lh_infer *m, size_t offset, const uint16_t *vals, size_t n) {
+  if (offset > m->n_params || n > m->n_params - offset)
+    return lh_errorf(LH_ERR_INVAL,
+                     "infer: values [%zu, %zu + %zu) are outside the %zu of the policy", offset,
+                     offset, n, m->n_params);
+  memcpy(m->w + offset, vals, n * sizeof *vals);
+  if (m->w32) lh_f32_from_bf16_n(m->w32 + offset, vals, n);
+  return LH_ERR_OK;
+}
+
 lh_err lh_infer_load(const char *dir, lh_infer **out) {
   *out = NULL;
   lh_config c;

@@ -368,16 +368,23 @@ lh_err lh_trainer_load(lh_trainer *t, const char *path, int64_t step) {
     if ((e = find(st, path, name, LH_DTYPE_U8, &any, &tq))) goto out;
     q = realloc(q, (size_t)(nq + 1) * sizeof *q);
     LH_CHECK(q, "out of memory");
-    char what[4200];
-    snprintf(what, sizeof what, "%s: %s", path, name);
-    if ((e = lh_rollout_decode(tq->data, tq->nbytes, &lim, what, &q[nq]))) goto out;
+    size_t wcap = strlen(path) + strlen(name) + 3;
+    char *what = lh_xmalloc(wcap);
+    snprintf(what, wcap, "%s: %s", path, name);
+    e = lh_rollout_decode(tq->data, tq->nbytes, &lim, what, &q[nq]);
+    if (e) {
+      free(what);
+      goto out;
+    }
     if (q[nq].version > version || version - q[nq].version > t->cfg.max_staleness) {
       e = lh_errorf(LH_ERR_FORMAT, "%s: version %lld, expected %lld..%lld", what,
                     (long long)q[nq].version, (long long)(version - t->cfg.max_staleness),
                     (long long)version);
       nq++;
+      free(what);
       goto out;
     }
+    free(what);
   }
   /* everything checked: apply */
   memcpy(t->opt->m, tm->data, t->opt->n * sizeof(float));

@@ -357,6 +357,62 @@ static void test_update_checks_config(void **state) {
   lh_model_free(ma2);
 }
 
+/* A patch applied with lh_infer_set_range gives the other model's policy bit for bit, in the
+ * bf16 slab and in the fp32 copy products of many rows read; a range outside the slab is
+ * refused and changes nothing. */
+static void test_set_range(void **state) {
+  (void)state;
+  lh_config c;
+  assert_int_equal(lh_config_preset("tiny", LH_ARCH_QWEN2, &c), LH_ERR_OK);
+  lh_model *ma, *mb;
+  assert_int_equal(lh_model_create(&c, &ma), LH_ERR_OK);
+  assert_int_equal(lh_model_create(&c, &mb), LH_ERR_OK);
+  lh_model_init_random(ma, 1);
+  memcpy(mb->params, ma->params, ma->n_params * sizeof(float));
+  for (size_t i = 100; i < ma->n_params; i += 997) /* a sparse update, as an AdamW step is */
+    mb->params[i] += 0.01f;
+  lh_infer *p, *want;
+  assert_int_equal(lh_infer_from_model(ma, &p), LH_ERR_OK);
+  assert_int_equal(lh_infer_from_model(mb, &want), LH_ERR_OK);
+  assert_int_equal(lh_infer_keep_fp32(p), LH_ERR_OK);
+  assert_int_equal(lh_infer_keep_fp32(want), LH_ERR_OK);
+  size_t n = 0, n2 = 0;
+  const uint16_t *a = lh_infer_bf16(p, &n), *b = lh_infer_bf16(want, &n2);
+  assert_int_equal(n, ma->n_params);
+  assert_int_equal(n, n2);
+  assert_int_equal(lh_infer_set_range(p, n - 2, b, 3), LH_ERR_INVAL);
+  assert_int_equal(lh_infer_set_range(p, (size_t)-1, b, 2), LH_ERR_INVAL);
+  size_t changed = 0;
+  for (size_t i = 0; i < n; i++)
+    if (a[i] != b[i]) {
+      assert_int_equal(lh_infer_set_range(p, i, b + i, 1), LH_ERR_OK);
+      changed++;
+    }
+  assert_true(changed > 100);
+  assert_memory_equal(a, b, n * sizeof *a);
+  /* 12 rows: the products read the fp32 copies */
+  enum { R = 12 };
+  int V = c.vocab_size;
+  float *x = malloc((size_t)R * V * sizeof(float)), *y = malloc((size_t)R * V * sizeof(float));
+  lh_infer_row rows[R];
+  for (int i = 0; i < R; i++)
+    rows[i] = (lh_infer_row){0, i, (int32_t)(3 + 5 * i), true};
+  lh_kv *k1, *k2;
+  assert_int_equal(lh_kv_create(p, 1, R, R, &k1), LH_ERR_OK);
+  assert_int_equal(lh_kv_create(want, 1, R, R, &k2), LH_ERR_OK);
+  assert_int_equal(lh_infer_forward(p, k1, rows, R, x), LH_ERR_OK);
+  assert_int_equal(lh_infer_forward(want, k2, rows, R, y), LH_ERR_OK);
+  assert_memory_equal(x, y, (size_t)R * V * sizeof(float));
+  lh_kv_free(k1);
+  lh_kv_free(k2);
+  free(x);
+  free(y);
+  lh_infer_free(p);
+  lh_infer_free(want);
+  lh_model_free(ma);
+  lh_model_free(mb);
+}
+
 static void expect_nomem(lh_err got, const char *what) {
   assert_int_equal(got, LH_ERR_NOMEM);
   const char *msg = lh_last_error();
@@ -436,6 +492,7 @@ int main(void) {
       cmocka_unit_test(test_allocation_failures),
       cmocka_unit_test(test_threads_raised_after_create),
       cmocka_unit_test(test_update_checks_config),
+      cmocka_unit_test(test_set_range),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
