@@ -21,7 +21,12 @@
   X(MISMATCH, "input does not match what was expected")                                            \
   X(UNSUPPORTED, "unsupported feature or version")                                                 \
   X(NOTFOUND, "not found")                                                                         \
-  X(NONFINITE, "a value is not a finite number")
+  X(NONFINITE, "a value is not a finite number")                                                   \
+  X(USAGE, "invalid setting")
+
+/* LH_ERR_USAGE: the caller's settings are wrong, not the data they name: an environment spec
+ * with an unknown or repeated key or an out-of-range value (lh_env_config_parse, lh_env_create).
+ * A command line reports it as a usage error (exit code 2), like a bad flag. */
 
 typedef enum {
 #define LH_ERR_ENUM(name, msg) LH_ERR_##name,
@@ -58,6 +63,17 @@ char *lh_xstrdup(const char *s);
 void *lh_try_malloc_aligned(size_t n, const char *what);
 /* a * b, or SIZE_MAX when the product does not fit: chains of products that saturate. */
 size_t lh_size_mul(size_t a, size_t b);
+
+/* Printable text for a message or a log line from bytes s[0, n) that came from outside (a data
+ * file, a spec, a program's output), so that they cannot move the cursor, recolour or clear a
+ * terminal, or hide what follows them: valid UTF-8 is kept, "\n", "\r", "\t" and "\\" become
+ * those two-character escapes, and every other control byte (C0, DEL), C1 control (U+0080 to
+ * U+009F), line or paragraph separator (U+2028, U+2029), bidirectional embedding, override or
+ * isolate (U+202A to U+202E, U+2066 to U+2069) and byte of ill-formed UTF-8 becomes \xNN, one
+ * per byte. Writes at most cap bytes to buf, the NUL included; text that does not fit ends with
+ * "..." (never inside an escape or a character). Returns buf, or "" when cap is 0; s may be NULL
+ * when n is 0. */
+const char *lh_escape(const char *s, size_t n, char *buf, size_t cap);
 
 /* Logging to stderr; level from LONGHAUL_LOG (error, warn, info, debug), default info. */
 typedef enum { LH_LOG_ERROR, LH_LOG_WARN, LH_LOG_INFO, LH_LOG_DEBUG } lh_log_level;

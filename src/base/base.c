@@ -7,6 +7,7 @@
 #include <libgen.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,6 +104,84 @@ char *lh_xstrdup(const char *s) {
   char *p = lh_xmalloc(n);
   memcpy(p, s, n);
   return p;
+}
+
+/* Length of the well-formed UTF-8 character at s[0, n) whose first byte is >= 0x80, or 0 when
+ * the bytes there are not one (as the Unicode standard's table 3-7: no overlong forms, no
+ * surrogates, nothing above U+10FFFF). */
+static size_t utf8_char_len(const unsigned char *s, size_t n) {
+  unsigned c = s[0];
+  size_t len;
+  unsigned lo = 0x80, hi = 0xBF; /* the allowed range of the second byte */
+  if (c >= 0xC2 && c <= 0xDF)
+    len = 2;
+  else if (c >= 0xE0 && c <= 0xEF) {
+    len = 3;
+    if (c == 0xE0) lo = 0xA0;
+    if (c == 0xED) hi = 0x9F;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    len = 4;
+    if (c == 0xF0) lo = 0x90;
+    if (c == 0xF4) hi = 0x8F;
+  } else
+    return 0;
+  if (n < len || s[1] < lo || s[1] > hi) return 0;
+  for (size_t i = 2; i < len; i++)
+    if (s[i] < 0x80 || s[i] > 0xBF) return 0;
+  return len;
+}
+
+/* Whether the well-formed character s[0, len) is one that lh_escape writes as \xNN bytes. */
+static bool hidden_char(const unsigned char *s, size_t len) {
+  if (len == 2) return s[0] == 0xC2 && s[1] <= 0x9F; /* C1 controls */
+  if (len == 3 && s[0] == 0xE2 && s[1] == 0x80) return s[2] >= 0xA8 && s[2] <= 0xAE;
+  if (len == 3 && s[0] == 0xE2 && s[1] == 0x81) return s[2] >= 0xA6 && s[2] <= 0xA9;
+  return false;
+}
+
+const char *lh_escape(const char *s, size_t n, char *buf, size_t cap) {
+  if (cap == 0) return "";
+  static const char hex[] = "0123456789abcdef";
+  const unsigned char *p = (const unsigned char *)s;
+  size_t used = 0, safe = 0; /* safe: the last length with room for "..." after it */
+  for (size_t i = 0; i < n;) {
+    char unit[16];
+    size_t ul = 0, take = 1;
+    unsigned c = p[i];
+    if (c == '\n' || c == '\r' || c == '\t' || c == '\\') {
+      unit[ul++] = '\\';
+      unit[ul++] = c == '\n' ? 'n' : c == '\r' ? 'r' : c == '\t' ? 't' : '\\';
+    } else if (c >= 0x20 && c < 0x7F) {
+      unit[ul++] = (char)c;
+    } else {
+      size_t cl = c >= 0x80 ? utf8_char_len(p + i, n - i) : 0;
+      bool esc = cl == 0 || hidden_char(p + i, cl);
+      take = cl ? cl : 1;
+      for (size_t k = 0; k < take; k++) {
+        if (esc) {
+          unit[ul++] = '\\';
+          unit[ul++] = 'x';
+          unit[ul++] = hex[p[i + k] >> 4];
+          unit[ul++] = hex[p[i + k] & 15];
+        } else {
+          unit[ul++] = (char)p[i + k];
+        }
+      }
+    }
+    if (used + ul > cap - 1) { /* does not fit: cut back to where "..." fits */
+      used = safe;
+      for (int d = 0; d < 3 && used < cap - 1; d++)
+        buf[used++] = '.';
+      buf[used] = '\0';
+      return buf;
+    }
+    memcpy(buf + used, unit, ul);
+    used += ul;
+    if (used + 3 <= cap - 1) safe = used;
+    i += take;
+  }
+  buf[used] = '\0';
+  return buf;
 }
 
 static int log_level = -1;
