@@ -48,14 +48,57 @@ typedef struct {
   double timeout_s;                /* exec: per request [10] */
 } lh_env_config;
 
-/* Parses "NAME" or "NAME:key=value,key=value" (keys: seed, digits, ops, count, max, path, test,
- * match=exact|numeric|auto, test_fraction, timeout) into *cfg (zeroed first). */
+/* Parses "NAME" or "NAME:key=value,key=value" into *cfg (zeroed first). Each environment takes
+ * its own keys (lh_env_key_at lists them):
+ *   arith      digits (1..9, default 2), ops (characters of +-*, default +-), seed
+ *   countdown  count (2..8, default 4), max (1..1000, default 10), seed
+ *   sort       count (1..64, default 5), digits (1..18, default 2), seed
+ *   jsonl      path (a file, required), test (a file of test tasks, default none: then
+ *              test_fraction of path's tasks are test, by a hash of the prompt), match (exact,
+ *              numeric or auto, default auto), test_fraction (in (0, 1), default 0.1)
+ *   exec       path (a shell command, required), timeout (seconds in (0, 3600], default 10)
+ *   seed: 0..2^64-1, default 0. Numbers are plain decimals (no sign, no spaces); a value runs
+ *   to the next ',' (so none holds one).
+ * Every failure is a spec error, LH_ERR_USAGE (report it as a usage error): an unknown
+ * environment, a pair that is not key=value, an unknown or repeated key, an empty or
+ * out-of-range value. The message names the environment, says what was expected and found
+ * (text from the spec escaped with lh_escape) and lists the environment's valid keys with their
+ * ranges: "arith: unknown key 'digit'; valid keys: digits (1..9, default 2), ...". A required key
+ * left out is refused by lh_env_create, also with LH_ERR_USAGE. */
 lh_err lh_env_config_parse(const char *spec, lh_env_config *cfg);
+
+/* One key of an environment's spec, in words, for help texts and `longhaul env show`. */
+typedef struct {
+  const char *key;   /* "digits" */
+  const char *range; /* the values it takes: "1..9", "exact, numeric or auto" */
+  const char *def;   /* the default: "2", "none"; "required" for a key that must be given */
+} lh_env_key;
+/* Key i (0, 1, ...) of environment `name`, in the order lh_env_config_format writes them; NULL
+ * past the last one or for an unknown environment. Static storage. */
+const lh_env_key *lh_env_key_at(const char *name, size_t i);
+/* The prompt format of environment `name` and how completions are scored, in a sentence or
+ * two; NULL for an unknown environment. Static storage. */
+const char *lh_env_about(const char *name);
+/* The value of `key` in cfg as a spec writes it ("" for a text key not given) into buf (cap
+ * bytes, the NUL included). LH_ERR_NOTFOUND: the environment has no such key; LH_ERR_LIMIT:
+ * it does not fit. */
+lh_err lh_env_config_value(const lh_env_config *cfg, const char *key, char *buf, size_t cap);
+/* cfg as a spec, "NAME:key=value,...", with the keys of its environment in lh_env_key_at's
+ * order, less those left unset (0 or "", which stand for the default; seed and match are always
+ * written); lh_env_config_parse reads it back to the same settings. Of an environment's config
+ * (lh_env_config_of) it is the effective spec: every key, defaults filled in.
+ * LH_ERR_USAGE: unknown environment; LH_ERR_UNSUPPORTED: a value holds ','; LH_ERR_LIMIT: the
+ * spec needs more than cap bytes (the NUL included). */
+lh_err lh_env_config_format(const lh_env_config *cfg, char *buf, size_t cap);
 
 typedef struct lh_env lh_env;
 
 /* Creates an environment (jsonl reads its file here; exec starts its program on first use).
- * Errors name the setting or file. */
+ * Settings left zero get their defaults (lh_env_config_of shows them). A setting that is out of
+ * range, a required key left out or an unknown environment is LH_ERR_USAGE, as
+ * lh_env_config_parse says them (a config built in code is checked as a spec is); a jsonl file
+ * that cannot be read or holds a malformed line is LH_ERR_IO, LH_ERR_LIMIT or LH_ERR_FORMAT,
+ * named "FILE:LINE: ..." (text from the file escaped with lh_escape). */
 lh_err lh_env_create(const lh_env_config *cfg, lh_env **out);
 void lh_env_free(lh_env *env);
 const lh_env_config *lh_env_config_of(const lh_env *env);

@@ -4,6 +4,9 @@
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -258,102 +261,399 @@ static lh_err sort_score(lh_env *env, const lh_env_task *task, const char *text,
 
 static const lh__env_ops sort_ops = {sort_task, sort_score, unbounded, no_free};
 
-/* ---- front end ---- */
+/* ---- specs: one table of every environment's keys drives parsing, defaults, range checks,
+ * the spec an environment's settings are written back as, and the key lists of messages ---- */
+
+typedef enum { KEY_U64, KEY_INT, KEY_REAL, KEY_OPS, KEY_TEXT, KEY_MATCH } key_kind;
+
+typedef struct {
+  lh_env_key pub; /* first: lh_env_key_at returns a pointer to it */
+  key_kind kind;
+  size_t off;       /* of the field in lh_env_config */
+  double lo, hi;    /* KEY_INT: [lo, hi]; KEY_REAL: (lo, hi), or (lo, hi] with hi_closed */
+  bool hi_closed;   /* KEY_REAL */
+  double def;       /* KEY_INT, KEY_REAL: the value 0 stands for */
+  const char *defs; /* KEY_OPS: the value "" stands for */
+  bool required;    /* KEY_TEXT: "" is refused */
+} env_key;
+
+#define STR_(x)  #x
+#define STR(x)   STR_(x)
+#define F(field) offsetof(lh_env_config, field)
+#define SEED_KEY                                                                                   \
+  { {"seed", "0..18446744073709551615", "0"}, KEY_U64, F(seed), 0, 0, false, 0, NULL, false }
+
+static const env_key arith_keys[] = {
+    {{"digits", "1..9", "2"}, KEY_INT, F(digits), 1, 9, false, 2, NULL, false},
+    {{"ops", "characters of +-*", "+-"}, KEY_OPS, F(ops), 0, 0, false, 0, "+-", false},
+    SEED_KEY,
+};
+static const env_key sort_keys[] = {
+    {{"count", "1..64", "5"}, KEY_INT, F(count), 1, 64, false, 5, NULL, false},
+    {{"digits", "1..18", "2"}, KEY_INT, F(digits), 1, 18, false, 2, NULL, false},
+    SEED_KEY,
+};
+static const env_key countdown_keys[] = {
+    {{"count", "2.." STR(LH_COUNTDOWN_MAX_NUMS), "4"},
+     KEY_INT,
+     F(count),
+     2,
+     LH_COUNTDOWN_MAX_NUMS,
+     false,
+     4,
+     NULL,
+     false},
+    {{"max", "1..1000", "10"}, KEY_INT, F(max_number), 1, 1000, false, 10, NULL, false},
+    SEED_KEY,
+};
+static const env_key jsonl_keys[] = {
+    {{"path", "a file", "required"}, KEY_TEXT, F(path), 0, 0, false, 0, NULL, true},
+    {{"test", "a file of test tasks", "none: test_fraction of path's tasks"},
+     KEY_TEXT,
+     F(test_path),
+     0,
+     0,
+     false,
+     0,
+     NULL,
+     false},
+    {{"match", "exact, numeric or auto", "auto"}, KEY_MATCH, F(match), 0, 0, false, 0, NULL, false},
+    {{"test_fraction", "a number in (0, 1)", "0.1"},
+     KEY_REAL,
+     F(test_fraction),
+     0,
+     1,
+     false,
+     0.1,
+     NULL,
+     false},
+};
+static const env_key exec_keys[] = {
+    {{"path", "a shell command", "required"}, KEY_TEXT, F(path), 0, 0, false, 0, NULL, true},
+    {{"timeout", "seconds in (0, 3600]", "10"},
+     KEY_REAL,
+     F(timeout_s),
+     0,
+     3600,
+     true,
+     10,
+     NULL,
+     false},
+};
+
+typedef struct {
+  const char *name;
+  const env_key *keys;
+  size_t n_keys;
+  const char *about;
+} env_def;
+
+#define KEYS(k) k, sizeof k / sizeof k[0]
+static const env_def env_defs[] = {
+    {"arith", KEYS(arith_keys),
+     "prompt \"A+B=\" (or -, * as ops allows) with operands of `digits` digits; the answer is "
+     "the result, an integer; a completion scores 1 when its first line is exactly the answer"},
+    {"countdown", KEYS(countdown_keys),
+     "prompt \"N1 N2 ... ->T:\": `count` numbers from 1..max and a target T; the answer is T; "
+     "a completion is an expression of the numbers (each at most once) with + - * / and "
+     "parentheses on its first line, scoring 1 when it equals T exactly, 0.1 when it is valid "
+     "but misses"},
+    {"sort", KEYS(sort_keys),
+     "prompt \"sort N1 N2 ...=\": `count` numbers of up to `digits` digits; the answer is them "
+     "in ascending order, separated by single spaces; a completion scores 1 when its first "
+     "line is exactly the answer"},
+    {"jsonl", KEYS(jsonl_keys),
+     "prompts and answers from the file's lines {\"prompt\": string, \"answer\": string or "
+     "number}; a completion scores 1 when it matches the answer (match=exact: the whole text, "
+     "trimmed; numeric: its last number; auto: numeric for a one-number answer, else exact)"},
+    {"exec", KEYS(exec_keys),
+     "prompts, answers and scores from the program, one JSON line per request (the exec "
+     "protocol in include/longhaul/env.h)"},
+};
+
+static const env_def *find_env(const char *name, size_t len) {
+  for (size_t i = 0; i < sizeof env_defs / sizeof env_defs[0]; i++)
+    if (strlen(env_defs[i].name) == len && !memcmp(env_defs[i].name, name, len))
+      return &env_defs[i];
+  return NULL;
+}
+
+const lh_env_key *lh_env_key_at(const char *name, size_t i) {
+  const env_def *d = name ? find_env(name, strlen(name)) : NULL;
+  return d && i < d->n_keys ? &d->keys[i].pub : NULL;
+}
+
+const char *lh_env_about(const char *name) {
+  const env_def *d = name ? find_env(name, strlen(name)) : NULL;
+  return d ? d->about : NULL;
+}
+
+/* "digits (1..9, default 2), ops (...), seed (...)" */
+static const char *keys_text(const env_def *d, char *buf, size_t cap) {
+  size_t used = 0;
+  buf[0] = '\0';
+  for (size_t i = 0; i < d->n_keys && used < cap; i++) {
+    const lh_env_key *k = &d->keys[i].pub;
+    bool req = !strcmp(k->def, "required");
+    used += (size_t)snprintf(buf + used, cap - used, "%s%s (%s, %s%s)", i ? ", " : "", k->key,
+                             k->range, req ? "" : "default ", k->def);
+  }
+  return buf;
+}
+
+/* A spec error: "NAME: MESSAGE; valid keys: ..." */
+static lh_err spec_error(const env_def *d, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static lh_err spec_error(const env_def *d, const char *fmt, ...) {
+  char msg[512], keys[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  return lh_errorf(LH_ERR_USAGE, "%s: %s; valid keys: %s", d->name, msg,
+                   keys_text(d, keys, sizeof keys));
+}
+
+/* An unsigned decimal integer, digits only (strtoull alone would take spaces, '+' and "-1" as
+ * 2^64 - 1). */
+static bool read_u64(const char *v, size_t n, uint64_t *out) {
+  if (n == 0 || n > 20) return false;
+  uint64_t x = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (v[i] < '0' || v[i] > '9') return false;
+    if (x > (UINT64_MAX - (uint64_t)(v[i] - '0')) / 10) return false;
+    x = x * 10 + (uint64_t)(v[i] - '0');
+  }
+  *out = x;
+  return true;
+}
+
+/* A decimal number as strtod reads it, without spaces, hex, inf or nan. */
+static bool read_real(const char *v, size_t n, double *out) {
+  char tmp[64];
+  if (n == 0 || n >= sizeof tmp || strspn(v, "0123456789.eE+-") < n) return false;
+  memcpy(tmp, v, n);
+  tmp[n] = '\0';
+  char *e = NULL;
+  errno = 0;
+  double x = strtod(tmp, &e);
+  if (e != tmp + n || (errno == ERANGE && x != 0) || !isfinite(x)) return false;
+  *out = x;
+  return true;
+}
+
+static bool real_in_range(const env_key *k, double v) {
+  return v > k->lo && (k->hi_closed ? v <= k->hi : v < k->hi);
+}
+
+static bool ops_valid(const char *o) {
+  return o[0] && strspn(o, "+-*") == strlen(o);
+}
+
+/* Stores value v[0, n) of key k into cfg; false when it is not one of the key's values. */
+static bool set_value(const env_key *k, const char *v, size_t n, lh_env_config *cfg) {
+  char *field = (char *)cfg + k->off;
+  uint64_t u;
+  double x;
+  switch (k->kind) {
+  case KEY_U64:
+    if (!read_u64(v, n, &u)) return false;
+    memcpy(field, &u, sizeof u);
+    return true;
+  case KEY_INT:
+    if (!read_u64(v, n, &u) || (double)u < k->lo || (double)u > k->hi) return false;
+    *(int *)(void *)field = (int)u;
+    return true;
+  case KEY_REAL:
+    if (!read_real(v, n, &x) || !real_in_range(k, x)) return false;
+    memcpy(field, &x, sizeof x);
+    return true;
+  case KEY_OPS:
+    if (n >= sizeof cfg->ops || strspn(v, "+-*") < n) return false;
+    memcpy(field, v, n);
+    field[n] = '\0';
+    return true;
+  case KEY_TEXT: /* both text fields hold LH_ENV_PATH_MAX bytes */
+    if (n >= LH_ENV_PATH_MAX || memchr(v, '\0', n)) return false;
+    memcpy(field, v, n);
+    field[n] = '\0';
+    return true;
+  case KEY_MATCH: {
+    static const char *const names[] = {"auto", "exact", "numeric"};
+    static const lh_env_match kinds[] = {LH_ENV_MATCH_AUTO, LH_ENV_MATCH_EXACT,
+                                         LH_ENV_MATCH_NUMERIC};
+    for (int i = 0; i < 3; i++)
+      if (strlen(names[i]) == n && !memcmp(v, names[i], n)) {
+        *(lh_env_match *)(void *)field = kinds[i];
+        return true;
+      }
+    return false;
+  }
+  }
+  return false;
+}
+
+#define ESC_CAP   96
+#define ESC(s, n) lh_escape((s), (n), (char[ESC_CAP]){0}, ESC_CAP)
 
 lh_err lh_env_config_parse(const char *spec, lh_env_config *cfg) {
   memset(cfg, 0, sizeof *cfg);
-  const char *colon = strchr(spec, ':');
-  size_t nl = colon ? (size_t)(colon - spec) : strlen(spec);
-  if (nl == 0 || nl >= sizeof cfg->name)
-    return lh_errorf(LH_ERR_INVAL, "env spec '%s': expected NAME or NAME:key=value,...", spec);
+  size_t sl = strlen(spec);
+  const char *colon = memchr(spec, ':', sl);
+  size_t nl = colon ? (size_t)(colon - spec) : sl;
+  if (nl == 0)
+    return lh_errorf(LH_ERR_USAGE,
+                     "env spec '%s': expected NAME or NAME:key=value,... (NAME: arith, countdown, "
+                     "sort, jsonl or exec)",
+                     ESC(spec, sl));
+  const env_def *d = find_env(spec, nl);
+  if (!d)
+    return lh_errorf(LH_ERR_USAGE,
+                     "unknown environment '%s' (expected arith, countdown, sort, jsonl or exec)",
+                     ESC(spec, nl));
   memcpy(cfg->name, spec, nl);
-  const char *p = colon ? colon + 1 : spec + nl;
-  while (*p) {
-    const char *end = strchr(p, ',');
-    size_t len = end ? (size_t)(end - p) : strlen(p);
+  bool seen[8] = {false};
+  for (const char *p = colon ? colon + 1 : spec + nl; *p;) {
+    const char *comma = strchr(p, ',');
+    size_t len = comma ? (size_t)(comma - p) : strlen(p);
     const char *eq = memchr(p, '=', len);
-    if (!eq)
-      return lh_errorf(LH_ERR_INVAL, "env spec '%s': expected key=value, found '%.*s'", spec,
-                       (int)len, p);
+    if (!eq) return spec_error(d, "expected key=value, found '%s'", ESC(p, len));
     size_t kl = (size_t)(eq - p), vl = len - kl - 1;
-    char key[32], val[LH_ENV_PATH_MAX];
-    if (kl >= sizeof key || vl >= sizeof val)
-      return lh_errorf(LH_ERR_LIMIT, "env spec '%s': key or value too long", spec);
-    memcpy(key, p, kl);
-    key[kl] = '\0';
-    memcpy(val, eq + 1, vl);
-    val[vl] = '\0';
-    char *e = NULL;
-    errno = 0;
-    if (!strcmp(key, "seed")) {
-      if (val[0] >= '0' && val[0] <= '9')
-        cfg->seed = strtoull(val, &e, 10);
-      else
-        e = val; /* a sign: strtoull would take "-1" as 2^64 - 1 */
-    } else if (!strcmp(key, "digits") || !strcmp(key, "count") || !strcmp(key, "max")) {
-      long v = strtol(val, &e, 10);
-      if (v < 0 || v > 1000000) errno = ERANGE;
-      int *dst = key[0] == 'd' ? &cfg->digits : key[0] == 'c' ? &cfg->count : &cfg->max_number;
-      *dst = (int)v;
-    } else if (!strcmp(key, "test_fraction") || !strcmp(key, "timeout")) {
-      double v = strtod(val, &e);
-      *(key[0] == 't' && key[1] == 'e' ? &cfg->test_fraction : &cfg->timeout_s) = v;
-    } else if (!strcmp(key, "ops")) {
-      if (vl >= sizeof cfg->ops) return lh_errorf(LH_ERR_INVAL, "env spec: ops '%s' too long", val);
-      strcpy(cfg->ops, val);
-      e = val + vl;
-    } else if (!strcmp(key, "path") || !strcmp(key, "test")) {
-      strcpy(key[0] == 'p' ? cfg->path : cfg->test_path, val);
-      e = val + vl;
-    } else if (!strcmp(key, "match")) {
-      if (!strcmp(val, "exact"))
-        cfg->match = LH_ENV_MATCH_EXACT;
-      else if (!strcmp(val, "numeric"))
-        cfg->match = LH_ENV_MATCH_NUMERIC;
-      else if (!strcmp(val, "auto"))
-        cfg->match = LH_ENV_MATCH_AUTO;
-      else
-        return lh_errorf(LH_ERR_INVAL,
-                         "env spec: match: expected exact, numeric or auto, found '%s'", val);
-      e = val + vl;
-    } else {
-      return lh_errorf(LH_ERR_INVAL, "env spec '%s': unknown key '%s'", spec, key);
-    }
-    if (errno || e == val || *e)
-      return lh_errorf(LH_ERR_INVAL, "env spec '%s': %s: bad value '%s'", spec, key, val);
+    const char *v = eq + 1;
+    size_t ki = 0;
+    while (ki < d->n_keys &&
+           !(strlen(d->keys[ki].pub.key) == kl && !memcmp(d->keys[ki].pub.key, p, kl)))
+      ki++;
+    if (ki == d->n_keys) return spec_error(d, "unknown key '%s'", ESC(p, kl));
+    const env_key *k = &d->keys[ki];
+    if (seen[ki]) return spec_error(d, "key '%s' given twice", k->pub.key);
+    seen[ki] = true;
+    if (vl == 0) return spec_error(d, "%s: expected %s, found nothing", k->pub.key, k->pub.range);
+    if (k->kind == KEY_TEXT && vl >= LH_ENV_PATH_MAX)
+      return spec_error(d, "%s: expected at most %d bytes, found %zu", k->pub.key,
+                        LH_ENV_PATH_MAX - 1, vl);
+    if (!set_value(k, v, vl, cfg))
+      return spec_error(d, "%s: expected %s, found '%s'", k->pub.key, k->pub.range, ESC(v, vl));
     p += len;
     if (*p == ',') p++;
   }
   return LH_ERR_OK;
 }
 
-static lh_err check_builtin(lh_env_config *c) {
-  bool ar = !strcmp(c->name, "arith"), so = !strcmp(c->name, "sort");
-  if (c->digits == 0) c->digits = 2;
-  if (c->digits < 1 || c->digits > (ar ? 9 : 18))
-    return lh_errorf(LH_ERR_INVAL, "%s: digits: expected 1..%d, found %d", c->name, ar ? 9 : 18,
-                     c->digits);
-  if (ar) {
-    if (!c->ops[0]) strcpy(c->ops, "+-");
-    for (const char *o = c->ops; *o; o++)
-      if (!strchr("+-*", *o))
-        return lh_errorf(LH_ERR_INVAL, "arith: ops: expected characters of \"+-*\", found '%s'",
-                         c->ops);
+/* Fills in the defaults of cfg's environment (zero: the default) and checks every setting, as a
+ * spec's are checked, for configs built in code. */
+static lh_err settle(const env_def *d, lh_env_config *c) {
+  for (size_t i = 0; i < d->n_keys; i++) {
+    const env_key *k = &d->keys[i];
+    char *field = (char *)c + k->off;
+    if (k->kind == KEY_INT) {
+      int *v = (int *)(void *)field;
+      if (*v == 0) *v = (int)k->def;
+      if (*v < k->lo || *v > k->hi)
+        return spec_error(d, "%s: expected %s, found %d", k->pub.key, k->pub.range, *v);
+    } else if (k->kind == KEY_REAL) {
+      double *v = (double *)(void *)field;
+      if (*v == 0) *v = k->def;
+      if (!real_in_range(k, *v))
+        return spec_error(d, "%s: expected %s, found %g", k->pub.key, k->pub.range, *v);
+    } else if (k->kind == KEY_OPS) {
+      field[sizeof c->ops - 1] = '\0';
+      if (!field[0]) strcpy(field, k->defs);
+      if (!ops_valid(field))
+        return spec_error(d, "%s: expected %s, found '%s'", k->pub.key, k->pub.range,
+                          ESC(field, strlen(field)));
+    } else if (k->kind == KEY_TEXT) {
+      field[LH_ENV_PATH_MAX - 1] = '\0';
+      if (k->required && !field[0]) return spec_error(d, "missing key %s", k->pub.key);
+    } else if (k->kind == KEY_MATCH) {
+      lh_env_match m = *(lh_env_match *)(void *)field;
+      if (m != LH_ENV_MATCH_AUTO && m != LH_ENV_MATCH_EXACT && m != LH_ENV_MATCH_NUMERIC)
+        return spec_error(d, "%s: expected %s, found %d", k->pub.key, k->pub.range, (int)m);
+    }
   }
-  if (so) {
-    if (c->count == 0) c->count = 5;
-    if (c->count < 1 || c->count > 64)
-      return lh_errorf(LH_ERR_INVAL, "sort: count: expected 1..64, found %d", c->count);
+  /* countdown has no digits key, but its task keys have always hashed the digits default in
+   * (its tasks must not change) */
+  if (!strcmp(d->name, "countdown") && c->digits == 0) c->digits = 2;
+  return LH_ERR_OK;
+}
+
+/* The shortest of %.15g, %.16g and %.17g that reads back as v. */
+static void real_text(double v, char *buf, size_t cap) {
+  for (int prec = 15; prec <= 17; prec++) {
+    snprintf(buf, cap, "%.*g", prec, v);
+    if (strtod(buf, NULL) == v) break;
   }
-  if (!strcmp(c->name, "countdown")) {
-    if (c->count == 0) c->count = 4;
-    if (c->max_number == 0) c->max_number = 10;
-    if (c->count < 2 || c->count > LH_COUNTDOWN_MAX_NUMS)
-      return lh_errorf(LH_ERR_INVAL, "countdown: count: expected 2..%d, found %d",
-                       LH_COUNTDOWN_MAX_NUMS, c->count);
-    if (c->max_number < 1 || c->max_number > 1000)
-      return lh_errorf(LH_ERR_INVAL, "countdown: max: expected 1..1000, found %d", c->max_number);
+}
+
+static void value_text(const env_key *k, const lh_env_config *cfg, char *buf, size_t cap) {
+  const char *field = (const char *)cfg + k->off;
+  uint64_t u;
+  double x;
+  switch (k->kind) {
+  case KEY_U64:
+    memcpy(&u, field, sizeof u);
+    snprintf(buf, cap, "%" PRIu64, u);
+    break;
+  case KEY_INT:
+    snprintf(buf, cap, "%d", *(const int *)(const void *)field);
+    break;
+  case KEY_REAL:
+    memcpy(&x, field, sizeof x);
+    real_text(x, buf, cap);
+    break;
+  case KEY_OPS:
+  case KEY_TEXT:
+    snprintf(buf, cap, "%s", field);
+    break;
+  case KEY_MATCH: {
+    lh_env_match m = *(const lh_env_match *)(const void *)field;
+    snprintf(buf, cap, "%s",
+             m == LH_ENV_MATCH_EXACT     ? "exact"
+             : m == LH_ENV_MATCH_NUMERIC ? "numeric"
+                                         : "auto");
+    break;
   }
+  }
+}
+
+lh_err lh_env_config_value(const lh_env_config *cfg, const char *key, char *buf, size_t cap) {
+  const env_def *d = find_env(cfg->name, strnlen(cfg->name, sizeof cfg->name));
+  for (size_t i = 0; d && i < d->n_keys; i++)
+    if (!strcmp(d->keys[i].pub.key, key)) {
+      char v[LH_ENV_PATH_MAX];
+      value_text(&d->keys[i], cfg, v, sizeof v);
+      if (strlen(v) >= cap)
+        return lh_errorf(LH_ERR_LIMIT, "%s: %s: the value needs %zu bytes, %zu given", d->name, key,
+                         strlen(v) + 1, cap);
+      memcpy(buf, v, strlen(v) + 1);
+      return LH_ERR_OK;
+    }
+  return lh_errorf(LH_ERR_NOTFOUND, "%.*s: no key '%s'", (int)sizeof cfg->name, cfg->name, key);
+}
+
+lh_err lh_env_config_format(const lh_env_config *cfg, char *buf, size_t cap) {
+  size_t nl = strnlen(cfg->name, sizeof cfg->name);
+  const env_def *d = find_env(cfg->name, nl);
+  if (!d) return lh_errorf(LH_ERR_USAGE, "unknown environment '%s'", ESC(cfg->name, nl));
+  size_t used = 0;
+  bool first = true;
+  int w = snprintf(buf, cap, "%s", d->name);
+  used = (size_t)w;
+  for (size_t i = 0; i < d->n_keys && used < cap; i++) {
+    const env_key *k = &d->keys[i];
+    char v[LH_ENV_PATH_MAX];
+    value_text(k, cfg, v, sizeof v);
+    if (!strcmp(v, "0") && (k->kind == KEY_INT || k->kind == KEY_REAL)) continue; /* unset */
+    if (!v[0]) continue; /* text or ops not given */
+    if (strchr(v, ','))
+      return lh_errorf(LH_ERR_UNSUPPORTED, "%s: %s: '%s' holds a ',', which a spec cannot", d->name,
+                       k->pub.key, ESC(v, strlen(v)));
+    w = snprintf(buf + used, cap - used, "%s%s=%s", first ? ":" : ",", k->pub.key, v);
+    used += (size_t)w;
+    first = false;
+  }
+  if (used >= cap)
+    return lh_errorf(LH_ERR_LIMIT, "%s: the spec needs more than %zu bytes", d->name, cap);
   return LH_ERR_OK;
 }
 
@@ -375,14 +675,12 @@ lh_err lh_env_create(const lh_env_config *cfg, lh_env **out) {
   else if (!strcmp(c->name, "exec"))
     env->ops = &lh__env_exec_ops;
   else {
-    e = lh_errorf(LH_ERR_NOTFOUND,
-                  "env: unknown environment '%s' (expected arith, countdown, sort, jsonl, exec)",
-                  c->name);
+    e = lh_errorf(LH_ERR_USAGE,
+                  "unknown environment '%s' (expected arith, countdown, sort, jsonl or exec)",
+                  ESC(c->name, strlen(c->name)));
     goto fail;
   }
-  if (env->ops == &arith_ops || env->ops == &sort_ops || env->ops == &lh__env_countdown_ops) {
-    if ((e = check_builtin(c))) goto fail;
-  }
+  if ((e = settle(find_env(c->name, strlen(c->name)), c))) goto fail;
   /* keys: a hash of the settings that shape tasks, then of the split */
   char canon[2 * LH_ENV_PATH_MAX + 128];
   int cl = snprintf(canon, sizeof canon, "%s|%" PRIu64 "|%d|%s|%d|%d|%s|%s|%d|%.9g", c->name,

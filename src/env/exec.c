@@ -330,11 +330,7 @@ static void exec_free(lh_env *env) {
 }
 
 lh_err lh__env_exec_init(lh_env *env) {
-  if (!env->cfg.path[0]) return lh_errorf(LH_ERR_INVAL, "exec: no command given (path=COMMAND)");
-  if (env->cfg.timeout_s == 0) env->cfg.timeout_s = 10;
-  if (!(env->cfg.timeout_s > 0 && env->cfg.timeout_s <= 3600))
-    return lh_errorf(LH_ERR_INVAL, "exec: timeout: expected 0..3600 s, found %g",
-                     env->cfg.timeout_s);
+  /* settled: a command given, timeout in (0, 3600] */
   ex *x = lh_xcalloc(1, sizeof *x);
   pthread_mutex_init(&x->mu, NULL);
   x->fd = -1;

@@ -327,12 +327,7 @@ static void jsonl_free(lh_env *env) {
 }
 
 lh_err lh__env_jsonl_init(lh_env *env) {
-  lh_env_config *c = &env->cfg;
-  if (!c->path[0]) return lh_errorf(LH_ERR_INVAL, "jsonl: no file given (path=FILE)");
-  if (c->test_fraction == 0) c->test_fraction = 0.1;
-  if (!(c->test_fraction > 0 && c->test_fraction < 1))
-    return lh_errorf(LH_ERR_INVAL, "jsonl: test_fraction: expected a value in (0, 1), found %g",
-                     c->test_fraction);
+  lh_env_config *c = &env->cfg; /* settled: path given, test_fraction in (0, 1) */
   jl *j = lh_xcalloc(1, sizeof *j);
   env->impl = j;
   lh_err e;

@@ -104,24 +104,192 @@ static void test_seed_changes_tasks(void **state) {
   lh_env_free(b);
 }
 
+/* lh_escape (base), which every env message uses for text from outside: printable UTF-8 kept,
+ * control bytes, C1 controls, bidi overrides and ill-formed UTF-8 as \xNN, truncation at a unit
+ * boundary with "...". */
+static void test_escape(void **state) {
+  char buf[64];
+  static const char *const in_out[][2] = {
+      {"plain text", "plain text"},
+      {"a\nb\tc\rd\\e", "a\\nb\\tc\\rd\\\\e"},
+      {"\x1b[31mred\x1b[0m", "\\x1b[31mred\\x1b[0m"},
+      {"nul\x01\x7f", "nul\\x01\\x7f"},
+      {"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"},
+      {"\xc2\x9b"
+       "2J",
+       "\\xc2\\x9b2J"}, /* C1 CSI */
+      {"\xe2\x80\xae"
+       "evil",
+       "\\xe2\\x80\\xaeevil"},             /* right-to-left override */
+      {"\xe2\x80\xa8", "\\xe2\\x80\\xa8"}, /* line separator */
+      {"\xff\xfe", "\\xff\\xfe"},
+      {"\xc0\xaf", "\\xc0\\xaf"},                   /* overlong '/' */
+      {"\xed\xa0\x80", "\\xed\\xa0\\x80"},          /* surrogate */
+      {"\xf4\x90\x80\x80", "\\xf4\\x90\\x80\\x80"}, /* above U+10FFFF */
+      {"cut \xe2\x82", "cut \\xe2\\x82"},
+  };
+  for (size_t i = 0; i < sizeof in_out / sizeof in_out[0]; i++)
+    assert_string_equal(lh_escape(in_out[i][0], strlen(in_out[i][0]), buf, sizeof buf),
+                        in_out[i][1]);
+  assert_string_equal(lh_escape("a\0b", 3, buf, sizeof buf), "a\\x00b");
+  assert_string_equal(lh_escape(NULL, 0, buf, sizeof buf), "");
+  assert_string_equal(lh_escape("x", 1, buf, 0), "");
+  /* truncation: at most cap bytes with the NUL, "..." at the end, no unit cut */
+  assert_string_equal(lh_escape("abcdefghij", 10, buf, 11), "abcdefghij");
+  assert_string_equal(lh_escape("abcdefghij", 10, buf, 10), "abcdef...");
+  assert_string_equal(lh_escape("abcd\x1b", 5, buf, 8), "abcd...");
+  assert_string_equal(lh_escape("ab\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac", 11, buf, 9),
+                      "ab\xe2\x82\xac...");
+  assert_string_equal(lh_escape("abcdef", 6, buf, 3), "..");
+  char big[300];
+  memset(big, '\x1b', sizeof big);
+  const char *e = lh_escape(big, sizeof big, buf, sizeof buf);
+  assert_true(strlen(e) < sizeof buf && strlen(e) >= sizeof buf - 4);
+  assert_string_equal(e + strlen(e) - 7, "\\x1b...");
+}
+
+/* the message of the last error holds `want` */
+static void assert_message(const char *want) {
+  if (!strstr(lh_last_error(), want)) fail_msg("message '%s' lacks '%s'", lh_last_error(), want);
+}
+
+static void assert_spec_error(const char *spec, const char *want) {
+  lh_env_config cfg;
+  lh_err e = lh_env_config_parse(spec, &cfg);
+  if (e != LH_ERR_USAGE) fail_msg("%s: %s, want USAGE (%s)", spec, lh_err_name(e), lh_last_error());
+  assert_message(want);
+}
+
+#define ARITH_KEYS                                                                                 \
+  "valid keys: digits (1..9, default 2), ops (characters of +-*, default +-), seed "               \
+  "(0..18446744073709551615, default 0)"
+
+/* Every bad spec is LH_ERR_USAGE, with a message that says what was expected and found and lists
+ * the environment's keys with their ranges. */
 static void test_config_errors(void **state) {
   lh_env_config cfg;
   lh_env *env = NULL;
-  assert_int_equal(lh_env_config_parse("arith:digits=x", &cfg), LH_ERR_INVAL);
-  assert_int_equal(lh_env_config_parse("arith:colour=3", &cfg), LH_ERR_INVAL);
-  assert_int_equal(lh_env_config_parse("arith:seed=-1", &cfg), LH_ERR_INVAL); /* not 2^64 - 1 */
-  assert_non_null(strstr(lh_last_error(), "seed: bad value '-1'"));
-  assert_int_equal(lh_env_config_parse("arith:seed=18446744073709551616", &cfg), LH_ERR_INVAL);
+  assert_spec_error("arith:digit=3", "arith: unknown key 'digit'; " ARITH_KEYS);
+  assert_spec_error("arith:digits=0", "arith: digits: expected 1..9, found '0'; " ARITH_KEYS);
+  assert_spec_error("arith:digits=10", "digits: expected 1..9, found '10'");
+  assert_spec_error("arith:digits=x", "digits: expected 1..9, found 'x'");
+  assert_spec_error("arith:digits= 2", "found ' 2'");
+  assert_spec_error("arith:digits=+2", "found '+2'");
+  assert_spec_error("arith:digits=2,ops=+,digits=3",
+                    "arith: key 'digits' given twice; " ARITH_KEYS);
+  assert_spec_error("arith:colour=3", "unknown key 'colour'");
+  assert_spec_error("arith:seed=-1", "arith: seed: expected 0..18446744073709551615, found '-1'");
+  assert_spec_error("arith:seed=18446744073709551616", "seed: expected");
+  assert_spec_error("arith:ops=+/", "arith: ops: expected characters of +-*, found '+/'");
+  assert_spec_error("arith:ops=", "arith: ops: expected characters of +-*, found nothing");
+  assert_spec_error("arith:digits", "arith: expected key=value, found 'digits'");
+  assert_spec_error("arith:,", "arith: expected key=value, found ''");
+  assert_spec_error("countdown:count=9",
+                    "countdown: count: expected 2..8, found '9'; valid keys: "
+                    "count (2..8, default 4), max (1..1000, default 10), seed");
+  assert_spec_error("countdown:max=1001", "max: expected 1..1000");
+  assert_spec_error("countdown:digits=2", "countdown: unknown key 'digits'");
+  assert_spec_error("sort:count=65", "sort: count: expected 1..64, found '65'; valid keys: count "
+                                     "(1..64, default 5), digits (1..18, default 2), seed");
+  assert_spec_error("sort:digits=19", "digits: expected 1..18");
+  assert_spec_error("sort:ops=+", "sort: unknown key 'ops'");
+  assert_spec_error("jsonl:path=x,seed=1",
+                    "jsonl: unknown key 'seed'; valid keys: path (a file, required), test (a file "
+                    "of test tasks, default none: test_fraction of path's tasks), match (exact, "
+                    "numeric or auto, default auto), test_fraction (a number in (0, 1), default "
+                    "0.1)");
+  assert_spec_error("jsonl:path=x,test_fraction=0", "test_fraction: expected a number in (0, 1)");
+  assert_spec_error("jsonl:path=x,test_fraction=1", "found '1'");
+  assert_spec_error("jsonl:path=x,test_fraction=nan", "found 'nan'");
+  assert_spec_error("jsonl:path=x,match=fuzzy", "match: expected exact, numeric or auto");
+  assert_spec_error("jsonl:path=x,path=y", "key 'path' given twice");
+  assert_spec_error("exec:path=x,timeout=3601", "exec: timeout: expected seconds in (0, 3600]");
+  assert_spec_error("exec:path=x,timeout=0", "found '0'");
+  assert_spec_error("exec:path=x,digits=1",
+                    "valid keys: path (a shell command, required), timeout (seconds in (0, "
+                    "3600], default 10)");
+  assert_spec_error("nosuch", "unknown environment 'nosuch' (expected arith, countdown, sort, "
+                              "jsonl or exec)");
+  assert_spec_error(":digits=1", "expected NAME or NAME:key=value");
+  /* spec text in a message is escaped: no terminal control reaches the user's screen */
+  assert_spec_error("arith:\x1b[2J=1", "unknown key '\\x1b[2J'");
+  assert_spec_error("arith:digits=\x1b]0;owned\x07", "found '\\x1b]0;owned\\x07'");
+  assert_spec_error("nosuch\x1b[31m", "unknown environment 'nosuch\\x1b[31m'");
+  assert_null(strchr(lh_last_error(), '\x1b'));
+  /* good specs */
   assert_int_equal(lh_env_config_parse("arith:seed=18446744073709551615", &cfg), LH_ERR_OK);
   assert_true(cfg.seed == UINT64_MAX);
-  assert_int_equal(lh_env_config_parse("nosuch", &cfg), LH_ERR_OK);
-  assert_int_equal(lh_env_create(&cfg, &env), LH_ERR_NOTFOUND);
+  assert_int_equal(lh_env_config_parse("arith:", &cfg), LH_ERR_OK);
+  assert_int_equal(lh_env_config_parse("arith:digits=09,", &cfg), LH_ERR_OK);
+  assert_int_equal(cfg.digits, 9);
+  assert_int_equal(lh_env_config_parse("exec:path=sh -c 'a=b; echo $a'", &cfg), LH_ERR_OK);
+  assert_string_equal(cfg.path, "sh -c 'a=b; echo $a'");
+  /* a config built in code is checked as a spec is, defaults filled in first */
+  memset(&cfg, 0, sizeof cfg);
+  strcpy(cfg.name, "nosuch");
+  assert_int_equal(lh_env_create(&cfg, &env), LH_ERR_USAGE);
   assert_null(env);
-  assert_int_equal(lh_env_config_parse("arith:ops=+/", &cfg), LH_ERR_OK);
-  assert_int_equal(lh_env_create(&cfg, &env), LH_ERR_INVAL);
-  assert_non_null(strstr(lh_last_error(), "ops"));
-  assert_int_equal(lh_env_config_parse("countdown:count=9", &cfg), LH_ERR_OK);
-  assert_int_equal(lh_env_create(&cfg, &env), LH_ERR_INVAL);
+  strcpy(cfg.name, "arith");
+  strcpy(cfg.ops, "+/");
+  assert_int_equal(lh_env_create(&cfg, &env), LH_ERR_USAGE);
+  assert_message("arith: ops: expected characters of +-*, found '+/'; " ARITH_KEYS);
+  memset(&cfg, 0, sizeof cfg);
+  strcpy(cfg.name, "countdown");
+  cfg.count = 9;
+  assert_int_equal(lh_env_create(&cfg, &env), LH_ERR_USAGE);
+  assert_message("countdown: count: expected 2..8, found 9");
+  assert_int_equal(lh_env_config_parse("jsonl", &cfg), LH_ERR_OK);
+  assert_int_equal(lh_env_create(&cfg, &env), LH_ERR_USAGE);
+  assert_message("jsonl: missing key path; valid keys: path (a file, required)");
+  assert_int_equal(lh_env_config_parse("exec", &cfg), LH_ERR_OK);
+  cfg.timeout_s = -1;
+  strcpy(cfg.path, "cat");
+  assert_int_equal(lh_env_create(&cfg, &env), LH_ERR_USAGE);
+  assert_message("exec: timeout: expected seconds in (0, 3600], found -1");
+}
+
+/* The effective spec of an environment (defaults filled in) reads back to the same settings, and
+ * the key table lists each environment's keys. */
+static void test_config_format(void **state) {
+  static const char *const specs[][2] = {
+      {"arith", "arith:digits=2,ops=+-,seed=0"},
+      {"arith:seed=7,ops=*,digits=3", "arith:digits=3,ops=*,seed=7"},
+      {"countdown:count=3,max=25,seed=7", "countdown:count=3,max=25,seed=7"},
+      {"sort", "sort:count=5,digits=2,seed=0"},
+      {"jsonl:path=" LH_SOURCE_DIR "/tests/fixtures/env/gsm.jsonl,match=numeric",
+       "jsonl:path=" LH_SOURCE_DIR "/tests/fixtures/env/gsm.jsonl,match=numeric,test_fraction=0.1"},
+      {"exec:timeout=0.25,path=cat", "exec:path=cat,timeout=0.25"},
+  };
+  for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+    lh_env *env = make(specs[i][0]);
+    char spec[2048], again[2048];
+    assert_int_equal(lh_env_config_format(lh_env_config_of(env), spec, sizeof spec), LH_ERR_OK);
+    assert_string_equal(spec, specs[i][1]);
+    lh_env *env2 = make(spec);
+    assert_int_equal(lh_env_config_format(lh_env_config_of(env2), again, sizeof again), LH_ERR_OK);
+    assert_string_equal(again, spec);
+    assert_memory_equal(lh_env_config_of(env), lh_env_config_of(env2), sizeof(lh_env_config));
+    assert_int_equal(lh_env_config_format(lh_env_config_of(env), spec, 8), LH_ERR_LIMIT);
+    lh_env_free(env);
+    lh_env_free(env2);
+  }
+  lh_env *env = make("countdown:max=25");
+  char v[16];
+  assert_int_equal(lh_env_config_value(lh_env_config_of(env), "max", v, sizeof v), LH_ERR_OK);
+  assert_string_equal(v, "25");
+  assert_int_equal(lh_env_config_value(lh_env_config_of(env), "count", v, sizeof v), LH_ERR_OK);
+  assert_string_equal(v, "4");
+  assert_int_equal(lh_env_config_value(lh_env_config_of(env), "digits", v, sizeof v),
+                   LH_ERR_NOTFOUND);
+  lh_env_free(env);
+  static const char *const arith_keys[] = {"digits", "ops", "seed"};
+  for (size_t i = 0; i < 3; i++)
+    assert_string_equal(lh_env_key_at("arith", i)->key, arith_keys[i]);
+  assert_null(lh_env_key_at("arith", 3));
+  assert_null(lh_env_key_at("nosuch", 0));
+  assert_string_equal(lh_env_key_at("jsonl", 0)->def, "required");
+  assert_non_null(strstr(lh_env_about("countdown"), "->T:"));
+  assert_null(lh_env_about("nosuch"));
 }
 
 static void test_arith_scoring(void **state) {
@@ -935,7 +1103,9 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_builtin_determinism_and_splits),
       cmocka_unit_test(test_seed_changes_tasks),
+      cmocka_unit_test(test_escape),
       cmocka_unit_test(test_config_errors),
+      cmocka_unit_test(test_config_format),
       cmocka_unit_test(test_arith_scoring),
       cmocka_unit_test(test_sort_scoring),
       cmocka_unit_test(test_countdown_evaluator),
