@@ -684,7 +684,7 @@ printf '{"vocab_size": 40, "num_hidden_layers": 1}\n' >"$TMP/v40.json"
 run sft-v40-init "$BIN" init-model --arch qwen2 --preset "$TMP/v40.json" --seed 1 --out "$TMP/v40"
 expect_rc sft-v40-init 0 && cp "$TMP/gen/tokenizer.json" "$TMP/v40/tokenizer.json"
 printf '{"prompt":"zz?","answer":"yy~"}\n{"prompt":"q","answer":"x"}\n' >"$TMP/sft-hi.jsonl"
-run sft-vocab "$BIN" sft --model "$TMP/v40" --env "jsonl:path=$TMP/sft-hi.jsonl,test_fraction=0" --steps 1 --batch 2 --out "$TMP/sft-bad"
+run sft-vocab "$BIN" sft --model "$TMP/v40" --env "jsonl:path=$TMP/sft-hi.jsonl" --steps 1 --batch 2 --out "$TMP/sft-bad"
 expect_rc sft-vocab 1 && expect_one_line_error sft-vocab "token [0-9]+ is outside the model's vocabulary \\[0, 40\\)"
 # A jsonl example that cannot be trained on, late in the file, is found before step 1 (it ended
 # the run after the steps before it, with nothing written); an empty one has nothing to learn
@@ -693,13 +693,13 @@ python3 -c '
 import json
 for i in range(60): print(json.dumps({"prompt": "%d+%d=" % (i % 10, i // 10), "answer": str(i % 10 + i // 10)}))
 print(json.dumps({"prompt": "1+" * 40 + "1=", "answer": "41"}))' >"$TMP/sft-late.jsonl"
-run sft-late "$BIN" sft --model "$TMP/gen" --env "jsonl:path=$TMP/sft-late.jsonl,test_fraction=0" --steps 20 --batch 4 --max-seq 32 --log-every 1 --out "$TMP/sft-bad"
+run sft-late "$BIN" sft --model "$TMP/gen" --env "jsonl:path=$TMP/sft-late.jsonl" --steps 20 --batch 4 --max-seq 32 --log-every 1 --out "$TMP/sft-bad"
 expect_rc sft-late 1 && expect_one_line_error sft-late 'train task [0-9]+: 8[0-9] tokens of prompt, solution and eos; --max-seq allows 32'
 printf '%s\n' 'while read -r l; do echo "{\"prompt\":\"\",\"answer\":\"x\",\"solution\":\"\"}"; done' >"$TMP/sft-empty.sh"
 run sft-empty "$BIN" sft --model "$TMP/gen" --env "exec:path=sh $TMP/sft-empty.sh" --steps 1 --out "$TMP/sft-bad"
 expect_rc sft-empty 1 && expect_one_line_error sft-empty 'train task 0: nothing to learn'
 printf '{"prompt":"","answer":""}\n' >"$TMP/sft-blank.jsonl"
-run sft-blank "$BIN" sft --model "$TMP/gen" --env "jsonl:path=$TMP/sft-blank.jsonl,test_fraction=0" --steps 1 --out "$TMP/sft-bad"
+run sft-blank "$BIN" sft --model "$TMP/gen" --env "jsonl:path=$TMP/sft-blank.jsonl" --steps 1 --out "$TMP/sft-bad"
 expect_rc sft-blank 1 && expect_one_line_error sft-blank 'sft-blank.jsonl:1: field answer: expected a non-blank answer'
 # --batch x --max-seq past INT_MAX tokens is a usage error (it overflowed an int)
 printf '{"max_position_embeddings": 1048576}\n' >"$TMP/ctx1m.json"
