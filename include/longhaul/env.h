@@ -131,9 +131,32 @@ typedef struct {
   int64_t target;                      /* countdown */
 } lh_env_task;
 
-/* The exec protocol. The command runs under /bin/sh -c in its own process group, started on the
- * first request; its stdin and stdout are a socket, its stderr is the trainer's, and it inherits
- * no other descriptor. Each request is one JSON object on one line and is answered by exactly one
+/* The exec protocol. The command runs under /bin/sh -c, started on the first request; its stdin
+ * and stdout are a socket, its stderr is the trainer's, and it inherits no other descriptor.
+ *
+ * Processes. The program is not the trainer's child but runs under a keeper: the trainer's own
+ * executable started again from /proc/self/exe (a fresh process of a few MB, none of the
+ * trainer's memory; exec.c's constructor makes it the keeper before main runs, so this needs
+ * exec.c linked into the executable, as the static longhaul_core is). The keeper is a child
+ * subreaper (PR_SET_CHILD_SUBREAPER), in its own process group (a terminal's ^C goes to the
+ * trainer); the program is its child, in a process group of its own, with
+ * PR_SET_PDEATHSIG(SIGKILL) (checked against a keeper that died first). Every process the program
+ * starts, also one that calls setsid() or double-forks, stays a descendant of the keeper, which
+ * kills them all (SIGKILL) and reaps them when the trainer stops or restarts the program
+ * (lh_env_free waits for that: afterwards none is left), when the program exits (its helpers go
+ * with it, and its exit status is reported), and when the trainer dies, by SIGKILL too (the
+ * keeper holds a pipe whose write end only the trainer has, and watches getppid()): within
+ * 250 ms. For the host process this means: it is not made a subreaper, and its other children
+ * are untouched; it has one child per running exec program, the keeper, which it must not reap
+ * itself (a waitpid(-1) loop or SIGCHLD set to SIG_IGN in the host takes the program's exit status
+ * away, though the processes still end); a child the host forks without exec while a program
+ * runs holds that pipe until it exits or execs, so the keeper then sees the trainer's death by
+ * getppid() only. When no keeper starts (an executable that does not link exec.c, no /proc;
+ * logged once) or with LONGHAUL_EXEC_NO_KEEPER=1 in the environment when the env is created, the
+ * program is the trainer's child in its own process group with PR_SET_PDEATHSIG(SIGKILL): it
+ * dies with the trainer thread that started it and its group is killed on stop, but a helper
+ * that leaves the group survives.
+ * Each request is one JSON object on one line and is answered by exactly one
  * line holding one JSON object:
  *   {"type":"generate","split":"train"|"test","index":N,"request_id":R}
  *     -> {"prompt":string,"answer":string,"solution":string (optional)}
@@ -146,8 +169,8 @@ typedef struct {
  * for each maximal ill-formed subpart, as Python's decode(errors="replace") gives them; the rest
  * is sent as it is. A request fails when the program crashes, says nothing within the timeout,
  * or replies with anything else: not JSON, wrong fields, another request_id, or more output
- * after the reply line. The program is then killed with its process group (also when it exited
- * by itself: helpers it started do not outlive it) and started again on the next request.
+ * after the reply line. The program is then killed with everything it started (also when it
+ * exited by itself: helpers it started do not outlive it) and started again on the next request.
  * Output written between requests (a banner, a log line on stdout) also restarts it before the
  * next request, so a reply is never read as the answer to another request: log to stderr. */
 

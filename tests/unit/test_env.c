@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -1080,6 +1081,135 @@ static void test_exec_exit_kills_group(void **state) {
   lh_env_free(env);
 }
 
+/* The pids a "spawn" program reports: the program, its parent (the shell that runs it), a child,
+ * a child in a new session and a double-forked daemon whose parent is gone. */
+typedef struct {
+  long prog, parent, child, session, daemon;
+} tree;
+
+static tree parse_tree(const char *prompt) {
+  tree t;
+  if (sscanf(prompt, "pids %ld %ld %ld %ld %ld", &t.prog, &t.parent, &t.child, &t.session,
+             &t.daemon) != 5)
+    fail_msg("not a pids line: '%s'", prompt);
+  return t;
+}
+
+static int tree_alive(const tree *t) {
+  return pid_alive(t->prog) + pid_alive(t->child) + pid_alive(t->session) + pid_alive(t->daemon);
+}
+
+/* waits up to `seconds` for every process of t to be gone; kills what is left (processes this
+ * test started) before failing */
+static void assert_tree_gone(const tree *t, double seconds, const char *when) {
+  double until = lh_time_now() + seconds;
+  while (tree_alive(t) && lh_time_now() < until)
+    usleep(10000);
+  if (!tree_alive(t)) return;
+  long left[4] = {t->prog, t->child, t->session, t->daemon};
+  char names[128] = "";
+  for (int i = 0; i < 4; i++)
+    if (pid_alive(left[i])) {
+      snprintf(names + strlen(names), sizeof names - strlen(names), " %ld", left[i]);
+      kill((pid_t)left[i], SIGKILL);
+    }
+  fail_msg("%s: still running:%s", when, names);
+}
+
+static tree get_tree(lh_env *env, uint64_t index) {
+  lh_env_task t;
+  if (lh_env_task_get(env, LH_SPLIT_TRAIN, index, &t)) fail_msg("%s", lh_last_error());
+  tree tr = parse_tree(t.prompt);
+  lh_env_task_clear(&t);
+  assert_int_equal(tree_alive(&tr), 4);
+  return tr;
+}
+
+/* No process an exec program started outlives lh_env_free or a restart, also one that left the
+ * program's process group (setsid) or whose parent exited (a daemon): the program runs under a
+ * keeper, a subreaper that kills the whole tree. */
+static void test_exec_no_descendant_survives(void **state) {
+  lh_env *env = make_exec("spawn", 10);
+  tree a = get_tree(env, 0);
+  lh_env_free(env);
+  assert_tree_gone(&a, 0, "after lh_env_free"); /* at once: lh_env_free waits for them */
+  assert_false(pid_alive(a.parent));
+  /* a restart: the program exits on index 2 (status 3, reported), its helpers go with it, and the
+   * program started again for index 3 starts its own */
+  env = make_exec("spawn", 10);
+  a = get_tree(env, 0);
+  lh_env_task t;
+  assert_int_equal(lh_env_task_get(env, LH_SPLIT_TRAIN, 2, &t), LH_ERR_IO);
+  assert_message("exited with status 3");
+  assert_tree_gone(&a, 0, "after the program exited");
+  tree b = get_tree(env, 3);
+  assert_true(b.prog != a.prog);
+  /* a restart the trainer decides on (no reply in time) */
+  lh_env_free(env);
+  assert_tree_gone(&b, 0, "after lh_env_free of a restarted program");
+  env = make_exec("spawn-hang", 1);
+  a = get_tree(env, 0);
+  assert_int_equal(lh_env_task_get(env, LH_SPLIT_TRAIN, 1, &t), LH_ERR_IO);
+  assert_message("no reply within 1 s");
+  assert_tree_gone(&a, 0, "after a timeout");
+  lh_env_free(env);
+}
+
+/* The trainer killed with SIGKILL: the keeper sees its lifeline close and kills the tree. */
+static void test_exec_trainer_killed(void **state) {
+  int p[2];
+  assert_int_equal(pipe(p), 0);
+  pid_t trainer = fork();
+  assert_true(trainer >= 0);
+  if (trainer == 0) { /* the "trainer": starts the program, reports its tree, waits to be killed */
+    close(p[0]);
+    lh_env_config cfg;
+    lh_env_config_parse("exec", &cfg);
+    snprintf(cfg.path, sizeof cfg.path, "/usr/bin/python3 %sexec_env.py spawn", FIX);
+    lh_env *env = NULL;
+    lh_env_task t;
+    if (lh_env_create(&cfg, &env) || lh_env_task_get(env, LH_SPLIT_TRAIN, 0, &t)) _exit(1);
+    if (write(p[1], t.prompt, strlen(t.prompt) + 1) < 0) _exit(1);
+    for (;;)
+      pause();
+  }
+  close(p[1]);
+  char line[256] = "";
+  size_t n = 0;
+  ssize_t r;
+  while (n < sizeof line - 1 && (r = read(p[0], line + n, sizeof line - 1 - n)) > 0)
+    if (memchr(line + n, '\0', (size_t)r))
+      break;
+    else
+      n += (size_t)r;
+  close(p[0]);
+  kill(trainer, SIGKILL);
+  int st;
+  waitpid(trainer, &st, 0);
+  tree tr = parse_tree(line);
+  assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+  assert_tree_gone(&tr, 2, "2 s after the trainer was killed");
+}
+
+/* LONGHAUL_EXEC_NO_KEEPER=1: the program is the trainer's child, in its own process group; the
+ * helpers that stay in the group go with it, one that left it (setsid) does not (the reason for
+ * the keeper). */
+static void test_exec_without_keeper(void **state) {
+  setenv("LONGHAUL_EXEC_NO_KEEPER", "1", 1);
+  lh_env *env = make_exec("spawn", 10);
+  unsetenv("LONGHAUL_EXEC_NO_KEEPER");
+  tree a = get_tree(env, 0);
+  lh_env_free(env);
+  double until = lh_time_now() + 2;
+  while ((pid_alive(a.prog) || pid_alive(a.child)) && lh_time_now() < until)
+    usleep(10000);
+  bool left = pid_alive(a.prog) || pid_alive(a.child), escaped = pid_alive(a.session);
+  kill((pid_t)a.session, SIGKILL); /* processes this test started */
+  kill((pid_t)a.daemon, SIGKILL);
+  assert_false(left);
+  assert_true(escaped);
+}
+
 /* The program inherits stdin, stdout and stderr only, not descriptors the trainer opened without
  * close-on-exec (a run's metrics.jsonl). */
 static void test_exec_closes_descriptors(void **state) {
@@ -1124,6 +1254,9 @@ int main(void) {
       cmocka_unit_test(test_exec_extra_output),
       cmocka_unit_test(test_exec_exit_kills_group),
       cmocka_unit_test(test_exec_closes_descriptors),
+      cmocka_unit_test(test_exec_no_descendant_survives),
+      cmocka_unit_test(test_exec_trainer_killed),
+      cmocka_unit_test(test_exec_without_keeper),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
