@@ -37,6 +37,10 @@ lh_split lh__env_instance_split(const char *name, const char *prompt);
 /* The completion up to the first "\n", without surrounding spaces, tabs and "\r". */
 void lh__env_first_line(const char *text, size_t len, const char **start, size_t *n);
 char *lh__env_strndup(const char *s, size_t n);
+/* Text from outside (a spec, a file, a program's reply) for a message or log line: lh_escape into
+ * a buffer that lives to the end of the enclosing block; paths get more room. */
+#define LH__ENV_ESC(s, n)      lh_escape((s), (n), (char[160]){0}, 160)
+#define LH__ENV_ESC_PATH(s, n) lh_escape((s), (n), (char[512]){0}, 512)
 
 /* Generates task `index` of `split` for a built-in env: draws instances with `gen` (attempt
  * 0, 1, ...) until one belongs to `split` (lh__env_instance_split), so splits are disjoint. */

@@ -26,9 +26,8 @@
 
 #include "env_impl.h"
 
-/* text from the spec (the command) in messages */
-#define ESC_CAP 256
-#define ESC(s)  lh_escape((s), strlen(s), (char[ESC_CAP]){0}, ESC_CAP)
+/* the command (from the spec) and the program's text in messages */
+#define ESC(s) LH__ENV_ESC_PATH((s), strlen(s))
 
 static int remaining_ms(double deadline) {
   double left = deadline - lh_time_now();
@@ -521,7 +520,7 @@ static lh_err exchange(lh_env *env, ex *x, json_t *req, const char *what, json_t
       json_t *rid = v && json_is_object(v) ? json_object_get(v, "request_id") : NULL;
       if (!v || !json_is_object(v)) {
         e = lh_errorf(LH_ERR_FORMAT, "exec '%s': %s: malformed reply: %s", ESC(env->cfg.path), what,
-                      v ? "expected a JSON object" : ESC(jerr.text));
+                      v ? "expected a JSON object" : LH__ENV_ESC(jerr.text, strlen(jerr.text)));
       } else if (rid && !(json_is_integer(rid) && json_integer_value(rid) == id)) {
         char found[32] = "a non-integer";
         if (json_is_integer(rid))

@@ -41,7 +41,7 @@ static size_t real_text(double v, char *buf, size_t cap) {
 }
 
 /* The line failed with "too big integer": names the field that holds it, found by parsing
- * again with integers read as reals. */
+ * again with integers read as reals. `file` is escaped already. */
 static lh_err big_integer_err(const char *line, size_t len, const char *file, size_t lineno,
                               const json_error_t *jerr) {
   json_t *root = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL, NULL);
@@ -61,7 +61,7 @@ static lh_err big_integer_err(const char *line, size_t len, const char *file, si
     e = lh_errorf(LH_ERR_FORMAT,
                   "%s:%zu: field %s: an integer beyond the int64 range (the field is not used: "
                   "write it as a string or leave it out)",
-                  file, lineno, field);
+                  file, lineno, LH__ENV_ESC(field, strlen(field)));
   else
     e = lh_errorf(LH_ERR_FORMAT,
                   "%s:%zu: column %d: an integer beyond the int64 range; write it as a string",
@@ -73,6 +73,8 @@ static lh_err big_integer_err(const char *line, size_t len, const char *file, si
 lh_err lh_env_jsonl_parse_line(const char *line, size_t len, const char *file, size_t lineno,
                                char **prompt, char **answer) {
   *prompt = *answer = NULL;
+  const char *fname = file; /* messages name the file escaped: it came from a spec */
+  file = LH__ENV_ESC_PATH(fname, strlen(fname));
   if (len > LH_JSONL_MAX_LINE)
     return lh_errorf(LH_ERR_LIMIT, "%s:%zu: line of %zu bytes, at most %u allowed", file, lineno,
                      len, LH_JSONL_MAX_LINE);
@@ -82,7 +84,8 @@ lh_err lh_env_jsonl_parse_line(const char *line, size_t len, const char *file, s
       strstr(jerr.text, "integer"))
     return big_integer_err(line, len, file, lineno, &jerr);
   if (!root)
-    return lh_errorf(LH_ERR_FORMAT, "%s:%zu: column %d: %s", file, lineno, jerr.column, jerr.text);
+    return lh_errorf(LH_ERR_FORMAT, "%s:%zu: column %d: %s", file, lineno, jerr.column,
+                     LH__ENV_ESC(jerr.text, strlen(jerr.text)));
   lh_err e = LH_ERR_OK;
   if (!json_is_object(root)) {
     e = lh_errorf(LH_ERR_FORMAT, "%s:%zu: expected a JSON object, found %s", file, lineno,
@@ -283,7 +286,10 @@ static lh_err load_file(jl *j, const char *path, int split, double test_fraction
   char *data = NULL;
   size_t len = 0;
   lh_err e = lh_file_read(path, LH_JSONL_MAX_FILE, &data, &len);
-  if (e) return e;
+  if (e) { /* its message holds the path as it is */
+    const char *m = lh_last_error();
+    return lh_errorf(e, "%s", LH__ENV_ESC_PATH(m, strlen(m)));
+  }
   size_t lineno = 0, start = len >= 3 && !memcmp(data, "\xEF\xBB\xBF", 3) ? 3 : 0; /* a BOM */
   for (size_t pos = start; pos < len;) {
     const char *nl = memchr(data + pos, '\n', len - pos);
@@ -337,7 +343,8 @@ lh_err lh__env_jsonl_init(lh_env *env) {
     e = load_file(j, c->path, -1, c->test_fraction);
   }
   if (!e && j->n[0] + j->n[1] == 0)
-    e = lh_errorf(LH_ERR_FORMAT, "%s: no tasks in the file", c->path);
+    e = lh_errorf(LH_ERR_FORMAT, "%s: no tasks in the file",
+                  LH__ENV_ESC_PATH(c->path, strlen(c->path)));
   if (e) jsonl_free(env);
   return e;
 }
@@ -345,7 +352,8 @@ lh_err lh__env_jsonl_init(lh_env *env) {
 static lh_err jsonl_task(lh_env *env, lh_split split, uint64_t index, lh_env_task *task) {
   jl *j = env->impl;
   if (j->n[split] == 0)
-    return lh_errorf(LH_ERR_NOTFOUND, "%s: the %s split is empty", env->cfg.path,
+    return lh_errorf(LH_ERR_NOTFOUND, "%s: the %s split is empty",
+                     LH__ENV_ESC_PATH(env->cfg.path, strlen(env->cfg.path)),
                      split == LH_SPLIT_TEST ? "test" : "train");
   const jl_item *it = &j->items[split][index % j->n[split]];
   task->prompt = lh_xstrdup(it->prompt);

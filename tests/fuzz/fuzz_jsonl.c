@@ -1,7 +1,8 @@
 /* libFuzzer target for the jsonl line parser and the number reader: any bytes as one line, and
  * the bytes before and after the first newline as a completion and an answer. An accepted line
  * gives a prompt and an answer that is not blank (a real answer reads back as the same double,
- * and a number answer is one number); errors carry a "FILE:LINE:" message. A number found reads
+ * and a number answer is one number); errors carry a "FILE:LINE:" message without a control
+ * byte (text of the line in it is escaped). A number found reads
  * wholly with strtod once its commas are dropped, equals itself unless it has an exponent (one out
  * of range equals nothing), and two numbers that compare equal (either way round) are the same
  * double. */
@@ -63,6 +64,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   } else {
     CHECK(prompt == NULL && answer == NULL);
     CHECK(strncmp(lh_last_error(), "in.jsonl:42: ", 13) == 0);
+    for (const char *c = lh_last_error(); *c; c++) /* the line's text escaped in it */
+      CHECK((unsigned char)*c >= 0x20 && *c != 0x7f);
   }
   free(prompt);
   free(answer);

@@ -835,6 +835,39 @@ static void test_jsonl_errors(void **state) {
   free(big);
 }
 
+/* Text from a data file in a message is escaped (an ESC sequence there would recolour or clear the
+ * user's terminal), and the message names FILE:LINE, the file name escaped too. */
+static void test_jsonl_escapes(void **state) {
+  lh_env *env;
+  assert_int_equal(try_jsonl("esc_raw.jsonl", &env), LH_ERR_FORMAT);
+  assert_message("esc_raw.jsonl:2: column 24: invalid token near '\\x1b'");
+  assert_null(strchr(lh_last_error(), '\x1b'));
+  assert_int_equal(try_jsonl("esc_field.jsonl", &env), LH_ERR_FORMAT);
+  assert_message("esc_field.jsonl:3: field \\x1b]0;title\\x07: an integer beyond the int64 range");
+  assert_null(strchr(lh_last_error(), '\x1b'));
+  assert_null(strchr(lh_last_error(), '\x07'));
+  /* a file whose name holds an ESC sequence */
+  char path[128], spec[160], want[160];
+  snprintf(path, sizeof path, "/tmp/lh_test_env_\x1b[7m_%ld.jsonl", (long)getpid());
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fprintf(f, "{\"prompt\":\"a\",\"answer\":\"1\"}\n{\"prompt\":2,\"answer\":\"1\"}\n");
+  fclose(f);
+  snprintf(spec, sizeof spec, "jsonl:path=%s", path);
+  lh_env_config cfg;
+  assert_int_equal(lh_env_config_parse(spec, &cfg), LH_ERR_OK);
+  lh_err e = lh_env_create(&cfg, &env);
+  remove(path);
+  assert_int_equal(e, LH_ERR_FORMAT);
+  snprintf(want, sizeof want, "/tmp/lh_test_env_\\x1b[7m_%ld.jsonl:2: field prompt",
+           (long)getpid());
+  assert_message(want);
+  assert_int_equal(lh_env_create(&cfg, &env), LH_ERR_IO); /* removed: cannot open */
+  snprintf(want, sizeof want, "/tmp/lh_test_env_\\x1b[7m_%ld.jsonl: cannot open", (long)getpid());
+  assert_message(want);
+  assert_null(strchr(lh_last_error(), '\x1b'));
+}
+
 static lh_env *make_exec(const char *mode, double timeout) {
   lh_env_config cfg;
   assert_int_equal(lh_env_config_parse("exec", &cfg), LH_ERR_OK);
@@ -954,6 +987,28 @@ static void test_exec_correct_default(void **state) {
                want[i]);
     lh_env_free(env);
   }
+}
+
+/* A reply with an ESC sequence: the message names the request (its task index) and escapes the
+ * program's text; so is the command, which came from the spec. */
+static void test_exec_escapes(void **state) {
+  lh_env_config cfg;
+  assert_int_equal(lh_env_config_parse("exec", &cfg), LH_ERR_OK);
+  snprintf(cfg.path, sizeof cfg.path,
+           "while read -r l; do printf '\\033[2J\\033[31mnot json\\n'; done # \033[7m");
+  lh_env *env = NULL;
+  assert_int_equal(lh_env_create(&cfg, &env), LH_ERR_OK);
+  lh_env_task t;
+  assert_int_equal(lh_env_task_get(env, LH_SPLIT_TEST, 5, &t), LH_ERR_FORMAT);
+  assert_message("generate test 5: malformed reply: '[' or '{' expected near '\\x1b'");
+  assert_message("# \\x1b[7m': ");
+  assert_null(strchr(lh_last_error(), '\x1b'));
+  lh_env_task u = {.prompt = "p", .answer = "a", .split = LH_SPLIT_TRAIN, .index = 9};
+  lh_env_result r;
+  assert_int_equal(lh_env_score(env, &u, "x", 1, &r), LH_ERR_FORMAT);
+  assert_message("score train 9: malformed reply");
+  assert_null(strchr(lh_last_error(), '\x1b'));
+  lh_env_free(env);
 }
 
 /* Task `index` from env: either an error or the task that index asked for, never another one. */
@@ -1248,9 +1303,11 @@ int main(void) {
       cmocka_unit_test(test_jsonl_exact_and_auto),
       cmocka_unit_test(test_jsonl_real_answers),
       cmocka_unit_test(test_jsonl_errors),
+      cmocka_unit_test(test_jsonl_escapes),
       cmocka_unit_test(test_exec_happy_path),
       cmocka_unit_test(test_exec_failures),
       cmocka_unit_test(test_exec_correct_default),
+      cmocka_unit_test(test_exec_escapes),
       cmocka_unit_test(test_exec_extra_output),
       cmocka_unit_test(test_exec_exit_kills_group),
       cmocka_unit_test(test_exec_closes_descriptors),
