@@ -21,6 +21,7 @@ static const command commands[] = {
     {"eval", lh__cmd_eval, "pass@1, pass@k and mean reward on an environment, with intervals"},
     {"bench", lh__cmd_bench, "measure throughput (bench train, bench generate)"},
     {"tokenize", lh__cmd_tokenize, "encode text to token ids, or decode ids (tokenizer.json)"},
+    {"env", lh__cmd_env, "show an environment's prompt format, settings and tasks (env show SPEC)"},
 };
 
 static void usage(FILE *out) {
