@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Integration test of the `longhaul` command line: usage errors and --help of every command,
 # init-model output and determinism, score output and its input errors, damaged model files,
-# generate, sft and eval.
+# generate, sft, eval (with an exec program whose helpers die with a killed eval) and env show.
 # Usage: bash cli.sh LONGHAUL_BIN SOURCE_DIR. Prints every failed check; exits 1 if any failed.
 set -uo pipefail
 
@@ -965,6 +965,38 @@ for who in ("model", "compare"):
     assert r[who]["tasks_scored"] == 5 and r[who]["tasks_skipped"] == 1, r[who]
     assert not r[who]["per_task"][2]["ok"], r[who]["per_task"][2]
 ' "$TMP/exec.log" "$TMP/eval-exec.json"
+# an exec program's helpers die with a trainer killed by SIGKILL: eval is killed while the program
+# (which started a child, a child in its own session and a double-forked daemon) sleeps on task 1
+rm -f "$TMP/tree.pids"
+EXEC_ENV_PIDS="$TMP/tree.pids" "$BIN" eval --model "$EVAL_MODEL" --n 3 --max-new 4 \
+  --env "exec:path=/usr/bin/python3 $SRC/tests/fixtures/env/exec_env.py spawn-hang" >"$TMP/eval-kill.out" 2>"$TMP/eval-kill.err" &
+evpid=$!
+for _ in $(seq 300); do [ -s "$TMP/tree.pids" ] && break; sleep 0.05; done
+sleep 0.2 # the program is now asleep on task 1
+{ kill -9 "$evpid" && wait "$evpid"; } 2>/dev/null # (bash's "Killed" notice goes there too)
+# alive PID: the process exists and is not a zombie
+alive() {
+  local st
+  st=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null) || return 1
+  [ -n "$st" ] && [ "${st:0:1}" != Z ] && [ "${st:0:1}" != X ]
+}
+if read -r _ prog _ child session daemon <"$TMP/tree.pids"; then
+  left=""
+  for _ in $(seq 40); do
+    left=""
+    for p in $prog $child $session $daemon; do alive "$p" && left="$left $p"; done
+    [ -z "$left" ] && break
+    sleep 0.05
+  done
+  if [ -n "$left" ]; then
+    fail "eval killed with SIGKILL: the exec program's processes$left still run 2 s later"
+    kill -9 $left 2>/dev/null
+  else
+    pass
+  fi
+else
+  fail "eval-kill: the exec program reported no pids: $(cat "$TMP/eval-kill.err")"
+fi
 # every --json file above: its numbers recomputed from its per-task results
 for name in eval eval-k eval-k2 eval-self eval-cmp eval-zero eval-utf8 eval-seed eval-exec; do
   if [ -f "$TMP/$name.json" ]; then
@@ -973,6 +1005,87 @@ for name in eval eval-k eval-k2 eval-self eval-cmp eval-zero eval-utf8 eval-seed
     fail "$name: no --json file to check"
   fi
 done
+
+# ---------------------------------------------------------------- env show
+check_help help-env-show n split -- env show
+grep -Eq '^  env ' "$TMP/top-help.out" || fail "longhaul --help does not list env"
+run env-show "$BIN" env show arith:digits=3 --n 2
+expect_rc env-show 0 && py env-show-out '
+import re, sys
+out = open(sys.argv[1]).read()
+lines = out.splitlines()
+assert "settings: arith:digits=3,ops=+-,seed=0" in lines, out
+assert any(l.startswith("prompt format: ") and "A+B=" in l for l in lines), out
+assert re.search(r"^  digits +3 +1\.\.9, default 2$", out, re.M), out
+assert re.search(r"^  ops +\+- +characters of \+-\*, default \+-$", out, re.M), out
+tasks = [l for l in lines if l.startswith("task ")]
+assert len(tasks) == 2 and tasks[0].startswith("task 0 (level \"") and tasks[1].startswith("task 1 "), tasks
+prompts = re.findall(r"^  prompt: +\"(\d{3})([-+])(\d{3})=\"$", out, re.M)
+answers = re.findall(r"^  answer: +\"(-?\d+)\"$", out, re.M)
+sols = re.findall(r"^  solution: +\"(-?\d+)\"$", out, re.M)
+assert len(prompts) == 2 and len(answers) == 2 and sols == answers, out
+for (a, op, b), ans in zip(prompts, answers):
+    assert (int(a) + int(b) if op == "+" else int(a) - int(b)) == int(ans), (a, op, b, ans)
+' "$TMP/env-show.out"
+# three tasks by default; the test split's tasks are other tasks; settings get their defaults
+run env-show-cd "$BIN" env show countdown
+run env-show-cd-test "$BIN" env show countdown --split test
+expect_rc env-show-cd-test 0 && py env-show-cd '
+import re, sys
+a, b = open(sys.argv[1]).read(), open(sys.argv[2]).read()
+pa, pb = re.findall(r"^  prompt: +(.*)$", a, re.M), re.findall(r"^  prompt: +(.*)$", b, re.M)
+assert len(pa) == 3 and len(pb) == 3 and not set(pa) & set(pb), (pa, pb)
+assert "settings: countdown:count=4,max=10,seed=0" in a and "test split: unbounded" in b, b
+assert re.search(r"^task 0 \(level \"uses 4, [0-9] mul/div\"\)$", a, re.M), a
+' "$TMP/env-show-cd.out" "$TMP/env-show-cd-test.out"
+# jsonl: the split's size; no task shown twice; text escaped (a prompt's newline and ESC)
+printf '{"prompt":"line one\\nline two \\u001b[2J","answer":"x"}\n{"prompt":"b","answer":2}\n' >"$TMP/show.jsonl"
+run env-show-jsonl "$BIN" env show "jsonl:path=$TMP/show.jsonl,test_fraction=0.01" --n 9
+expect_rc env-show-jsonl 0 && py env-show-jsonl-out '
+import sys
+out = open(sys.argv[1], "rb").read()
+assert b"\x1b" not in out, out
+text = out.decode()
+assert "train split: 2 tasks" in text and text.count("\ntask ") == 2, text
+want = "  prompt:   " + chr(34) + r"line one\nline two \x1b[2J" + chr(34)
+assert want in text.splitlines(), text
+assert "match         auto" in text and "test_fraction 0.01" in text, text
+' "$TMP/env-show-jsonl.out"
+run env-show-exec "$BIN" env show "exec:path=/usr/bin/python3 $SRC/tests/fixtures/env/exec_env.py good" --n 2 --split test
+expect_rc env-show-exec 0 && { grep -q '^  prompt:   "1001+1001="$' "$TMP/env-show-exec.out" ||
+  fail "env show exec: $(cat "$TMP/env-show-exec.out")"; }
+# a bad spec is a usage error whose message lists the environment's keys and their ranges
+ARITH_KEYS='valid keys: digits \(1\.\.9, default 2\), ops \(characters of \+-\*, default \+-\), seed \(0\.\.18446744073709551615, default 0\)$'
+run env-show-key "$BIN" env show arith:digit=3
+expect_rc env-show-key 2 && expect_one_line_error env-show-key "^longhaul env show: arith: unknown key 'digit'; $ARITH_KEYS"
+run env-show-range "$BIN" env show arith:digits=0
+expect_rc env-show-range 2 && expect_one_line_error env-show-range "arith: digits: expected 1\.\.9, found '0'; $ARITH_KEYS"
+run env-show-twice "$BIN" env show sort:count=3,count=4
+expect_rc env-show-twice 2 && expect_one_line_error env-show-twice "sort: key 'count' given twice; valid keys: count \(1\.\.64, default 5\), digits"
+run env-show-name "$BIN" env show nosuch
+expect_rc env-show-name 2 && expect_one_line_error env-show-name "unknown environment 'nosuch' \(expected arith, countdown, sort, jsonl or exec\)"
+run env-show-path "$BIN" env show jsonl:match=exact
+expect_rc env-show-path 2 && expect_one_line_error env-show-path "jsonl: missing key path; valid keys: path \(a file, required\)"
+run env-show-esc "$BIN" env show "$(printf 'arith:\033[2J=1')"
+expect_rc env-show-esc 2 && expect_one_line_error env-show-esc "unknown key '.x1b\[2J'" &&
+  { grep -q "$(printf '\033')" "$TMP/env-show-esc.err" && fail "env show: an ESC byte of the spec reached stderr"; }
+run env-show-nospec "$BIN" env show --n 2
+expect_rc env-show-nospec 2 && expect_one_line_error env-show-nospec 'missing SPEC'
+run env-show-two "$BIN" env show arith sort
+expect_rc env-show-two 2 && expect_one_line_error env-show-two 'unexpected argument "sort"'
+run env-show-n "$BIN" env show arith --n -1
+expect_rc env-show-n 2 && expect_one_line_error env-show-n '--n: expected an integer'
+run env-sub "$BIN" env frob
+expect_rc env-sub 2 && expect_one_line_error env-sub 'unknown subcommand "frob"'
+# a file that cannot be used is a failure (exit 1) naming FILE:LINE, its text escaped
+printf '{"prompt":"a","answer":"1"}\n{"prompt":"b","answer":\033[31mred}\n' >"$TMP/esc.jsonl"
+run env-show-badline "$BIN" env show "jsonl:path=$TMP/esc.jsonl"
+expect_rc env-show-badline 1 && expect_one_line_error env-show-badline "esc\.jsonl:2: column [0-9]+: invalid token near '.x1b'" &&
+  { grep -q "$(printf '\033')" "$TMP/env-show-badline.err" && fail "env show: an ESC byte of the file reached stderr"; }
+# an exec program that fails on a task: the tasks before it are shown, then the error (exit 1)
+run env-show-crash "$BIN" env show "exec:path=/usr/bin/python3 $SRC/tests/fixtures/env/exec_env.py crash" --n 5
+expect_rc env-show-crash 1 && expect_one_line_error env-show-crash 'generate train 2: the program exited with status 3' &&
+  { [ "$(grep -c '^task ' "$TMP/env-show-crash.out")" = 2 ] || fail "env show crash: $(cat "$TMP/env-show-crash.out")"; }
 
 echo "cli.sh: $CHECKS checks passed, $FAILED failed"
 [ "$FAILED" -eq 0 ]
