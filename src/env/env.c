@@ -628,7 +628,8 @@ lh_err lh_env_config_value(const lh_env_config *cfg, const char *key, char *buf,
       memcpy(buf, v, strlen(v) + 1);
       return LH_ERR_OK;
     }
-  return lh_errorf(LH_ERR_NOTFOUND, "%.*s: no key '%s'", (int)sizeof cfg->name, cfg->name, key);
+  size_t nl = strnlen(cfg->name, sizeof cfg->name);
+  return lh_errorf(LH_ERR_NOTFOUND, "%s: no key '%s'", ESC(cfg->name, nl), ESC(key, strlen(key)));
 }
 
 lh_err lh_env_config_format(const lh_env_config *cfg, char *buf, size_t cap) {

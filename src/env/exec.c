@@ -287,7 +287,7 @@ static void stop_child(ex *x) {
 }
 
 /* The environment with the keeper's two settings added (and any inherited copies left out). */
-static char **keeper_environ(const char *cmd, char *pid_var, char *cmd_var) {
+static char **keeper_environ(char *pid_var, char *cmd_var) {
   extern char **environ;
   size_t n = 0;
   while (environ[n])
@@ -324,7 +324,7 @@ static lh_err start_keeper(lh_env *env, ex *x, const char *cmd) {
   char pid_var[64], *cmd_var = malloc(sizeof KEEPER_CMD_ENV + strlen(env->cfg.path) + 1);
   snprintf(pid_var, sizeof pid_var, KEEPER_ENV "=%ld", (long)getpid());
   if (cmd_var) sprintf(cmd_var, KEEPER_CMD_ENV "=%s", env->cfg.path);
-  char **envp = cmd_var ? keeper_environ(env->cfg.path, pid_var, cmd_var) : NULL;
+  char **envp = cmd_var ? keeper_environ(pid_var, cmd_var) : NULL;
   char *argv[] = {KEEPER_ARGV0, env->cfg.path, NULL};
   int limit = max_fd(); /* computed here: the child may only make async-signal-safe calls */
   pid_t pid = envp ? fork() : -1;
