@@ -1,6 +1,7 @@
 /* longhaul command-line front end: the shared flag parser and the subcommand entry points.
  * Exit codes: 0 success (and --help), 1 a failure while running (message from the library),
- * 2 a usage error (unknown flag, missing value, bad number); every error is one line on stderr. */
+ * 2 a usage error (unknown flag, missing value, bad number, an environment spec refused with
+ * LH_ERR_USAGE); every error is one line on stderr. */
 #ifndef LONGHAUL_CLI_H
 #define LONGHAUL_CLI_H
 
