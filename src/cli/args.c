@@ -27,6 +27,11 @@ int lh__cli_fail(const char *cmd) {
   return lh__cli_error(cmd, LH__EXIT_FAIL, "%s", lh_last_error());
 }
 
+int lh__cli_fail_err(const char *cmd, lh_err e) {
+  return lh__cli_error(cmd, e == LH_ERR_USAGE ? LH__EXIT_USAGE : LH__EXIT_FAIL, "%s",
+                       lh_last_error());
+}
+
 int lh__cli_flush_stdout(const char *cmd) {
   errno = 0;
   int e = fflush(stdout) != 0 ? errno : 0;

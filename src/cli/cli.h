@@ -77,6 +77,8 @@ int lh__cli_error(const char *cmd, int code, const char *fmt, ...)
  * command (lh_generate's say "request 0: ...", not "generate: request 0: ..."), so nothing is
  * said twice, and a message that starts with a file named as the command keeps it. */
 int lh__cli_fail(const char *cmd);
+/* The same for the error code e: LH_ERR_USAGE (a bad environment spec) returns 2, any other 1. */
+int lh__cli_fail_err(const char *cmd, lh_err e);
 /* Flushes stdout and checks that nothing written to it failed (a full disk, a closed pipe):
  * returns 0, or prints "longhaul CMD: cannot write the output: REASON" and returns 1. A command
  * that prints its result calls it last, so its exit code says whether the result was written. */

@@ -316,8 +316,9 @@ int lh__cmd_eval(int argc, char **argv) {
   if (!(mdir = lh__model_dir(CMD, dir)) || (dir2 && !(mdir2 = lh__model_dir(CMD, dir2)))) goto out;
   dir = mdir;
   if (dir2) dir2 = mdir2;
-  if (lh_env_config_parse(env_spec, &ecfg) || lh_env_create(&ecfg, &env)) {
-    rc = lh__cli_fail(CMD);
+  lh_err ee = lh_env_config_parse(env_spec, &ecfg);
+  if (ee || (ee = lh_env_create(&ecfg, &env))) {
+    rc = lh__cli_fail_err(CMD, ee);
     goto out;
   }
   lh_config mc;

@@ -289,7 +289,7 @@ int lh__cmd_rl(int argc, char **argv) {
   free(cmdline);
   lh__progress_end(&u.bar);
   if (e) {
-    rc = lh__cli_fail(CMD);
+    rc = lh__cli_fail_err(CMD, e);
     goto done;
   }
   char wall[32];

@@ -145,18 +145,22 @@ int lh__cmd_sft(int argc, char **argv) {
     while (d && (ent = readdir(d)))
       n_ent += strcmp(ent->d_name, ".") && strcmp(ent->d_name, "..");
     if (d) closedir(d);
-    if (n_ent > 0)
-      return lh__cli_error(CMD, LH__EXIT_USAGE,
-                           "--out %s is not empty: choose another directory, or give --force to "
-                           "write the model into it",
-                           out_dir);
+    if (n_ent > 0) {
+      rc = lh__cli_error(CMD, LH__EXIT_USAGE,
+                         "--out %s is not empty: choose another directory, or give --force to "
+                         "write the model into it",
+                         out_dir);
+      goto out;
+    }
   }
+  lh_err ee = LH_ERR_OK;
   if (lh_model_load(dir, &m) || lh_tokenizer_load(path, &tok) ||
       lh_file_read(path, LH_TOKENIZER_MAX_FILE, (char **)&files.tokenizer_json,
                    &files.tokenizer_len) ||
       read_generation_config(dir, &files) ||
-      lh_env_config_parse(lh__args_str(&a, "env", ""), &ecfg) || lh_env_create(&ecfg, &env)) {
-    rc = lh__cli_fail(CMD);
+      (ee = lh_env_config_parse(lh__args_str(&a, "env", ""), &ecfg)) ||
+      (ee = lh_env_create(&ecfg, &env))) {
+    rc = lh__cli_fail_err(CMD, ee);
     goto out;
   }
   const lh_config *c = &m->cfg;

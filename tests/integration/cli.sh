@@ -708,7 +708,7 @@ run sft-huge "$BIN" sft --model "$TMP/ctx1m" --env arith --batch 4096 --max-seq 
 expect_rc sft-huge 2 && expect_one_line_error sft-huge '--batch 4096 x --max-seq 1048576 is more than 2147483647 tokens'
 [ -e "$TMP/sft-bad" ] && fail "sft: a refused run wrote $TMP/sft-bad"
 run sft-badenv "$BIN" sft --model "$TMP/gen" --env nosuchenv --out "$TMP/sft-bad"
-expect_rc sft-badenv 1 && expect_one_line_error sft-badenv 'nosuchenv'
+expect_rc sft-badenv 2 && expect_one_line_error sft-badenv 'nosuchenv'
 run sft-notok "$BIN" sft --model "$TMP/qwen2" --env arith --out "$TMP/sft-bad"
 expect_rc sft-notok 1 && expect_one_line_error sft-notok 'tokenizer.json'
 

@@ -147,7 +147,7 @@ for bad in "--group 1" "--loss nope" "--staleness 65" "--steps 0" "--keep -1"; d
 done
 "$BIN" rl --model "$TMP/sft" --env nosuchenv --out "$TMP/x" >/dev/null 2>"$TMP/env.err"
 rc=$?
-[ $rc -eq 1 ] && grep -q "unknown environment" "$TMP/env.err" || fail "bad env: exit $rc"
+[ $rc -eq 2 ] && grep -q "unknown environment" "$TMP/env.err" || fail "bad env: exit $rc"
 
 # 5. Paths that are not UTF-8 (the model directory, a jsonl file) go into run.json with U+FFFD
 # for the bad bytes, and the run resumes against them.

@@ -183,6 +183,18 @@ rc=$?
   [ -f "$TMP/sint/model.safetensors" ] ||
   fail "sft after SIGINT: exit $rc, $(tail -n 2 "$TMP/sint.err")"
 
+# 10. A bad environment spec is a usage error (exit 2) listing the valid keys, for rl, sft and eval,
+# and rl leaves no run directory.
+for cmd in "rl --model $TMP/sft --out $TMP/spec" "sft --model $TMP/sft --out $TMP/spec" \
+  "eval --model $TMP/sft"; do
+  # shellcheck disable=SC2086
+  "$BIN" $cmd --env arith:digits=0 >/dev/null 2>"$TMP/spec.err"
+  rc=$?
+  [ $rc -eq 2 ] && grep -q "valid keys: digits (1..9" "$TMP/spec.err" ||
+    fail "${cmd%% *} --env arith:digits=0: exit $rc, $(cat "$TMP/spec.err")"
+done
+[ -e "$TMP/spec" ] && fail "rl with a bad spec left $TMP/spec"
+
 if [ $FAILED -gt 0 ]; then
   echo "rundir.sh: $FAILED check(s) failed"
   exit 1
