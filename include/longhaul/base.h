@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /* longhaul's version, as `longhaul --version` prints it and run.json records it */
 #define LH_VERSION "0.2.0"
@@ -82,12 +83,66 @@ void lh_log(lh_log_level level, const char *fmt, ...) __attribute__((format(prin
 /* Monotonic time in seconds. */
 double lh_time_now(void);
 
-/* Whole-file helpers. lh_file_read returns a malloc'd buffer (NUL-terminated, *len excludes
- * the NUL); files larger than max_bytes are refused with LH_ERR_LIMIT. lh_file_write_atomic
- * writes to a new temporary file (lh_file_tmp_create), fsyncs, renames over PATH and fsyncs the
- * directory; on failure the temporary file is removed (only the one it created). */
+/* Whole-file helpers.
+ *
+ * Reading. lh_file_open_read opens PATH read-only (close-on-exec) only when it names a regular
+ * file, after a stat and again on the open descriptor: a FIFO (opened with O_NONBLOCK, so it
+ * never waits for a writer), a device, a socket or a directory is refused with LH_ERR_IO and
+ * "PATH: not a regular file (a FIFO)". Commands that read standard input say so ("-") and read
+ * it themselves. lh_file_read reads a whole file so opened into a malloc'd buffer
+ * (NUL-terminated, *len excludes the NUL); files larger than max_bytes are refused with
+ * LH_ERR_LIMIT.
+ *
+ * Writing. lh_file_write_atomic writes `data` as the whole new content of PATH, and what it does
+ * depends on what PATH names (the same for lh_file_out_open and lh_safetensors_write):
+ *  - nothing, or a regular file: a new temporary file in PATH's directory (lh_file_tmp_create)
+ *    is written, fsynced and renamed over PATH, and the directory fsynced, so PATH holds the old
+ *    content or the new, never a mix; on failure the temporary file is removed (only the one it
+ *    created). Stale temporary files of PATH (PATH.tmp.PID.N of a dead PID, see
+ *    lh_file_clean_stale_tmp) are removed first.
+ *  - a symbolic link (a chain of them): followed to its final target, a regular file or a name
+ *    that does not exist yet, and that TARGET is replaced as above (the temporary file is made
+ *    in the target's directory); the link stays. More than 40 links is an error.
+ *  - /dev/stdout, /dev/stderr, /dev/fd/N or /proc/self/fd/N: written to that open descriptor of
+ *    this process at its current offset (stdout or stderr flushed first), never replaced.
+ *  - a FIFO, a character or block device or any other file that is neither regular nor a
+ *    directory: written in place, opened for writing without creating or truncating it (a pipe,
+ *    /dev/null, a terminal). A FIFO waits for a reader, as a shell redirection does. A write
+ *    error is reported ("/dev/full: write failed: No space left on device"); nothing is
+ *    fsynced and nothing is atomic there.
+ *  - a directory: refused, LH_ERR_IO "PATH: is a directory, expected a file".
+ * lh_file_out_* stream the same writes for content too large to assemble in memory:
+ * lh_file_out_open decides as above, lh_file_out_write appends (buffered), lh_file_out_commit
+ * finishes (fsync + rename, or flush) and lh_file_out_free abandons an uncommitted write
+ * (removing its temporary file) and frees; it accepts NULL. lh_file_out_check reports, without
+ * writing anything, the error lh_file_out_open would give for what PATH names now, or
+ * LH_ERR_IO when the directory that would hold the temporary file (or the file written in
+ * place) is not writable: for failing early, before a long job. */
+lh_err lh_file_open_read(const char *path, int *fd);
 lh_err lh_file_read(const char *path, size_t max_bytes, char **out, size_t *len);
 lh_err lh_file_write_atomic(const char *path, const void *data, size_t len);
+typedef struct lh_file_out lh_file_out;
+lh_err lh_file_out_open(const char *path, lh_file_out **out);
+lh_err lh_file_out_write(lh_file_out *o, const void *data, size_t len);
+lh_err lh_file_out_commit(lh_file_out *o);
+void lh_file_out_free(lh_file_out *o);
+lh_err lh_file_out_check(const char *path);
+/* Removes, in directory dir, the temporary files that killed atomic writes left: regular files
+ * named exactly NAME.tmp.PID.N (NAME not empty, PID and N decimal numbers, as
+ * lh_file_tmp_create names them) whose PID is not a live process (kill(PID, 0) fails with
+ * ESRCH). A file of a live process (another writer, or this one), or of a PID that exists but
+ * belongs to another user, is kept; so is every name that does not match exactly and anything
+ * that is not a regular file. Returns LH_ERR_IO naming dir when it cannot be listed, or the
+ * first file that could not be removed (the others are still tried). PIDs are those of this
+ * PID namespace: a writer in another container that shares the directory looks dead. */
+lh_err lh_file_clean_stale_tmp(const char *dir);
+/* Reads one line from f: bytes up to and including '\n' (or to the end of the input) into *buf,
+ * grown as getline(3) grows it (the caller frees it); *len is its length with the '\n'. At the
+ * end of the input *len is 0. A line of more than max bytes (its '\n' included) is LH_ERR_LIMIT
+ * "line longer than MAX bytes", after reading at most max + 1 of its bytes (an endless line,
+ * such as /dev/zero's, costs max bytes of memory); a read error is LH_ERR_IO. Callers put
+ * "FILE:LINE: " before the message. */
+lh_err lh_file_getline(FILE *f, size_t max, char **buf, size_t *cap, size_t *len);
 /* Creates (O_EXCL, mode 0644, close-on-exec) and opens for writing the temporary file of one
  * atomic write of path, "PATH.tmp.PID.N", N counting this process's tries, so no two writers
  * (threads or processes) share one. A name that exists already (left by a killed writer that

@@ -2,9 +2,11 @@
  * atomic file writes. Everything here is safe to call from any thread. */
 #include "longhaul/base.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -210,31 +212,65 @@ double lh_time_now(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* "a FIFO", "a directory", ...: what a file of mode m is, for "not a regular file" messages. */
+static const char *file_kind(mode_t m) {
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISFIFO(m)) return "a FIFO";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISSOCK(m)) return "a socket";
+  if (S_ISLNK(m)) return "a symbolic link";
+  return "neither a file nor a directory";
+}
+
+lh_err lh_file_open_read(const char *path, int *fd) {
+  *fd = -1;
+  /* stat first, so a device is never opened (opening some has effects); then the descriptor is
+   * checked again, in case the name changed in between */
+  struct stat sb;
+  if (stat(path, &sb) != 0)
+    return lh_errorf(LH_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  if (!S_ISREG(sb.st_mode))
+    return lh_errorf(LH_ERR_IO, "%s: not a regular file (%s)", path, file_kind(sb.st_mode));
+  int f = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (f < 0) return lh_errorf(LH_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  if (fstat(f, &sb) != 0) {
+    lh_err e = lh_errorf(LH_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+    close(f);
+    return e;
+  }
+  if (!S_ISREG(sb.st_mode)) {
+    close(f);
+    return lh_errorf(LH_ERR_IO, "%s: not a regular file (%s)", path, file_kind(sb.st_mode));
+  }
+  int flags = fcntl(f, F_GETFL);
+  if (flags >= 0) fcntl(f, F_SETFL, flags & ~O_NONBLOCK);
+  *fd = f;
+  return LH_ERR_OK;
+}
+
 lh_err lh_file_read(const char *path, size_t max_bytes, char **out, size_t *len) {
   *out = NULL;
   *len = 0;
-  FILE *f = fopen(path, "rbe");
-  if (!f) return lh_errorf(LH_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-  lh_err err = LH_ERR_OK;
+  int fd = -1;
+  lh_err err = lh_file_open_read(path, &fd);
+  if (err) return err;
   char *buf = NULL;
   struct stat st;
-  if (fstat(fileno(f), &st) != 0) {
+  if (fstat(fd, &st) != 0) {
     err = lh_errorf(LH_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
     goto out;
   }
-  if (S_ISDIR(st.st_mode)) {
-    err = lh_errorf(LH_ERR_IO, "%s: cannot read: it is a directory", path);
-    goto out;
-  }
-  if (S_ISREG(st.st_mode) && (uint64_t)st.st_size > max_bytes) {
+  if ((uint64_t)st.st_size > max_bytes) {
     err = lh_errorf(LH_ERR_LIMIT, "%s: %lld bytes, more than the limit of %zu", path,
                     (long long)st.st_size, max_bytes);
     goto out;
   }
-  /* Read to the end rather than trusting the size: files in /proc say 0, pipes say nothing. */
+  /* Read to the end rather than trusting the size: files in /proc say 0. */
   size_t limit = max_bytes < SIZE_MAX - 2 ? max_bytes + 1 : SIZE_MAX - 1; /* one byte over */
-  size_t cap = S_ISREG(st.st_mode) ? (size_t)st.st_size + 2 : 4096, n = 0;
+  size_t cap = (size_t)st.st_size + 2, n = 0;
   if (cap > limit + 1) cap = limit + 1;
+  if (cap < 64) cap = 64 < limit + 1 ? 64 : limit + 1;
   for (;;) {
     if (n + 1 == cap) { /* full but for the NUL */
       if (n >= limit) break;
@@ -249,15 +285,14 @@ lh_err lh_file_read(const char *path, size_t max_bytes, char **out, size_t *len)
       err = lh_errorf(LH_ERR_NOMEM, "%s: cannot allocate %zu bytes", path, cap);
       goto out;
     }
-    size_t got = fread(buf + n, 1, cap - 1 - n, f);
-    n += got;
-    if (got == 0) {
-      if (ferror(f)) {
-        err = lh_errorf(LH_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
-        goto out;
-      }
-      break;
+    ssize_t got = read(fd, buf + n, cap - 1 - n);
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      err = lh_errorf(LH_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
+      goto out;
     }
+    if (got == 0) break;
+    n += (size_t)got;
   }
   if (n > max_bytes) {
     err = lh_errorf(LH_ERR_LIMIT, "%s: more than the limit of %zu bytes", path, max_bytes);
@@ -269,8 +304,44 @@ lh_err lh_file_read(const char *path, size_t max_bytes, char **out, size_t *len)
   buf = NULL;
 out:
   free(buf);
-  fclose(f);
+  close(fd);
   return err;
+}
+
+lh_err lh_file_getline(FILE *f, size_t max, char **buf, size_t *cap, size_t *len) {
+  *len = 0;
+  size_t n = 0;
+  lh_err err = LH_ERR_OK;
+  flockfile(f);
+  for (;;) {
+    int c = getc_unlocked(f);
+    if (c == EOF) {
+      if (ferror(f)) err = lh_errorf(LH_ERR_IO, "read error: %s", strerror(errno));
+      break;
+    }
+    if (n == max) {
+      err = lh_errorf(LH_ERR_LIMIT, "line longer than %zu bytes", max);
+      break;
+    }
+    if (n + 2 > *cap) { /* room for c and the NUL */
+      size_t want = *cap ? 2 * *cap : 256, top = max < SIZE_MAX - 1 ? max + 1 : SIZE_MAX;
+      if (want > top) want = top;
+      if (want < n + 2) want = n + 2;
+      char *p = realloc(*buf, want);
+      if (!p) {
+        err = lh_errorf(LH_ERR_NOMEM, "cannot allocate %zu bytes for a line", want);
+        break;
+      }
+      *buf = p, *cap = want;
+    }
+    (*buf)[n++] = (char)c;
+    if (c == '\n') break;
+  }
+  funlockfile(f);
+  if (err) return err;
+  if (*buf) (*buf)[n] = '\0';
+  *len = n;
+  return LH_ERR_OK;
 }
 
 /* How many names lh_file_tmp_create tries before it gives up: leftovers of killed writers that
@@ -306,41 +377,329 @@ lh_err lh_file_tmp_create(const char *path, char **tmp, int *fd) {
                    path, TMP_TRIES, path, (long)getpid(), first);
 }
 
-lh_err lh_file_write_atomic(const char *path, const void *data, size_t len) {
-  char *tmp = NULL;
-  int fd = -1;
-  lh_err err = lh_file_tmp_create(path, &tmp, &fd);
-  if (err) goto out;
-  const char *p = data;
-  size_t left = len;
-  while (left > 0) {
-    ssize_t w = write(fd, p, left);
+/* ---------------------------------------------------------------- stale temporary files */
+
+/* Whether name is PREFIX.tmp.PID.N exactly (prefix NULL: any non-empty NAME); *pid is PID. */
+static int stale_name(const char *name, const char *prefix, long *pid) {
+  size_t len = strlen(name);
+  /* from the end: N digits, '.', PID digits, ".tmp." */
+  size_t i = len;
+  while (i > 0 && name[i - 1] >= '0' && name[i - 1] <= '9')
+    i--;
+  if (i == len || i == 0 || name[i - 1] != '.') return 0;
+  if (name[i] == '0' && i + 1 < len) return 0; /* "%lu" writes no leading zero */
+  size_t pid_end = --i;
+  while (i > 0 && name[i - 1] >= '0' && name[i - 1] <= '9')
+    i--;
+  if (i == pid_end || pid_end - i > 9 || name[i] == '0' || i < 5 ||
+      memcmp(name + i - 5, ".tmp.", 5) != 0)
+    return 0;
+  size_t name_len = i - 5;
+  if (name_len == 0) return 0;
+  if (prefix && (strlen(prefix) != name_len || memcmp(name, prefix, name_len) != 0)) return 0;
+  long p = 0;
+  for (size_t k = i; k < pid_end; k++)
+    p = 10 * p + (name[k] - '0');
+  if (p <= 0) return 0;
+  *pid = p;
+  return 1;
+}
+
+/* Removes the stale temporary files in dir named PREFIX.tmp.PID.N (prefix NULL: any NAME). */
+static lh_err clean_stale(const char *dir, const char *prefix) {
+  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) return lh_errorf(LH_ERR_IO, "%s: cannot open directory: %s", dir, strerror(errno));
+  DIR *d = fdopendir(dfd);
+  if (!d) {
+    lh_err e = lh_errorf(LH_ERR_IO, "%s: cannot list: %s", dir, strerror(errno));
+    close(dfd);
+    return e;
+  }
+  lh_err err = LH_ERR_OK;
+  for (;;) {
+    errno = 0;
+    struct dirent *ent = readdir(d);
+    if (!ent) {
+      if (errno && !err) err = lh_errorf(LH_ERR_IO, "%s: cannot list: %s", dir, strerror(errno));
+      break;
+    }
+    long pid = 0;
+    if (!stale_name(ent->d_name, prefix, &pid)) continue;
+    if (pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+    struct stat sb;
+    if (fstatat(dfd, ent->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(sb.st_mode)) continue;
+    if (unlinkat(dfd, ent->d_name, 0) == 0) {
+      lh_log(LH_LOG_DEBUG, "%s/%s: removed, a temporary file of process %ld, which is gone", dir,
+             ent->d_name, pid);
+    } else if (errno != ENOENT && !err) {
+      err = lh_errorf(LH_ERR_IO, "%s/%s: cannot remove a stale temporary file: %s", dir,
+                      ent->d_name, strerror(errno));
+    }
+  }
+  closedir(d);
+  return err;
+}
+
+lh_err lh_file_clean_stale_tmp(const char *dir) {
+  if (!dir) return lh_errorf(LH_ERR_INVAL, "lh_file_clean_stale_tmp: NULL directory");
+  return clean_stale(dir[0] ? dir : ".", NULL);
+}
+
+/* ---------------------------------------------------------------- output files */
+
+#define OUT_BUF   (1u << 16)
+#define MAX_LINKS 40
+
+typedef enum { OUT_ATOMIC, OUT_IN_PLACE, OUT_FD } out_mode;
+
+struct lh_file_out {
+  out_mode mode;
+  int fd;
+  char *target; /* the file written (atomic: renamed over), for messages */
+  char *tmp;    /* atomic: the temporary file, until renamed */
+  lh_err err;   /* the first write error: later writes and the commit return it */
+  size_t n;     /* bytes in buf */
+  char buf[OUT_BUF];
+};
+
+/* What an output path resolves to. */
+typedef struct {
+  out_mode mode;
+  char *target; /* malloc'd: the file to replace or open; NULL for OUT_FD */
+  int fd;       /* OUT_FD */
+} out_plan;
+
+/* The descriptor a path names (/dev/stdout, /dev/stderr, /dev/fd/N, /proc/self/fd/N,
+ * /proc/PID/fd/N with this PID), or -1. */
+static int named_fd(const char *p) {
+  if (!strcmp(p, "/dev/stdout")) return 1;
+  if (!strcmp(p, "/dev/stderr")) return 2;
+  const char *rest = NULL;
+  char own[64];
+  snprintf(own, sizeof own, "/proc/%ld/fd/", (long)getpid());
+  if (!strncmp(p, "/dev/fd/", 8))
+    rest = p + 8;
+  else if (!strncmp(p, "/proc/self/fd/", 14))
+    rest = p + 14;
+  else if (!strncmp(p, own, strlen(own)))
+    rest = p + strlen(own);
+  if (!rest || !*rest) return -1;
+  long v = 0;
+  for (const char *c = rest; *c; c++) {
+    if (*c < '0' || *c > '9' || v > 1000000) return -1;
+    v = 10 * v + (*c - '0');
+  }
+  return (int)v;
+}
+
+/* The directory part of path ("." when it has none). malloc'd. */
+static char *dir_of(const char *path) {
+  char *copy = lh_xstrdup(path);
+  char *d = lh_xstrdup(dirname(copy));
+  free(copy);
+  return d;
+}
+
+/* A link's target, relative ones taken from the directory of the link. malloc'd or NULL. */
+static char *link_target(const char *link) {
+  char buf[4096];
+  ssize_t n = readlink(link, buf, sizeof buf - 1);
+  if (n < 0) return NULL;
+  if ((size_t)n == sizeof buf - 1) {
+    errno = ENAMETOOLONG;
+    return NULL;
+  }
+  buf[n] = '\0';
+  if (buf[0] == '/') return lh_xstrdup(buf);
+  char *d = dir_of(link);
+  size_t cap = strlen(d) + (size_t)n + 2;
+  char *p = lh_xmalloc(cap);
+  snprintf(p, cap, "%s/%s", d, buf);
+  free(d);
+  return p;
+}
+
+/* Decides how path is written (see base.h). */
+static lh_err out_resolve(const char *path, out_plan *plan) {
+  memset(plan, 0, sizeof *plan);
+  plan->fd = -1;
+  if (!path || !path[0]) return lh_errorf(LH_ERR_INVAL, "output file: empty path");
+  char *cur = lh_xstrdup(path);
+  for (int hops = 0;; hops++) {
+    int fd = named_fd(cur);
+    if (fd >= 0) {
+      int fl = fcntl(fd, F_GETFL);
+      free(cur);
+      if (fl < 0 || (fl & O_ACCMODE) == O_RDONLY)
+        return lh_errorf(LH_ERR_IO, "%s: descriptor %d is not open for writing", path, fd);
+      plan->mode = OUT_FD;
+      plan->fd = fd;
+      return LH_ERR_OK;
+    }
+    struct stat sb;
+    if (lstat(cur, &sb) != 0) {
+      if (errno == ENOENT) { /* a new file (a missing directory is reported when creating it) */
+        plan->mode = OUT_ATOMIC;
+        plan->target = cur;
+        return LH_ERR_OK;
+      }
+      lh_err e = lh_errorf(LH_ERR_IO, "%s: cannot stat: %s", cur, strerror(errno));
+      free(cur);
+      return e;
+    }
+    if (S_ISLNK(sb.st_mode)) {
+      if (hops >= MAX_LINKS) {
+        free(cur);
+        return lh_errorf(LH_ERR_IO, "%s: more than %d symbolic links to follow", path, MAX_LINKS);
+      }
+      char *next = link_target(cur);
+      if (!next) {
+        lh_err e = lh_errorf(LH_ERR_IO, "%s: cannot read the link: %s", cur, strerror(errno));
+        free(cur);
+        return e;
+      }
+      free(cur);
+      cur = next;
+      continue;
+    }
+    if (S_ISDIR(sb.st_mode)) {
+      free(cur);
+      return lh_errorf(LH_ERR_IO, "%s: is a directory, expected a file", path);
+    }
+    plan->mode = S_ISREG(sb.st_mode) ? OUT_ATOMIC : OUT_IN_PLACE;
+    plan->target = cur;
+    return LH_ERR_OK;
+  }
+}
+
+lh_err lh_file_out_check(const char *path) {
+  out_plan plan;
+  lh_err e = out_resolve(path, &plan);
+  if (e) return e;
+  if (plan.mode == OUT_ATOMIC) {
+    char *d = dir_of(plan.target);
+    if (access(d, W_OK | X_OK) != 0)
+      e = lh_errorf(LH_ERR_IO, "%s: cannot write to its directory %s: %s", path, d,
+                    strerror(errno));
+    free(d);
+  } else if (plan.mode == OUT_IN_PLACE && access(plan.target, W_OK) != 0) {
+    e = lh_errorf(LH_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+  }
+  free(plan.target);
+  return e;
+}
+
+lh_err lh_file_out_open(const char *path, lh_file_out **out) {
+  *out = NULL;
+  out_plan plan;
+  lh_err err = out_resolve(path, &plan);
+  if (err) return err;
+  lh_file_out *o = lh_xcalloc(1, sizeof *o);
+  o->mode = plan.mode;
+  o->fd = -1;
+  o->target = plan.target ? plan.target : lh_xstrdup(path);
+  if (plan.mode == OUT_FD) {
+    if (plan.fd == 1) fflush(stdout);
+    if (plan.fd == 2) fflush(stderr);
+    o->fd = plan.fd;
+  } else if (plan.mode == OUT_IN_PLACE) {
+    /* no O_CREAT, no O_TRUNC: the FIFO or device stays what it is */
+    o->fd = open(o->target, O_WRONLY | O_CLOEXEC | O_NOCTTY);
+    struct stat sb;
+    if (o->fd < 0) {
+      err = lh_errorf(LH_ERR_IO, "%s: cannot open for writing: %s", o->target, strerror(errno));
+    } else if (fstat(o->fd, &sb) != 0) {
+      err = lh_errorf(LH_ERR_IO, "%s: cannot stat: %s", o->target, strerror(errno));
+    } else if (S_ISREG(sb.st_mode) || S_ISDIR(sb.st_mode)) { /* replaced since the lstat */
+      err = lh_errorf(LH_ERR_IO, "%s: became %s while being opened; try again", o->target,
+                      S_ISREG(sb.st_mode) ? "a regular file" : "a directory");
+    }
+  } else {
+    char *d = dir_of(o->target), *base = lh_xstrdup(o->target);
+    const char *b = strrchr(base, '/') ? strrchr(base, '/') + 1 : base;
+    clean_stale(d, b); /* best effort: a leftover that cannot be removed does not stop a write */
+    free(d);
+    free(base);
+    err = lh_file_tmp_create(o->target, &o->tmp, &o->fd);
+  }
+  if (err) {
+    lh_file_out_free(o);
+    return err;
+  }
+  *out = o;
+  return LH_ERR_OK;
+}
+
+static lh_err out_put(lh_file_out *o, const char *p, size_t n) {
+  const char *name = o->tmp ? o->tmp : o->target;
+  while (n > 0) {
+    ssize_t w = write(o->fd, p, n);
     if (w < 0) {
       if (errno == EINTR) continue;
-      err = lh_errorf(LH_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
-      goto out;
+      return lh_errorf(LH_ERR_IO, "%s: write failed: %s", name, strerror(errno));
     }
+    if (w == 0) return lh_errorf(LH_ERR_IO, "%s: write failed: nothing written", name);
     p += w;
-    left -= (size_t)w;
+    n -= (size_t)w;
   }
-  if (fsync(fd) != 0) {
-    err = lh_errorf(LH_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));
-    goto out;
+  return LH_ERR_OK;
+}
+
+lh_err lh_file_out_write(lh_file_out *o, const void *data, size_t len) {
+  if (!o) return lh_errorf(LH_ERR_INVAL, "lh_file_out_write: NULL output");
+  if (o->err) return o->err;
+  if (len <= OUT_BUF - o->n) {
+    memcpy(o->buf + o->n, data, len);
+    o->n += len;
+    return LH_ERR_OK;
   }
-  if (close(fd) != 0) {
-    fd = -1;
-    err = lh_errorf(LH_ERR_IO, "%s: close failed: %s", tmp, strerror(errno));
-    unlink(tmp);
-    goto out;
+  lh_err e = out_put(o, o->buf, o->n);
+  o->n = 0;
+  if (!e)
+    e = len < OUT_BUF ? (memcpy(o->buf, data, len), o->n = len, LH_ERR_OK) : out_put(o, data, len);
+  return o->err = e;
+}
+
+lh_err lh_file_out_commit(lh_file_out *o) {
+  if (!o) return lh_errorf(LH_ERR_INVAL, "lh_file_out_commit: NULL output");
+  if (o->err) return o->err;
+  lh_err e = out_put(o, o->buf, o->n);
+  o->n = 0;
+  if (e) return o->err = e;
+  if (o->mode == OUT_FD) {
+    o->fd = -1; /* not ours to close */
+    return LH_ERR_OK;
   }
-  fd = -1;
-  if ((err = lh_file_commit(tmp, path))) unlink(tmp);
-out:
-  if (fd >= 0) {
-    close(fd);
-    unlink(tmp);
+  if (o->mode == OUT_ATOMIC && fsync(o->fd) != 0)
+    return o->err = lh_errorf(LH_ERR_IO, "%s: fsync failed: %s", o->tmp, strerror(errno));
+  int rc = close(o->fd);
+  o->fd = -1;
+  if (rc != 0)
+    return o->err = lh_errorf(LH_ERR_IO, "%s: close failed: %s", o->tmp ? o->tmp : o->target,
+                              strerror(errno));
+  if (o->mode == OUT_ATOMIC) {
+    if ((e = lh_file_commit(o->tmp, o->target))) return o->err = e;
+    free(o->tmp);
+    o->tmp = NULL; /* renamed: nothing to remove */
   }
-  free(tmp);
+  return LH_ERR_OK;
+}
+
+void lh_file_out_free(lh_file_out *o) {
+  if (!o) return;
+  if (o->fd >= 0 && o->mode != OUT_FD) close(o->fd);
+  if (o->tmp) unlink(o->tmp);
+  free(o->tmp);
+  free(o->target);
+  free(o);
+}
+
+lh_err lh_file_write_atomic(const char *path, const void *data, size_t len) {
+  lh_file_out *o = NULL;
+  lh_err err = lh_file_out_open(path, &o);
+  if (!err) err = lh_file_out_write(o, data, len);
+  if (!err) err = lh_file_out_commit(o);
+  lh_file_out_free(o);
   return err;
 }
 

@@ -79,19 +79,6 @@ static void progress(int done, int n, double p1, double el, void *ud) {
   }
 }
 
-/* Fails early on a --json path whose directory cannot be written. */
-static bool json_dir_writable(const char *path) {
-  char *dir = lh_xstrdup(path);
-  char *slash = strrchr(dir, '/');
-  if (slash == dir)
-    slash[1] = '\0';
-  else if (slash)
-    *slash = '\0';
-  bool ok = access(slash ? dir : ".", W_OK | X_OK) == 0;
-  free(dir);
-  return ok;
-}
-
 /* Evaluates the model in dir; fills r. Returns an exit code. */
 static int run_model(const setup *s, const char *dir, run *r) {
   r->dir = dir;
@@ -326,9 +313,9 @@ int lh__cmd_eval(int argc, char **argv) {
     rc = lh__cli_fail(CMD);
     goto out;
   }
-  if (json_path && !json_dir_writable(json_path)) {
-    rc = lh__cli_error(CMD, LH__EXIT_FAIL, "--json %s: cannot write to its directory: %s",
-                       json_path, strerror(errno));
+  /* fails early, before the run, on a --json path that cannot be written */
+  if (json_path && lh_file_out_check(json_path) != LH_ERR_OK) {
+    rc = lh__cli_error(CMD, LH__EXIT_FAIL, "--json %s", lh_last_error());
     goto out;
   }
   lh_eval_config ec = {.split = (lh_split)split,

@@ -862,6 +862,40 @@ import json, sys
 assert json.load(open(sys.argv[1]))["tasks"] == 2
 ' "$TMP/eval-full.json"
 }
+# --json PATH by what PATH names. A symbolic link is followed and its target replaced (the link
+# was replaced by a regular file); a FIFO is written in place for its reader (it was replaced);
+# a character device is written in place and its write error reported (as root, /dev/full
+# itself was replaced: the device here is made in $TMP, never the real one); a directory is
+# refused before the run.
+echo old >"$TMP/json-target.json"
+ln -s json-target.json "$TMP/json-link.json"
+run eval-jlink "$BIN" eval --model "$TMP/gen" --env arith:digits=1 --n 2 --max-new 2 --json "$TMP/json-link.json"
+expect_rc eval-jlink 0 && {
+  [ -L "$TMP/json-link.json" ] || fail "eval --json: the symbolic link was replaced"
+  py eval-jlink-json 'import json, sys; assert json.load(open(sys.argv[1]))["tasks"] == 2' "$TMP/json-target.json"
+}
+mkfifo "$TMP/json-fifo"
+cat "$TMP/json-fifo" >"$TMP/json-fifo.read" &
+reader=$!
+run eval-jfifo timeout 120 "$BIN" eval --model "$TMP/gen" --env arith:digits=1 --n 2 --max-new 2 --json "$TMP/json-fifo"
+# a reader still waiting (nothing was written to the FIFO): let it go
+{ [ "$RC" -eq 0 ] && [ -p "$TMP/json-fifo" ]; } || kill "$reader" 2>/dev/null
+wait "$reader" 2>/dev/null
+expect_rc eval-jfifo 0 && {
+  [ -p "$TMP/json-fifo" ] || fail "eval --json: the FIFO was replaced"
+  py eval-jfifo-json 'import json, sys; assert json.load(open(sys.argv[1]))["tasks"] == 2' "$TMP/json-fifo.read"
+}
+if [ "$(id -u)" -eq 0 ] && mknod "$TMP/json-full" c 1 7 2>/dev/null; then
+  run eval-jdev "$BIN" eval --model "$TMP/gen" --env arith:digits=1 --n 2 --max-new 2 --json "$TMP/json-full"
+  expect_rc eval-jdev 1 && {
+    grep -q "json-full: write failed: No space left on device" "$TMP/eval-jdev.err" ||
+      fail "eval --json to a full device: no ENOSPC error: $(cat "$TMP/eval-jdev.err")"
+    [ -c "$TMP/json-full" ] || fail "eval --json: the character device was replaced"
+  }
+fi
+mkdir "$TMP/json-dir"
+run eval-jdir "$BIN" eval --model "$TMP/gen" --env arith:digits=1 --n 2 --max-new 2 --json "$TMP/json-dir"
+expect_rc eval-jdir 1 && expect_one_line_error eval-jdir '^longhaul eval: --json .*json-dir: is a directory, expected a file$'
 # K samples: pass@k rises with k; results do not depend on how tasks are batched (streams are
 # fixed per task and sample)
 run eval-k "$BIN" eval --model "$EVAL_MODEL" --env arith:digits=1 --n 12 --samples 4 --max-new 6 --json "$TMP/eval-k.json"

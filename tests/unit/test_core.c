@@ -3,6 +3,7 @@
  * batch validation, gradient accumulation, and that longhaul's own reductions do not depend on
  * the thread count (on a batch small enough that OpenBLAS runs its products on one thread). */
 #include <dirent.h>
+#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -13,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -512,6 +514,311 @@ static void test_file_read(void **state) {
   unlink(path);
 }
 
+/* lh_file_read refuses what is not a regular file, at once: a FIFO with no writer (it hung in
+ * open), a character device (it read /dev/zero up to the limit); lh_file_open_read likewise. */
+static void test_file_read_special(void **state) {
+  (void)state;
+  char dir[] = "/tmp/longhaul-test-special-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char fifo[128];
+  snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+  assert_int_equal(mkfifo(fifo, 0644), 0);
+  char *text = NULL;
+  size_t len = 0;
+  alarm(20); /* a hang fails the test instead of stalling the suite */
+  assert_int_equal(lh_file_read(fifo, 1 << 20, &text, &len), LH_ERR_IO);
+  alarm(0);
+  assert_null(text);
+  assert_non_null(strstr(lh_last_error(), "fifo: not a regular file (a FIFO)"));
+  int fd = 7;
+  assert_int_equal(lh_file_open_read(fifo, &fd), LH_ERR_IO);
+  assert_int_equal(fd, -1);
+  assert_int_equal(lh_file_read("/dev/zero", 1 << 20, &text, &len), LH_ERR_IO);
+  assert_string_equal(lh_last_error(), "/dev/zero: not a regular file (a character device)");
+  assert_int_equal(lh_file_read(dir, 1 << 20, &text, &len), LH_ERR_IO);
+  assert_non_null(strstr(lh_last_error(), "not a regular file (a directory)"));
+  /* a symbolic link to a regular file is read */
+  char file[128], link[128];
+  snprintf(file, sizeof file, "%s/file", dir);
+  snprintf(link, sizeof link, "%s/link", dir);
+  assert_int_equal(lh_file_write_atomic(file, "abc", 3), LH_ERR_OK);
+  assert_int_equal(symlink("file", link), 0);
+  assert_int_equal(lh_file_read(link, 16, &text, &len), LH_ERR_OK);
+  assert_string_equal(text, "abc");
+  free(text);
+  assert_int_equal(lh_file_open_read(link, &fd), LH_ERR_OK);
+  assert_true(fd >= 0);
+  char c;
+  assert_int_equal(read(fd, &c, 1), 1); /* blocking mode again */
+  close(fd);
+  unlink(link);
+  unlink(file);
+  unlink(fifo);
+  assert_int_equal(rmdir(dir), 0);
+}
+
+/* The inode number of path (following links), or 0. */
+static ino_t inode_of(const char *path) {
+  struct stat sb;
+  return stat(path, &sb) == 0 ? sb.st_ino : 0;
+}
+
+/* lh_file_write_atomic by what the path names. A symbolic link is followed and its target
+ * replaced (the link itself was replaced by a regular file); a dangling link creates its
+ * target; a FIFO and character devices are written in place (they were replaced by regular
+ * files: as root, /dev/full); /dev/fd/N writes to descriptor N; a directory is refused. Devices
+ * are made in the test's directory (as root), never the real /dev ones. */
+static void test_atomic_write_targets(void **state) {
+  (void)state;
+  char dir[] = "/tmp/longhaul-test-targets-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char p[6][192];
+  struct stat sb;
+#define P(i, name) snprintf(p[i], sizeof p[i], "%s/%s", dir, name)
+  /* a link to a regular file: the target gets the content, the link stays a link */
+  P(0, "target");
+  P(1, "link");
+  P(2, "sub");
+  assert_int_equal(lh_file_write_atomic(p[0], "old", 3), LH_ERR_OK);
+  assert_int_equal(symlink("target", p[1]), 0);
+  assert_int_equal(lh_file_write_atomic(p[1], "new", 3), LH_ERR_OK);
+  assert_int_equal(lstat(p[1], &sb), 0);
+  assert_true(S_ISLNK(sb.st_mode));
+  assert_true(holds_text(p[0], "new"));
+  /* a chain of two links, the last dangling, into another directory: the name is created */
+  assert_int_equal(mkdir(p[2], 0755), 0);
+  P(3, "link2");
+  assert_int_equal(symlink("sub/link3", p[3]), 0);
+  P(4, "sub/link3");
+  assert_int_equal(symlink("fresh", p[4]), 0); /* relative to sub/ */
+  assert_int_equal(lh_file_write_atomic(p[3], "made", 4), LH_ERR_OK);
+  assert_int_equal(lstat(p[3], &sb), 0);
+  assert_true(S_ISLNK(sb.st_mode));
+  assert_int_equal(lstat(p[4], &sb), 0);
+  assert_true(S_ISLNK(sb.st_mode));
+  P(5, "sub/fresh");
+  assert_true(holds_text(p[5], "made"));
+  unlink(p[5]);
+  unlink(p[4]);
+  unlink(p[3]);
+  /* a loop of links is an error, not a hang */
+  P(3, "loop");
+  assert_int_equal(symlink("loop", p[3]), 0);
+  assert_int_equal(lh_file_write_atomic(p[3], "x", 1), LH_ERR_IO);
+  assert_non_null(strstr(lh_last_error(), "symbolic links"));
+  unlink(p[3]);
+  /* a FIFO: written in place (a reader is open), and still a FIFO */
+  P(3, "fifo");
+  assert_int_equal(mkfifo(p[3], 0644), 0);
+  int rd = open(p[3], O_RDONLY | O_NONBLOCK);
+  assert_true(rd >= 0);
+  assert_int_equal(lh_file_write_atomic(p[3], "through", 7), LH_ERR_OK);
+  char got[16] = {0};
+  assert_int_equal(read(rd, got, sizeof got), 7);
+  assert_string_equal(got, "through");
+  close(rd);
+  assert_int_equal(lstat(p[3], &sb), 0);
+  assert_true(S_ISFIFO(sb.st_mode));
+  unlink(p[3]);
+  /* descriptors by name: written at the descriptor's offset, the file not replaced */
+  P(3, "viafd");
+  int fd = open(p[3], O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  assert_true(fd >= 0);
+  assert_int_equal(write(fd, "head", 4), 4);
+  ino_t ino = inode_of(p[3]);
+  char name[64];
+  snprintf(name, sizeof name, "/dev/fd/%d", fd);
+  assert_int_equal(lh_file_write_atomic(name, "+tail", 5), LH_ERR_OK);
+  snprintf(name, sizeof name, "/proc/self/fd/%d", fd);
+  assert_int_equal(lh_file_write_atomic(name, "+more", 5), LH_ERR_OK);
+  close(fd);
+  assert_true(holds_text(p[3], "head+tail+more"));
+  assert_true(inode_of(p[3]) == ino);
+  unlink(p[3]);
+  /* character devices (null and full) made here: written in place; ENOSPC is reported */
+  P(3, "null");
+  P(4, "full");
+  if (mknod(p[3], S_IFCHR | 0666, makedev(1, 3)) == 0 &&
+      mknod(p[4], S_IFCHR | 0666, makedev(1, 7)) == 0) {
+    assert_int_equal(lh_file_write_atomic(p[3], "gone", 4), LH_ERR_OK);
+    assert_int_equal(lstat(p[3], &sb), 0);
+    assert_true(S_ISCHR(sb.st_mode));
+    assert_int_equal(lh_file_write_atomic(p[4], "nospace", 7), LH_ERR_IO);
+    assert_non_null(strstr(lh_last_error(), "full: write failed: No space left on device"));
+    assert_int_equal(lstat(p[4], &sb), 0);
+    assert_true(S_ISCHR(sb.st_mode));
+  } else if (geteuid() != 0) { /* not root: the real ones cannot be replaced, so use them */
+    assert_int_equal(lh_file_write_atomic("/dev/null", "gone", 4), LH_ERR_OK);
+    assert_int_equal(lh_file_write_atomic("/dev/full", "nospace", 7), LH_ERR_IO);
+    assert_non_null(strstr(lh_last_error(), "/dev/full: write failed: No space left on device"));
+  }
+  unlink(p[3]);
+  unlink(p[4]);
+  /* a directory is refused, and so is a link to one */
+  assert_int_equal(lh_file_write_atomic(p[2], "x", 1), LH_ERR_IO);
+  assert_non_null(strstr(lh_last_error(), "sub: is a directory, expected a file"));
+  P(3, "dirlink");
+  assert_int_equal(symlink("sub", p[3]), 0);
+  assert_int_equal(lh_file_write_atomic(p[3], "x", 1), LH_ERR_IO);
+  assert_non_null(strstr(lh_last_error(), "is a directory"));
+  unlink(p[3]);
+  assert_int_equal(lh_file_out_check(p[2]), LH_ERR_IO);
+  assert_int_equal(lh_file_out_check(p[1]), LH_ERR_OK);
+  /* the streaming writer: many small writes and one large one make one file */
+  lh_file_out *o = NULL;
+  static char big[200000];
+  memset(big, 'z', sizeof big);
+  assert_int_equal(lh_file_out_open(p[1], &o), LH_ERR_OK);
+  for (int i = 0; i < 1000; i++)
+    assert_int_equal(lh_file_out_write(o, "0123456789", 10), LH_ERR_OK);
+  assert_int_equal(lh_file_out_write(o, big, sizeof big), LH_ERR_OK);
+  assert_true(holds_text(p[0], "new")); /* nothing replaced before the commit */
+  assert_int_equal(lh_file_out_commit(o), LH_ERR_OK);
+  lh_file_out_free(o);
+  lh_file_out_free(NULL);
+  assert_int_equal(stat(p[0], &sb), 0);
+  assert_int_equal(sb.st_size, 10000 + sizeof big);
+  /* abandoned: the file is unchanged and no temporary file is left */
+  assert_int_equal(lh_file_out_open(p[1], &o), LH_ERR_OK);
+  assert_int_equal(lh_file_out_write(o, "partial", 7), LH_ERR_OK);
+  lh_file_out_free(o);
+  assert_int_equal(stat(p[0], &sb), 0);
+  assert_int_equal(sb.st_size, 10000 + sizeof big);
+  unlink(p[1]);
+  unlink(p[0]);
+  assert_int_equal(rmdir(p[2]), 0);
+  assert_int_equal(rmdir(dir), 0); /* nothing else left */
+#undef P
+}
+
+/* A PID that is not running: a child that has exited and been reaped. */
+static pid_t dead_pid(void) {
+  pid_t c = fork();
+  assert_true(c >= 0);
+  if (c == 0) _exit(0);
+  assert_int_equal(waitpid(c, NULL, 0), c);
+  return c;
+}
+
+/* lh_file_clean_stale_tmp removes NAME.tmp.PID.N of dead PIDs and nothing else: not a live
+ * process's file, not a near miss of the pattern, not a directory; and lh_file_write_atomic
+ * removes its own target's stale files (and only those) before writing. */
+static void test_clean_stale_tmp(void **state) {
+  (void)state;
+  char dir[] = "/tmp/longhaul-test-stale-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  long dead = (long)dead_pid(), me = (long)getpid();
+  char name[64][96], path[6400];
+  int n = 0;
+  /* removed */
+  snprintf(name[n++], 96, "a.tmp.%ld.0", dead);
+  snprintf(name[n++], 96, "a.tmp.%ld.12", dead);
+  snprintf(name[n++], 96, "b.c.tmp.%ld.7", dead);
+  snprintf(name[n++], 96, "x.tmp.1.tmp.%ld.3", dead);
+  int n_removed = n;
+  /* kept: live processes (this one, init) */
+  snprintf(name[n++], 96, "a.tmp.%ld.0", me);
+  snprintf(name[n++], 96, "a.tmp.1.0");
+  /* kept: not the pattern exactly */
+  snprintf(name[n++], 96, ".tmp.%ld.0", dead);
+  snprintf(name[n++], 96, "a.tmp.%ld.", dead);
+  snprintf(name[n++], 96, "a.tmp.%ld", dead);
+  snprintf(name[n++], 96, "a.tmp.%ld.0x", dead);
+  snprintf(name[n++], 96, "a.tmp.0%ld.1", dead);
+  snprintf(name[n++], 96, "a.tmp.%ld.01", dead);
+  snprintf(name[n++], 96, "a.tmp.-%ld.0", dead);
+  snprintf(name[n++], 96, "a.TMP.%ld.0", dead);
+  snprintf(name[n++], 96, "a.tmp.%ld.0.bak", dead);
+  snprintf(name[n++], 96, "a.tmp%ld.0", dead);
+  snprintf(name[n++], 96, "a.tmp..0");
+  snprintf(name[n++], 96, "a.tmp.0.0");
+  for (int i = 0; i < n; i++) {
+    snprintf(path, sizeof path, "%s/%s", dir, name[i]);
+    put_text(path, "leftover");
+  }
+  char sub[256], lnk[256];
+  snprintf(sub, sizeof sub, "%s/d.tmp.%ld.0", dir, dead);
+  assert_int_equal(mkdir(sub, 0755), 0);
+  snprintf(lnk, sizeof lnk, "%s/l.tmp.%ld.0", dir, dead);
+  assert_int_equal(symlink("a.tmp.1.0", lnk), 0);
+  assert_int_equal(lh_file_clean_stale_tmp(dir), LH_ERR_OK);
+  for (int i = 0; i < n; i++) {
+    snprintf(path, sizeof path, "%s/%s", dir, name[i]);
+    if (i < n_removed && access(path, F_OK) == 0) fail_msg("%s: kept, expected removed", name[i]);
+    if (i >= n_removed && !holds_text(path, "leftover")) fail_msg("%s: removed", name[i]);
+  }
+  struct stat sb;
+  assert_int_equal(lstat(sub, &sb), 0);
+  assert_int_equal(lstat(lnk, &sb), 0);
+  /* the atomic writer of a/f removes f's stale files, not another name's */
+  char f[256], g[256], fs[256], gs[256], fl[256];
+  snprintf(f, sizeof f, "%s/f", dir);
+  snprintf(g, sizeof g, "%s/g", dir);
+  snprintf(fs, sizeof fs, "%s/f.tmp.%ld.5", dir, dead);
+  snprintf(gs, sizeof gs, "%s/g.tmp.%ld.5", dir, dead);
+  snprintf(fl, sizeof fl, "%s/f.tmp.%ld.5", dir, me);
+  put_text(fs, "leftover");
+  put_text(gs, "leftover");
+  put_text(fl, "leftover");
+  assert_int_equal(lh_file_write_atomic(f, "x", 1), LH_ERR_OK);
+  assert_int_equal(access(fs, F_OK), -1);
+  assert_true(holds_text(gs, "leftover"));
+  assert_true(holds_text(fl, "leftover"));
+  /* a directory that cannot be listed is an error naming it */
+  char missing[256];
+  snprintf(missing, sizeof missing, "%s/missing", dir);
+  assert_int_equal(lh_file_clean_stale_tmp(missing), LH_ERR_IO);
+  assert_non_null(strstr(lh_last_error(), "missing"));
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
+/* lh_file_getline: lines with their newline, the last one without, NUL bytes kept, the end as
+ * length 0; a line one byte over the limit (newline counted) is LH_ERR_LIMIT after reading at
+ * most limit + 1 bytes. */
+static void test_getline_limit(void **state) {
+  (void)state;
+  static const char text[] = "ab\nc\0d\n\n0123456789\n012345678\nlast";
+  FILE *f = fmemopen((void *)text, sizeof text - 1, "r");
+  assert_non_null(f);
+  char *buf = NULL;
+  size_t cap = 0, len = 99;
+  assert_int_equal(lh_file_getline(f, 10, &buf, &cap, &len), LH_ERR_OK);
+  assert_int_equal(len, 3);
+  assert_memory_equal(buf, "ab\n", 3);
+  assert_int_equal(lh_file_getline(f, 10, &buf, &cap, &len), LH_ERR_OK);
+  assert_int_equal(len, 4);
+  assert_memory_equal(buf, "c\0d\n", 4);
+  assert_int_equal(lh_file_getline(f, 10, &buf, &cap, &len), LH_ERR_OK);
+  assert_int_equal(len, 1);
+  assert_int_equal(lh_file_getline(f, 10, &buf, &cap, &len), LH_ERR_LIMIT);
+  assert_string_equal(lh_last_error(), "line longer than 10 bytes");
+  assert_int_equal(ftell(f), 8 + 11); /* 10 bytes kept, the 11th read and refused */
+  fclose(f);
+  f = fmemopen((void *)(text + 19), sizeof text - 1 - 19, "r");
+  assert_non_null(f);
+  assert_int_equal(lh_file_getline(f, 10, &buf, &cap, &len), LH_ERR_OK);
+  assert_int_equal(len, 10); /* exactly the limit */
+  assert_true(cap <= 11);
+  assert_int_equal(lh_file_getline(f, 10, &buf, &cap, &len), LH_ERR_OK);
+  assert_int_equal(len, 4);
+  assert_string_equal(buf, "last");
+  assert_int_equal(lh_file_getline(f, 10, &buf, &cap, &len), LH_ERR_OK);
+  assert_int_equal(len, 0);
+  fclose(f);
+  free(buf);
+  /* an endless line costs the limit, not the input */
+  f = fopen("/dev/zero", "r");
+  assert_non_null(f);
+  buf = NULL;
+  cap = 0;
+  assert_int_equal(lh_file_getline(f, 1 << 20, &buf, &cap, &len), LH_ERR_LIMIT);
+  assert_true(cap <= (1 << 20) + 1);
+  fclose(f);
+  free(buf);
+}
+
 static void test_grad_accumulates(void **state) {
   lh_config c = small_cfg();
   lh_model *m;
@@ -561,6 +868,10 @@ int main(void) {
       cmocka_unit_test(test_file_read),
       cmocka_unit_test(test_atomic_write_leftovers),
       cmocka_unit_test(test_json_check_cost),
+      cmocka_unit_test(test_file_read_special),
+      cmocka_unit_test(test_atomic_write_targets),
+      cmocka_unit_test(test_clean_stale_tmp),
+      cmocka_unit_test(test_getline_limit),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
