@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "longhaul/model.h"
@@ -14,6 +15,13 @@
 #define CMD              "score"
 #define BATCH_TOKENS     4096       /* tokens per forward pass, unless one line is longer */
 #define MAX_LOGIT_FLOATS (1L << 26) /* keep the (tokens, V) logits of a batch near 256 MiB */
+/* A line holds at most max_position_embeddings ids: this many bytes each ("151643, " is 8) and
+ * a little for brackets and spaces. A longer line is refused as soon as its bytes pass that,
+ * so an endless one (/dev/zero) costs no more memory. */
+#define LINE_BYTES_PER_ID 12
+#define LINE_SLACK        4096
+/* Tokens of all lines together, which are held until every line is checked: 1 GiB of ids. */
+#define MAX_TOTAL_TOKENS ((size_t)1 << 28)
 
 static const lh__flag flags[] = {
     {"model", "DIR", true, "model directory (config.json + model.safetensors)"},
@@ -67,18 +75,34 @@ static int parse_line(const char *path, size_t lineno, const char *text, size_t 
   return LH__ARGS_CONTINUE;
 }
 
+/* Reads every line of path (a regular file, or "-": standard input, which may be a pipe). */
 static int read_lines(const char *path, const lh_config *cfg, lines *L) {
   bool is_stdin = !strcmp(path, "-");
-  FILE *f = is_stdin ? stdin : fopen(path, "re");
-  if (!f) return lh__cli_error(CMD, LH__EXIT_FAIL, "%s: cannot open: %s", path, strerror(errno));
+  const char *name = is_stdin ? "<stdin>" : path;
+  FILE *f = stdin;
+  if (!is_stdin) {
+    int fd = -1;
+    if (lh_file_open_read(path, &fd) != LH_ERR_OK) return lh__cli_fail(CMD);
+    if (!(f = fdopen(fd, "r"))) {
+      close(fd);
+      return lh__cli_error(CMD, LH__EXIT_FAIL, "%s: cannot open: %s", path, strerror(errno));
+    }
+  }
+  size_t max_line = (size_t)cfg->max_positions * LINE_BYTES_PER_ID + LINE_SLACK;
   char *buf = NULL;
-  size_t cap = 0, lineno = 0;
-  ssize_t got;
+  size_t cap = 0, lineno = 0, got = 0;
   int rc = LH__ARGS_CONTINUE;
-  while (rc == LH__ARGS_CONTINUE && (got = getline(&buf, &cap, f)) >= 0)
-    rc = parse_line(is_stdin ? "<stdin>" : path, ++lineno, buf, (size_t)got, cfg, L);
-  if (rc == LH__ARGS_CONTINUE && ferror(f))
-    rc = lh__cli_error(CMD, LH__EXIT_FAIL, "%s: read error", path);
+  while (rc == LH__ARGS_CONTINUE) {
+    if (lh_file_getline(f, max_line, &buf, &cap, &got) != LH_ERR_OK) {
+      rc = lh__cli_error(CMD, LH__EXIT_FAIL, "%s:%zu: %s", name, lineno + 1, lh_last_error());
+      break;
+    }
+    if (got == 0) break;
+    rc = parse_line(name, ++lineno, buf, got, cfg, L);
+    if (rc == LH__ARGS_CONTINUE && L->n_tokens > MAX_TOTAL_TOKENS)
+      rc = lh__cli_error(CMD, LH__EXIT_FAIL, "%s:%zu: more than %zu token ids in all lines", name,
+                         lineno, MAX_TOTAL_TOKENS);
+  }
   free(buf);
   if (!is_stdin) fclose(f);
   return rc;
@@ -139,12 +163,16 @@ static int score_lines(lh_model *m, const lines *L) {
 }
 
 int lh__cmd_score(int argc, char **argv) {
-  lh__args a = {.cmd = CMD,
-                .about = "Prints, for each input line (a JSON array of token ids), one line "
-                         "{\"logprobs\":[...]} with the\nlog-probability of every token after "
-                         "the first given the tokens before it, in input order.",
-                .flags = flags,
-                .n_flags = (int)(sizeof flags / sizeof flags[0])};
+  lh__args a = {
+      .cmd = CMD,
+      .about = "Prints, for each input line (a JSON array of token ids), one line "
+               "{\"logprobs\":[...]} with the\nlog-probability of every token after the first "
+               "given the tokens before it, in input order.\nFILE is a regular file, or - for "
+               "standard input (which may be a pipe). A line may be\n12 bytes per position of "
+               "the model's context (max_position_embeddings) plus 4096 bytes\nlong; all lines "
+               "together hold at most 2^28 ids.",
+      .flags = flags,
+      .n_flags = (int)(sizeof flags / sizeof flags[0])};
   int rc = lh__args_parse(&a, argc, argv);
   if (rc != LH__ARGS_CONTINUE) return rc;
   if ((rc = lh__args_model(&a, "model")) != LH__ARGS_CONTINUE) return rc;

@@ -328,6 +328,34 @@ bad_score_line bad-blank '' 'empty line'
 MAXPOS=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["max_position_embeddings"])' "$MODEL/config.json")
 bad_score_line bad-long "$(python3 -c 'import sys; print([1] * (int(sys.argv[1]) + 1))' "$MAXPOS")" 'max_position'
 
+# Every input line has a length limit, 12 bytes per position plus 4 KiB (score --help says so):
+# an endless line (/dev/zero on stdin) is refused once it passes the limit, in bounded memory
+# (it grew without bound, 21.5 GB in 60 s, and under a memory limit exited 0 printing nothing).
+LINE_MAX=$((MAXPOS * 12 + 4096))
+grep -q "12 bytes per position" <("$BIN" score --help) || fail "score --help does not give the line limit"
+ulimit_v=""
+ldd "$BIN" 2>/dev/null | grep -q libasan || ulimit_v="ulimit -v 4000000;" # ASan reserves more
+run score-zero timeout 120 bash -c "$ulimit_v"' exec "$0" score --model "$1" --input - </dev/zero' "$BIN" "$MODEL"
+expect_rc score-zero 1 && expect_one_line_error score-zero "^longhaul score: <stdin>:1: line longer than $LINE_MAX bytes$"
+# one byte over the limit on line 2 of a file (its newline counted) is refused; at the limit is
+# read (and then refused by the JSON parser, which is another message)
+python3 -c 'import sys; n = int(sys.argv[1]); open(sys.argv[2], "w").write("[1]\n" + " " * (n - 3) + "[1]\n")' "$LINE_MAX" "$TMP/over.jsonl"
+run score-over "$BIN" score --model "$MODEL" --input "$TMP/over.jsonl"
+expect_rc score-over 1 && expect_one_line_error score-over "over.jsonl:2: line longer than $LINE_MAX bytes$"
+python3 -c 'import sys; n = int(sys.argv[1]); open(sys.argv[2], "w").write("[1]\n" + " " * (n - 4) + "[1]\n")' "$LINE_MAX" "$TMP/at.jsonl"
+run score-at "$BIN" score --model "$MODEL" --input "$TMP/at.jsonl"
+expect_rc score-at 0 && { [ "$(wc -l <"$TMP/score-at.out")" -eq 2 ] || fail "score-at: a line of exactly the limit was not scored"; }
+
+# Input files that are not regular files are refused at once (a FIFO with no writer hung in
+# open, /dev/zero read forever); standard input may still be a pipe.
+mkfifo "$TMP/fifo"
+run score-fifo timeout 20 "$BIN" score --model "$MODEL" --input "$TMP/fifo"
+expect_rc score-fifo 1 && expect_one_line_error score-fifo "fifo: not a regular file \\(a FIFO\\)$"
+run score-dev timeout 20 "$BIN" score --model "$MODEL" --input /dev/zero
+expect_rc score-dev 1 && expect_one_line_error score-dev "^longhaul score: /dev/zero: not a regular file \\(a character device\\)$"
+run score-pipe bash -c 'cat "$2" | "$0" score --model "$1" --input -' "$BIN" "$MODEL" "$TMP/in.jsonl"
+expect_rc score-pipe 0 && { cmp -s "$TMP/score.out" "$TMP/score-pipe.out" || fail "score: a pipe on stdin differs from the file"; }
+
 run score-nomodel "$BIN" score --model "$TMP/nowhere" --input "$TMP/in.jsonl"
 expect_rc score-nomodel 1 && expect_one_line_error score-nomodel 'nowhere'
 
