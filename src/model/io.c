@@ -2,7 +2,8 @@
  * list when present) plus model.safetensors, or shards with model.safetensors.index.json, whose
  * weight_map names the one shard each tensor is read from.
  * Loading checks every expected tensor's presence, dtype and shape against the config before the
- * parameter slab is allocated; saving writes both files atomically. */
+ * parameter slab is allocated, then reads each tensor from its file into the slab (no copy of
+ * the file is held); saving writes both files atomically. */
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
@@ -70,7 +71,7 @@ static lh_err open_single(const char *path, weights *w) {
   w->st = calloc(1, sizeof *w->st);
   w->label = strdup(path);
   if (!w->st || !w->label) return lh_errorf(LH_ERR_NOMEM, "%s: out of memory", path);
-  lh_err e = lh_safetensors_open(path, &w->st[0]);
+  lh_err e = lh_safetensors_open_lazy(path, &w->st[0]);
   if (!e) w->n = 1;
   return e;
 }
@@ -268,7 +269,7 @@ static lh_err open_sharded(const char *dir, const char *index_path, weights *w) 
       e = lh_errorf(LH_ERR_NOMEM, "%s: out of memory", index_path);
       break;
     }
-    e = lh_safetensors_open(p, &w->st[i]);
+    e = lh_safetensors_open_lazy(p, &w->st[i]);
     free(p);
     if (!e) w->n = i + 1;
   }
@@ -420,29 +421,32 @@ static lh_err load_dir(const char *dir, lh_model **out, uint16_t **bf16_slab, lh
       e = LH_ERR_NOMEM;
       goto out;
     }
+    /* F32 and F16 tensors are converted in parts through this buffer, so nothing the size of a
+     * tensor is allocated (a 150k x 4k embedding would need 2.4 GB as fp32) */
+    enum { PART = 1 << 16 };
+    float *part_f32 = NULL;
     for (int i = 0; i < n; i++) {
       const lh_safetensors *owner = src[i].st;
       const lh_st_tensor *t = src[i].t;
       uint16_t *dst = slab16 + info[i].offset;
+      size_t numel = info[i].numel;
       if (t->dtype == LH_DTYPE_BF16) { /* the bits as published: no round trip */
-        memcpy(dst, t->data, info[i].numel * sizeof *dst);
+        if ((e = lh_safetensors_read(owner, t, 0, dst, numel * sizeof *dst))) goto out_bf16;
         continue;
       }
-      /* F32 or F16: converted in parts through a buffer, so nothing the size of a tensor is
-       * allocated (a 150k x 4k embedding would need 2.4 GB as fp32) */
-      float part_f32[4096];
-      size_t esize = t->nbytes / info[i].numel;
-      for (size_t j = 0; j < info[i].numel; j += 4096) {
-        size_t k = info[i].numel - j < 4096 ? info[i].numel - j : 4096;
-        lh_st_tensor part = *t;
-        part.ndim = 1;
-        part.shape[0] = (int64_t)k;
-        part.data = t->data + j * esize;
-        part.nbytes = k * esize;
-        if ((e = lh_safetensors_read_f32(owner, &part, part_f32, k))) goto out;
+      if (!part_f32 && !(part_f32 = malloc(PART * sizeof *part_f32))) {
+        e = lh_errorf(LH_ERR_NOMEM, "%s: out of memory", dir);
+        goto out_bf16;
+      }
+      for (size_t j = 0; j < numel; j += PART) {
+        size_t k = numel - j < PART ? numel - j : PART;
+        if ((e = lh_safetensors_read_f32_range(owner, t, j, part_f32, k))) goto out_bf16;
         lh_bf16_from_f32_n(dst + j, part_f32, k);
       }
     }
+  out_bf16:
+    free(part_f32);
+    if (e) goto out;
     warn_unused(dir, &w, info, n, cfg.tie_embeddings);
     *bf16_slab = slab16;
     *bf16_cfg = cfg;
@@ -453,8 +457,8 @@ static lh_err load_dir(const char *dir, lh_model **out, uint16_t **bf16_slab, lh
   for (int i = 0; i < n; i++) {
     const lh_safetensors *owner = src[i].st;
     const lh_st_tensor *t = src[i].t;
-    if ((e = lh_safetensors_read_f32(owner, t, m->params + info[i].offset, info[i].numel)))
-      goto out;
+    float *dst = m->params + info[i].offset;
+    if ((e = lh_safetensors_read_f32(owner, t, dst, info[i].numel))) goto out;
   }
   warn_unused(dir, &w, info, n, cfg.tie_embeddings);
   *out = m;

@@ -5,6 +5,7 @@
  * list). */
 #include <dirent.h>
 #include <fcntl.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -485,6 +486,244 @@ static void test_write_rejects_bad_entries(void **state) {
   assert_int_equal(st->n, 0);
   assert_null(lh_safetensors_find(st, "ok"));
   lh_safetensors_close(st);
+}
+
+/* ---------------------------------------------------------------- reading files: truncation */
+
+/* Three tensors (F32, BF16, F16) of 1000 elements each, in that order, written to path. */
+static void write_three(const char *path, float *f, uint16_t *b, uint16_t *h) {
+  for (int i = 0; i < 1000; i++) {
+    f[i] = (float)i * 0.5f - 100.0f;
+    b[i] = lh_bf16_from_f32((float)i * -0.25f);
+    h[i] = (uint16_t)(0x3C00 + (i % 512)); /* 1.0 and up */
+  }
+  lh_st_entry e[] = {{"f", LH_DTYPE_F32, 2, {10, 100}, f},
+                     {"b", LH_DTYPE_BF16, 1, {1000}, b},
+                     {"h", LH_DTYPE_F16, 1, {1000}, h}};
+  assert_int_equal(lh_safetensors_write(path, e, 3), LH_ERR_OK);
+}
+
+static off_t file_size(const char *path) {
+  struct stat sb;
+  assert_int_equal(stat(path, &sb), 0);
+  return sb.st_size;
+}
+
+/* A file whose header promises more bytes than it holds (cut after the header was written) is
+ * "truncated: expected N bytes of tensor data, found M" from every reader. */
+static void test_truncated_file(void **state) {
+  static float f[1000];
+  static uint16_t b[1000], h[1000];
+  const char *p = path_in("cut.safetensors");
+  write_three(p, f, b, h);
+  off_t full = file_size(p), data_start = full - 8000;
+  char want[160];
+  lh_safetensors *st = NULL;
+  for (int cut = 1; cut <= 8000; cut += 2999) {
+    assert_int_equal(truncate(p, full - cut), 0);
+    snprintf(want, sizeof want,
+             "cut.safetensors: truncated: expected 8000 bytes of tensor data, "
+             "found %d",
+             8000 - cut);
+    assert_int_equal(lh_safetensors_open(p, &st), LH_ERR_FORMAT);
+    assert_non_null(strstr(lh_last_error(), want));
+    assert_null(st);
+    assert_int_equal(lh_safetensors_open_lazy(p, &st), LH_ERR_FORMAT);
+    assert_non_null(strstr(lh_last_error(), want));
+    assert_null(st);
+    /* the same bytes from memory */
+    char *img = NULL;
+    size_t len = 0;
+    assert_int_equal(lh_file_read(p, 1 << 20, &img, &len), LH_ERR_OK);
+    assert_int_equal(lh_safetensors_open_buffer(img, len, "mem", &st), LH_ERR_FORMAT);
+    snprintf(want, sizeof want, "mem: truncated: expected 8000 bytes of tensor data, found %d",
+             8000 - cut);
+    assert_non_null(strstr(lh_last_error(), want));
+    free(img);
+    write_three(p, f, b, h);
+  }
+  /* cut inside the header */
+  assert_int_equal(truncate(p, data_start - 5), 0);
+  assert_int_equal(lh_safetensors_open(p, &st), LH_ERR_FORMAT);
+  assert_non_null(strstr(lh_last_error(), "header length"));
+  unlink(p);
+}
+
+/* A file cut short while it is open cannot kill the process (it was mapped: reading the lost
+ * pages raised SIGBUS). lh_safetensors_open holds its data in memory, so the values stay;
+ * lh_safetensors_open_lazy reads from the file, so its reads report the truncation. */
+static void test_truncated_while_open(void **state) {
+  static float f[1000], out[1000];
+  static uint16_t b[1000], h[1000];
+  const char *p = path_in("shrink.safetensors");
+  write_three(p, f, b, h);
+  off_t full = file_size(p);
+  lh_safetensors *st = NULL, *lazy = NULL;
+  assert_int_equal(lh_safetensors_open(p, &st), LH_ERR_OK);
+  assert_int_equal(lh_safetensors_open_lazy(p, &lazy), LH_ERR_OK);
+  const lh_st_tensor *t = lh_safetensors_find(lazy, "h");
+  assert_null(t->data);
+  assert_int_equal(t->offset, 6000);
+  /* before: every reader gives the written values, whole or in ranges */
+  assert_int_equal(lh_safetensors_read_f32(lazy, lh_safetensors_find(lazy, "f"), out, 1000), 0);
+  assert_memory_equal(out, f, sizeof f);
+  for (int k = 0; k < 2; k++) {
+    const lh_safetensors *s = k ? lazy : st;
+    float ref[1000];
+    assert_int_equal(lh_safetensors_read_f32(st, lh_safetensors_find(st, "b"), ref, 1000), 0);
+    for (int i = 0; i < 1000; i++)
+      assert_true(ref[i] == lh_f32_from_bf16(b[i]));
+    assert_int_equal(lh_safetensors_read_f32_range(s, lh_safetensors_find(s, "b"), 7, out, 993),
+                     LH_ERR_OK);
+    assert_memory_equal(out, ref + 7, 993 * sizeof(float));
+    assert_int_equal(lh_safetensors_read_f32_range(s, lh_safetensors_find(s, "h"), 0, out, 3), 0);
+    assert_true(out[0] == 1.0f && out[2] == 1.0f + 2.0f / 1024);
+    assert_int_equal(lh_safetensors_read_f32_range(s, lh_safetensors_find(s, "h"), 999, out, 2),
+                     LH_ERR_MISMATCH);
+    uint16_t raw[4];
+    assert_int_equal(lh_safetensors_read(s, lh_safetensors_find(s, "b"), 2 * 996, raw, 8), 0);
+    assert_memory_equal(raw, b + 996, 8);
+    assert_int_equal(lh_safetensors_read(s, lh_safetensors_find(s, "b"), 2 * 997, raw, 8),
+                     LH_ERR_INVAL);
+  }
+  assert_int_equal(truncate(p, full - 7000), 0); /* keeps 1000 bytes of data: f's first 250 */
+  /* the data read at open is still there */
+  assert_memory_equal(lh_safetensors_find(st, "f")->data, f, sizeof f);
+  assert_memory_equal(lh_safetensors_find(st, "h")->data, h, sizeof h);
+  assert_int_equal(lh_safetensors_read_f32(st, lh_safetensors_find(st, "h"), out, 1000), 0);
+  /* from the file: the bytes still there read, the rest is an error, never a signal */
+  assert_int_equal(lh_safetensors_read_f32_range(lazy, lh_safetensors_find(lazy, "f"), 0, out, 250),
+                   LH_ERR_OK);
+  assert_memory_equal(out, f, 250 * sizeof(float));
+  assert_int_equal(lh_safetensors_read_f32(lazy, lh_safetensors_find(lazy, "f"), out, 1000),
+                   LH_ERR_FORMAT);
+  assert_non_null(strstr(lh_last_error(), "shrink.safetensors: truncated: expected 8000 bytes of "
+                                          "tensor data, found 1000 (while reading tensor f)"));
+  assert_int_equal(lh_safetensors_read_f32(lazy, t, out, 1000), LH_ERR_FORMAT);
+  assert_non_null(strstr(lh_last_error(), "found 6000 (while reading tensor h)"));
+  assert_int_equal(lh_safetensors_read(lazy, t, 0, out, 2), LH_ERR_FORMAT);
+  lh_safetensors_close(lazy);
+  lh_safetensors_close(st);
+  unlink(p);
+}
+
+/* Opening a FIFO as a safetensors file is refused at once (open waited for a writer). */
+static void test_open_fifo(void **state) {
+  const char *p = path_in("fifo.safetensors");
+  assert_int_equal(mkfifo(p, 0644), 0);
+  lh_safetensors *st = NULL;
+  alarm(20); /* a hang fails the test instead of stalling the suite */
+  assert_int_equal(lh_safetensors_open(p, &st), LH_ERR_IO);
+  assert_non_null(strstr(lh_last_error(), "fifo.safetensors: not a regular file (a FIFO)"));
+  assert_int_equal(lh_safetensors_open_lazy(p, &st), LH_ERR_IO);
+  alarm(0);
+  assert_null(st);
+  /* and a model directory whose weights are a FIFO */
+  char dir[256];
+  snprintf(dir, sizeof dir, "%s/fifomodel", tmpdir);
+  lh_config c;
+  assert_int_equal(lh_config_preset("tiny", LH_ARCH_QWEN2, &c), LH_ERR_OK);
+  assert_int_equal(mkdir(dir, 0755), 0);
+  char q[300];
+  snprintf(q, sizeof q, "%s/config.json", dir);
+  assert_int_equal(lh_config_save(q, &c), LH_ERR_OK);
+  snprintf(q, sizeof q, "%s/model.safetensors", dir);
+  assert_int_equal(mkfifo(q, 0644), 0);
+  lh_model *m = NULL;
+  alarm(20);
+  assert_int_equal(lh_model_load(dir, &m), LH_ERR_IO);
+  alarm(0);
+  assert_non_null(strstr(lh_last_error(), "not a regular file (a FIFO)"));
+  unlink(q);
+  unlink(p);
+}
+
+/* ---------------------------------------------------------------- metadata and buffers */
+
+/* Metadata pairs go into __metadata__ in order, "format":"pt" first unless a pair sets format;
+ * lh_safetensors_meta reads them back; the buffer writer makes the same bytes as the file
+ * writer, and lh_safetensors_open_buffer reads them (from its own copy). */
+static void test_metadata_and_buffers(void **state) {
+  float a[3] = {1, 2, 3};
+  int64_t step = 42;
+  lh_st_entry e[] = {{"adam.m", LH_DTYPE_F32, 1, {3}, a}, {"step", LH_DTYPE_I64, 1, {1}, &step}};
+  const char *kv[] = {"format", "longhaul.trainer_state", "version", "2"};
+  const char *p = path_in("meta.safetensors");
+  assert_int_equal(lh_safetensors_write_meta(p, e, 2, kv, 2), LH_ERR_OK);
+  lh_safetensors *st = NULL;
+  assert_int_equal(lh_safetensors_open(p, &st), LH_ERR_OK);
+  assert_string_equal(st->metadata_json,
+                      "{\"format\":\"longhaul.trainer_state\",\"version\":\"2\"}");
+  assert_int_equal(st->n_meta, 2);
+  assert_string_equal(st->meta_kv[2], "version");
+  assert_string_equal(lh_safetensors_meta(st, "format"), "longhaul.trainer_state");
+  assert_string_equal(lh_safetensors_meta(st, "version"), "2");
+  assert_null(lh_safetensors_meta(st, "missing"));
+  assert_null(lh_safetensors_meta(NULL, "format"));
+  lh_safetensors_close(st);
+
+  /* the buffer: byte for byte the file */
+  char *buf = NULL, *file = NULL;
+  size_t len = 0, flen = 0;
+  assert_int_equal(lh_safetensors_write_buffer(e, 2, kv, 2, &buf, &len), LH_ERR_OK);
+  assert_int_equal(lh_file_read(p, 1 << 20, &file, &flen), LH_ERR_OK);
+  assert_int_equal(len, flen);
+  assert_memory_equal(buf, file, len);
+  free(file);
+  assert_int_equal(lh_safetensors_open_buffer(buf, len, "state", &st), LH_ERR_OK);
+  memset(buf, 0, len); /* the result holds its own copy */
+  free(buf);
+  assert_string_equal(lh_safetensors_meta(st, "version"), "2");
+  const lh_st_tensor *t = lh_safetensors_find(st, "step");
+  assert_non_null(t);
+  int64_t back;
+  assert_int_equal(lh_safetensors_read(st, t, 0, &back, 8), LH_ERR_OK);
+  assert_int_equal(back, 42);
+  float fa[3];
+  assert_int_equal(lh_safetensors_read_f32(st, lh_safetensors_find(st, "adam.m"), fa, 3), 0);
+  assert_memory_equal(fa, a, sizeof a);
+  lh_safetensors_close(st);
+
+  /* no metadata: today's {"format":"pt"}; pairs without format keep it first */
+  assert_int_equal(lh_safetensors_write_buffer(e, 2, NULL, 0, &buf, &len), LH_ERR_OK);
+  assert_int_equal(lh_safetensors_parse((const uint8_t *)buf, len, "b", &st), LH_ERR_OK);
+  assert_string_equal(st->metadata_json, "{\"format\":\"pt\"}");
+  lh_safetensors_close(st);
+  free(buf);
+  const char *kv2[] = {"note", "caf\xc3\xa9", "empty", ""};
+  assert_int_equal(lh_safetensors_write_buffer(NULL, 0, kv2, 2, &buf, &len), LH_ERR_OK);
+  assert_int_equal(lh_safetensors_parse((const uint8_t *)buf, len, "b", &st), LH_ERR_OK);
+  assert_string_equal(st->metadata_json,
+                      "{\"format\":\"pt\",\"note\":\"caf\xc3\xa9\",\"empty\":\"\"}");
+  lh_safetensors_close(st);
+  free(buf);
+
+  /* bad pairs: nothing written, *out NULL */
+  const char *dup[] = {"a", "1", "a", "2"};
+  const char *nul[] = {"a", NULL};
+  const char *bad[] = {"a", "\xff"};
+  const char *badk[] = {"\xc3", "x"};
+  buf = (char *)1;
+  assert_int_equal(lh_safetensors_write_buffer(e, 2, dup, 2, &buf, &len), LH_ERR_INVAL);
+  assert_non_null(strstr(lh_last_error(), "given twice"));
+  assert_null(buf);
+  assert_int_equal(lh_safetensors_write_buffer(e, 2, nul, 1, &buf, &len), LH_ERR_INVAL);
+  assert_int_equal(lh_safetensors_write_buffer(e, 2, bad, 1, &buf, &len), LH_ERR_INVAL);
+  assert_non_null(strstr(lh_last_error(), "UTF-8"));
+  assert_int_equal(lh_safetensors_write_buffer(e, 2, badk, 1, &buf, &len), LH_ERR_INVAL);
+  assert_int_equal(lh_safetensors_write_buffer(e, 2, NULL, 1, &buf, &len), LH_ERR_INVAL);
+  assert_int_equal(lh_safetensors_write_buffer(e, 2, kv, -1, &buf, &len), LH_ERR_INVAL);
+  assert_int_equal(lh_safetensors_write_meta(path_in("bad-meta.safetensors"), e, 2, dup, 2),
+                   LH_ERR_INVAL);
+  assert_int_equal(access(path_in("bad-meta.safetensors"), F_OK), -1);
+  /* a buffer with a non-string metadata value is refused as a file is */
+  const char *hdr = "{\"__metadata__\":{\"v\":2}}";
+  size_t ilen;
+  uint8_t *img = image(hdr, NULL, 0, &ilen);
+  assert_int_equal(lh_safetensors_open_buffer(img, ilen, "img", &st), LH_ERR_FORMAT);
+  assert_non_null(strstr(lh_last_error(), "img: __metadata__: key v: expected a string"));
+  free(img);
+  unlink(p);
 }
 
 /* ---------------------------------------------------------------- model directories */
@@ -989,6 +1228,10 @@ int main(void) {
       cmocka_unit_test(test_too_many_dims),
       cmocka_unit_test(test_open_errors),
       cmocka_unit_test(test_write_rejects_bad_entries),
+      cmocka_unit_test(test_truncated_file),
+      cmocka_unit_test(test_truncated_while_open),
+      cmocka_unit_test(test_open_fifo),
+      cmocka_unit_test(test_metadata_and_buffers),
       cmocka_unit_test(test_model_save_load_f32),
       cmocka_unit_test(test_model_save_load_bf16),
       cmocka_unit_test(test_model_load_errors),
