@@ -162,12 +162,14 @@ void lh_model_init_random(lh_model *m, uint64_t seed);
 
 /* Loads DIR/config.json, DIR/generation_config.json when present (its eos list replaces
  * config.json's) and DIR/model.safetensors (F32, BF16 or F16; or the shards its index names),
- * read straight into the slab (lh_safetensors_open_lazy). */
+ * read straight into the slab (lh_safetensors_open_lazy). Every weight must be a finite
+ * number: a NaN or an infinity is LH_ERR_FORMAT "FILE: tensor NAME: element I is nan" (I
+ * counts from 0 in row-major order). */
 lh_err lh_model_load(const char *dir, lh_model **out);
 /* Loads DIR as one bf16 slab in the model's layout (malloc'd, 64-byte aligned; free() it) and
  * its config: BF16 tensors are copied bit for bit, F32/F16 ones rounded to nearest even. The
- * same checks and messages as lh_model_load; no fp32 copy and no copy of the file is ever
- * held. */
+ * same checks and messages as lh_model_load (and a finite F32 value that rounds to infinity in
+ * bf16 is refused too); no fp32 copy and no copy of the file is ever held. */
 lh_err lh_model_load_bf16(const char *dir, lh_config *cfg, uint16_t **slab);
 /* Checks DIR as lh_model_load does (config.json, generation_config.json, every tensor's presence,
  * dtype and shape in the safetensors headers) without reading or allocating the weights, and

@@ -3,10 +3,11 @@
  * weight_map names the one shard each tensor is read from.
  * Loading checks every expected tensor's presence, dtype and shape against the config before the
  * parameter slab is allocated, then reads each tensor from its file into the slab (no copy of
- * the file is held); saving writes both files atomically. */
+ * the file is held) and checks every weight is finite; saving writes both files atomically. */
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -338,6 +339,48 @@ static void warn_unused(const char *dir, const weights *w, const lh_tensor_info 
   free(names);
 }
 
+/* The index of the first value of x[0..n) that is NaN or infinite, or n. Tests the exponent bits
+ * (all ones), in blocks whose test vectorises: a full pass costs about a memory read. */
+static size_t first_nonfinite_f32(const float *x, size_t n) {
+  for (size_t i = 0; i < n; i += 4096) {
+    size_t k = n - i < 4096 ? n - i : 4096;
+    uint32_t bad = 0;
+    for (size_t j = 0; j < k; j++) {
+      uint32_t b;
+      memcpy(&b, &x[i + j], 4);
+      bad |= (uint32_t)((b & 0x7f800000u) == 0x7f800000u);
+    }
+    if (bad)
+      for (size_t j = 0; j < k; j++)
+        if (!isfinite(x[i + j])) return i + j;
+  }
+  return n;
+}
+
+static size_t first_nonfinite_bf16(const uint16_t *x, size_t n) {
+  for (size_t i = 0; i < n; i += 4096) {
+    size_t k = n - i < 4096 ? n - i : 4096;
+    unsigned bad = 0;
+    for (size_t j = 0; j < k; j++)
+      bad |= (unsigned)((x[i + j] & 0x7f80u) == 0x7f80u);
+    if (bad)
+      for (size_t j = 0; j < k; j++)
+        if ((x[i + j] & 0x7f80u) == 0x7f80u) return i + j;
+  }
+  return n;
+}
+
+static const char *nonfinite_name(float v) {
+  return isnan(v) ? "nan" : v > 0 ? "inf" : "-inf";
+}
+
+/* "FILE: tensor NAME: element I is nan" for a weight that is not a finite number: a NaN or
+ * infinite weight turns every output NaN (generation samples uniformly, training writes NaN). */
+static lh_err nonfinite_error(const lh_safetensors *owner, const char *name, size_t i, float v) {
+  return lh_errorf(LH_ERR_FORMAT, "%s: tensor %s: element %zu is %s", owner->path, name, i,
+                   nonfinite_name(v));
+}
+
 /* Where each tensor of the model is read from. */
 typedef struct {
   const lh_st_tensor *t;
@@ -432,6 +475,11 @@ static lh_err load_dir(const char *dir, lh_model **out, uint16_t **bf16_slab, lh
       size_t numel = info[i].numel;
       if (t->dtype == LH_DTYPE_BF16) { /* the bits as published: no round trip */
         if ((e = lh_safetensors_read(owner, t, 0, dst, numel * sizeof *dst))) goto out_bf16;
+        size_t bad = first_nonfinite_bf16(dst, numel);
+        if (bad < numel) {
+          e = nonfinite_error(owner, info[i].name, bad, lh_f32_from_bf16(dst[bad]));
+          goto out_bf16;
+        }
         continue;
       }
       if (!part_f32 && !(part_f32 = malloc(PART * sizeof *part_f32))) {
@@ -441,7 +489,19 @@ static lh_err load_dir(const char *dir, lh_model **out, uint16_t **bf16_slab, lh
       for (size_t j = 0; j < numel; j += PART) {
         size_t k = numel - j < PART ? numel - j : PART;
         if ((e = lh_safetensors_read_f32_range(owner, t, j, part_f32, k))) goto out_bf16;
+        size_t bad = first_nonfinite_f32(part_f32, k);
+        if (bad < k) {
+          e = nonfinite_error(owner, info[i].name, j + bad, part_f32[bad]);
+          goto out_bf16;
+        }
         lh_bf16_from_f32_n(dst + j, part_f32, k);
+        if ((bad = first_nonfinite_bf16(dst + j, k)) < k) { /* finite, but past bf16's range */
+          e = lh_errorf(LH_ERR_FORMAT,
+                        "%s: tensor %s: element %zu is %g, which rounds to %s in bf16", owner->path,
+                        info[i].name, j + bad, (double)part_f32[bad],
+                        nonfinite_name(lh_f32_from_bf16(dst[j + bad])));
+          goto out_bf16;
+        }
       }
     }
   out_bf16:
@@ -459,6 +519,11 @@ static lh_err load_dir(const char *dir, lh_model **out, uint16_t **bf16_slab, lh
     const lh_st_tensor *t = src[i].t;
     float *dst = m->params + info[i].offset;
     if ((e = lh_safetensors_read_f32(owner, t, dst, info[i].numel))) goto out;
+    size_t bad = first_nonfinite_f32(dst, info[i].numel);
+    if (bad < info[i].numel) {
+      e = nonfinite_error(owner, info[i].name, bad, dst[bad]);
+      goto out;
+    }
   }
   warn_unused(dir, &w, info, n, cfg.tie_embeddings);
   *out = m;

@@ -820,6 +820,72 @@ static void test_model_save_load_bf16(void **state) {
   lh_model_free(m);
 }
 
+/* A NaN or infinite weight is refused by both loaders (fp32 for training, bf16 for inference),
+ * saved as F32 or BF16, with the file, the tensor and the element in the message (it loaded
+ * silently: generate sampled uniformly, sft trained on "loss nan" and wrote the model). A finite
+ * F32 weight too large for bf16 loads as fp32 but not as bf16. */
+static void test_model_load_nonfinite(void **state) {
+  lh_model *m = tiny_model(LH_ARCH_QWEN2, false, 5);
+  char dir[256], want[256];
+  snprintf(dir, sizeof dir, "%s/nanmodel", tmpdir);
+  lh_tensor_info info[64];
+  int n = lh_model_tensors(&m->cfg, info, 64);
+  struct {
+    const char *tensor;
+    size_t element;
+    float value;
+    const char *word;
+  } cases[] = {
+      {"model.layers.1.mlp.up_proj.weight", 17, NAN, "nan"},
+      {"model.layers.0.self_attn.q_proj.bias", 0, INFINITY, "inf"},
+      {"model.embed_tokens.weight", 20000, -INFINITY, "-inf"},
+      {"lm_head.weight", 0, NAN, "nan"},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    int k = 0;
+    while (k < n && strcmp(info[k].name, cases[c].tensor) != 0)
+      k++;
+    assert_true(k < n && cases[c].element < info[k].numel);
+    float *x = m->params + info[k].offset + cases[c].element, keep = *x;
+    snprintf(want, sizeof want, "nanmodel/model.safetensors: tensor %s: element %zu is %s",
+             cases[c].tensor, cases[c].element, cases[c].word);
+    for (int dt = 0; dt < 2; dt++) {
+      *x = cases[c].value;
+      assert_int_equal(lh_model_save(m, dir, dt ? LH_SAVE_BF16 : LH_SAVE_F32), LH_ERR_OK);
+      *x = keep;
+      lh_model *back = NULL;
+      assert_int_equal(lh_model_load(dir, &back), LH_ERR_FORMAT);
+      if (!strstr(lh_last_error(), want))
+        fail_msg("got \"%s\", want \"%s\"", lh_last_error(), want);
+      assert_null(back);
+      lh_config cfg;
+      uint16_t *slab = (uint16_t *)1;
+      assert_int_equal(lh_model_load_bf16(dir, &cfg, &slab), LH_ERR_FORMAT);
+      if (!strstr(lh_last_error(), want))
+        fail_msg("got \"%s\", want \"%s\"", lh_last_error(), want);
+      assert_null(slab);
+    }
+  }
+  /* finite in fp32, infinite in bf16 */
+  m->params[info[1].offset + 3] = 3.4e38f;
+  assert_int_equal(lh_model_save(m, dir, LH_SAVE_F32), LH_ERR_OK);
+  lh_model *back = NULL;
+  assert_int_equal(lh_model_load(dir, &back), LH_ERR_OK);
+  lh_model_free(back);
+  lh_config cfg;
+  uint16_t *slab = NULL;
+  assert_int_equal(lh_model_load_bf16(dir, &cfg, &slab), LH_ERR_FORMAT);
+  snprintf(want, sizeof want, "tensor %s: element 3 is 3.4e+38, which rounds to inf in bf16",
+           info[1].name);
+  if (!strstr(lh_last_error(), want)) fail_msg("got \"%s\", want \"%s\"", lh_last_error(), want);
+  /* and a clean model loads both ways */
+  m->params[info[1].offset + 3] = 0.5f;
+  assert_int_equal(lh_model_save(m, dir, LH_SAVE_F32), LH_ERR_OK);
+  assert_int_equal(lh_model_load_bf16(dir, &cfg, &slab), LH_ERR_OK);
+  free(slab);
+  lh_model_free(m);
+}
+
 /* Rewrites DIR/model.safetensors from the model's tensors, letting `edit` change entries. */
 static void write_weights(const lh_model *m, const char *file, int drop, int transpose,
                           const char *extra) {
@@ -1234,6 +1300,7 @@ int main(void) {
       cmocka_unit_test(test_metadata_and_buffers),
       cmocka_unit_test(test_model_save_load_f32),
       cmocka_unit_test(test_model_save_load_bf16),
+      cmocka_unit_test(test_model_load_nonfinite),
       cmocka_unit_test(test_model_load_errors),
       cmocka_unit_test(test_model_load_generation_config),
       cmocka_unit_test(test_model_load_sharded),
