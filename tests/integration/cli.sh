@@ -369,6 +369,25 @@ head -c 5 "$MODEL/model.safetensors" >"$TMP/trunc/model.safetensors"
 run trunc5 "$BIN" score --model "$TMP/trunc" --input "$TMP/in.jsonl"
 expect_rc trunc5 1 && expect_one_line_error trunc5 'model\.safetensors'
 
+# A NaN weight is refused by tensor and element, by the fp32 loader (score) and the bf16 one
+# (generate); they loaded silently and generate sampled uniformly.
+mkdir -p "$TMP/nan"
+cp "$MODEL/config.json" "$TMP/nan/"
+python3 - "$MODEL/model.safetensors" "$TMP/nan/model.safetensors" <<'PY'
+import json, struct, sys
+raw = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", raw[:8])[0]
+t = json.loads(raw[8:8 + n])["model.layers.1.mlp.up_proj.weight"]
+assert t["dtype"] == "F32", t
+at = 8 + n + t["data_offsets"][0] + 4 * 17
+raw[at:at + 4] = struct.pack("<f", float("nan"))
+open(sys.argv[2], "wb").write(raw)
+PY
+run nan-score "$BIN" score --model "$TMP/nan" --input "$TMP/in.jsonl"
+expect_rc nan-score 1 && expect_one_line_error nan-score 'nan/model\.safetensors: tensor model\.layers\.1\.mlp\.up_proj\.weight: element 17 is nan$'
+run nan-gen "$BIN" generate --model "$TMP/nan" --prompt-tokens 1,2 --max-new 2
+expect_rc nan-gen 1 && expect_one_line_error nan-gen 'element 17 is nan$'
+
 # ------------------------------------------------------------------ bench train
 run bench "$BIN" bench train --model "$MODEL" --batch 2 --seq 16 --steps 2 --threads 2 --json
 expect_rc bench 0 && py bench-json '
