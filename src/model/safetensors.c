@@ -468,11 +468,11 @@ static lh_err open_file(const char *path, int lazy, lh_safetensors **out) {
     fd = -1;
   } else {
     size_t need = (size_t)st->data_need;
+    if (!(data = malloc(need ? need : 1))) { /* a byte at least: zero-size tensors point there */
+      err = lh_errorf(LH_ERR_NOMEM, "%s: cannot allocate %zu bytes of tensor data", path, need);
+      goto out;
+    }
     if (need > 0) {
-      if (!(data = malloc(need))) {
-        err = lh_errorf(LH_ERR_NOMEM, "%s: cannot allocate %zu bytes of tensor data", path, need);
-        goto out;
-      }
       if ((got = pread_full(fd, data, need, st->data_start)) < 0) {
         err = lh_errorf(LH_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
         goto out;
