@@ -100,6 +100,14 @@ lh_err lh_rundir_open(const char *path, lh_rundir_mode mode, lh_rundir **out) {
     goto fail;
   }
   if ((e = lock(r))) goto fail;
+  { /* temporary files that killed writes left (a checkpoint being written keeps its own, inside
+     * step-N.tmp, which checkpoint_begin removes) */
+    char *ck = lh_rundir_file(r, "checkpoints");
+    lh_file_clean_stale_tmp(r->path);
+    struct stat cs;
+    if (stat(ck, &cs) == 0 && S_ISDIR(cs.st_mode)) lh_file_clean_stale_tmp(ck);
+    free(ck);
+  }
   char *settings = lh_rundir_file(r, "run.json"), *latest = lh_rundir_file(r, "latest");
   bool has_settings = exists(settings), has_latest = exists(latest);
   if (mode == LH_RUNDIR_CREATE && (has_settings || has_latest))

@@ -9,7 +9,9 @@
 
 #include "longhaul/trainer.h"
 
-#define STATE_FORMAT 2 /* 1: queued batches as separate tensors, no step or weights hash */
+#define STATE_FORMAT     2 /* 1: queued batches as separate tensors, no step or weights hash */
+#define STATE_FORMAT_STR "2"
+#define STATE_KIND       "longhaul.trainer_state" /* the file's __metadata__ "format" */
 
 struct lh_trainer {
   lh_trainer_config cfg;
@@ -263,7 +265,8 @@ lh_err lh_trainer_save(const lh_trainer *t, const char *path) {
     snprintf(name, sizeof name, "queue.%d", i);
     put(&es, name, LH_DTYPE_U8, (int64_t)len, es.blobs[i]);
   }
-  e = lh_safetensors_write(path, es.e, es.n);
+  static const char *const meta[] = {"format", STATE_KIND, "version", STATE_FORMAT_STR};
+  e = lh_safetensors_write_meta(path, es.e, es.n, meta, 2);
 out:
   for (int i = 0; i < t->q_len; i++)
     free(es.blobs[i]);
@@ -301,6 +304,12 @@ lh_err lh_trainer_load(lh_trainer *t, const char *path, int64_t step) {
   int nq = 0;
   const lh_st_tensor *tf = NULL, *th = NULL, *tc = NULL, *tm = NULL, *tv = NULL;
   int64_t one = 1, three = 3, hb = LH_HASH_BYTES, np = (int64_t)t->opt->n;
+  const char *kind = lh_safetensors_meta(st, "format");
+  if (kind && strcmp(kind, STATE_KIND) && strcmp(kind, "pt")) {
+    e = lh_errorf(LH_ERR_FORMAT, "%s: a safetensors file of format \"%s\", not a trainer state",
+                  path, kind);
+    goto out;
+  }
   if (!lh_safetensors_find(st, "trainer.format")) {
     e = lh_errorf(LH_ERR_UNSUPPORTED,
                   "%s: a trainer state of format 1 (an older longhaul), without the step and "

@@ -98,9 +98,16 @@ for sig in INT TERM; do
     grep -q "continue with: longhaul rl --out $TMP/s$sig --resume" "$TMP/s$sig.err" ||
     fail "SIG$sig: no stop message: $(tail -n 4 "$TMP/s$sig.err")"
 done
-# the stopped run resumes to a later step
+# the stopped run resumes to a later step, and a temporary file a killed write left (of a process
+# that no longer runs) is removed when it starts; one of a live process is not
+: >"$TMP/sINT/metrics.jsonl.tmp.999999999.0"
+: >"$TMP/sINT/checkpoints/latest.tmp.999999999.3"
+: >"$TMP/sINT/run.json.tmp.1.0"
 "$BIN" rl --out "$TMP/sINT" --resume --steps $(($(wc -l <"$TMP/sINT/metrics.jsonl") + 2)) \
   >/dev/null 2>"$TMP/sr.err" || fail "resume after SIGINT: $(tail -n 3 "$TMP/sr.err")"
+[ -e "$TMP/sINT/metrics.jsonl.tmp.999999999.0" ] || [ -e "$TMP/sINT/checkpoints/latest.tmp.999999999.3" ] &&
+  fail "stale temporary files survived the start"
+[ -e "$TMP/sINT/run.json.tmp.1.0" ] || fail "the temporary file of a live pid (1) was removed"
 
 # 4. Two processes on one run: the second is refused while the first holds it.
 "$BIN" rl --model "$TMP/sft" "${SMALL[@]}" --out "$TMP/lock" --steps 100000 --save-every 0 \
