@@ -3,6 +3,8 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
+# make's "Entering directory" lines of the nested builds are noise
+MAKEFLAGS += --no-print-directory
 
 .PHONY: all deps build test demo asan tsan noomp fuzz bench-train bench-generate results fixtures clean \
 	format
@@ -19,7 +21,13 @@ build: deps
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-demo: build
+# The demo builds quietly (the compiler's lines go to $(BUILD)/build.log, shown only on failure).
+demo: deps
+	@echo "demo: building longhaul (log in $(BUILD)/build.log)"
+	@mkdir -p $(BUILD)
+	@{ cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) && \
+	  cmake --build $(BUILD) -j $(JOBS); } >$(BUILD)/build.log 2>&1 || \
+	  { cat $(BUILD)/build.log; echo "demo: the build failed"; exit 1; }
 	@bash scripts/demo.sh $(BUILD)/longhaul
 
 # The suite under AddressSanitizer + UndefinedBehaviorSanitizer (with float-cast-overflow, which

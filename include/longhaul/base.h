@@ -4,6 +4,7 @@
 #ifndef LONGHAUL_BASE_H
 #define LONGHAUL_BASE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -161,6 +162,9 @@ lh_err lh_mkdir_p(const char *dir);
 /* DIR/NAME, malloc'd (DIR "" gives NAME; a trailing '/' of DIR is not doubled). For building
  * paths of any length: no fixed-size buffers. */
 char *lh_path_join(const char *dir, const char *name);
+/* Whether two paths name the same file (./m, m/ and /abs/m are one), compared by device and
+ * inode when both exist, else as strings. */
+bool lh_path_same(const char *a, const char *b);
 /* The current wall-clock time in UTC as ISO 8601, "2026-12-01T14:30:00Z", or with milliseconds
  * "2026-12-01T14:30:00.123Z"; buf holds at least 32 bytes. */
 void lh_time_utc(char *buf, size_t cap, int millis);

@@ -770,6 +770,13 @@ char *lh_path_join(const char *dir, const char *name) {
   return p;
 }
 
+bool lh_path_same(const char *a, const char *b) {
+  struct stat sa, sb;
+  if (stat(a, &sa) == 0 && stat(b, &sb) == 0)
+    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  return strcmp(a, b) == 0;
+}
+
 void lh_time_utc(char *buf, size_t cap, int millis) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);

@@ -241,15 +241,6 @@ static json_t *report_paired(const setup *s, const run *a, const run *b, bool sa
 
 /* ---------------------------------------------------------------- the command */
 
-/* Whether two paths name one directory. */
-static bool same_dir(const char *x, const char *y) {
-  char *rx = realpath(x, NULL), *ry = realpath(y, NULL);
-  bool same = rx && ry ? !strcmp(rx, ry) : !strcmp(x, y);
-  free(rx);
-  free(ry);
-  return same;
-}
-
 int lh__cmd_eval(int argc, char **argv) {
   lh__args a = {.cmd = CMD,
                 .about =
@@ -360,7 +351,7 @@ int lh__cmd_eval(int argc, char **argv) {
   set_json(&w, root, "model", report_model(&s, &ra, "model", &w));
   if (dir2) {
     set_json(&w, root, "compare", report_model(&s, &rb, "compare", &w));
-    set_json(&w, root, "paired", report_paired(&s, &ra, &rb, same_dir(dir, dir2), &w));
+    set_json(&w, root, "paired", report_paired(&s, &ra, &rb, lh_path_same(dir, dir2), &w));
   }
   /* the report could not be written: the --json file is still written (the run is not lost),
    * and the exit code is still 1 */

@@ -92,13 +92,6 @@ static void run_value(const lh_rl_run_config *r, const char *flag, char *buf, si
   snprintf(buf, cap, "?");
 }
 
-static bool same_path(const char *a, const char *b) {
-  struct stat sa, sb;
-  if (stat(a, &sa) == 0 && stat(b, &sb) == 0)
-    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-  return !strcmp(a, b);
-}
-
 /* Whether text the user gave is what run.json recorded, which holds bytes that are not UTF-8 as
  * U+FFFD (lh_json_text). */
 static bool same_text(const char *user, const char *recorded) {
@@ -111,7 +104,7 @@ static bool same_text(const char *user, const char *recorded) {
 /* Whether a setting flag gives the value the run holds. */
 static bool same_setting(const char *flag, const lh_rl_run_config *u, const lh_rl_run_config *r) {
   if (!strcmp(flag, "model"))
-    return same_path(u->model_dir, r->model_dir) || same_text(u->model_dir, r->model_dir);
+    return lh_path_same(u->model_dir, r->model_dir) || same_text(u->model_dir, r->model_dir);
   if (!strcmp(flag, "env")) return same_text(u->env_spec, r->env_spec);
   /* floats are compared as the floats stored, not as text */
   if (!strcmp(flag, "eps-low")) return u->loss.eps_low == r->loss.eps_low;

@@ -160,14 +160,6 @@ lh_err lh_rl_settings_read(const json_t *s, const char *what, lh_rl_run_config *
   return r.e;
 }
 
-/* Whether two paths name the same file (compared as paths: ./m, m and /abs/m are one). */
-static bool same_path(const char *a, const char *b) {
-  struct stat sa, sb;
-  if (stat(a, &sa) == 0 && stat(b, &sb) == 0)
-    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-  return strcmp(a, b) == 0;
-}
-
 /* On resume: every setting of this invocation must be the run's. Lists all that differ. */
 static lh_err settings_check(const json_t *was, const lh_rl_run_config *c, const char *path) {
   json_t *now = lh_rl_settings_json(c);
@@ -179,7 +171,7 @@ static lh_err settings_check(const json_t *was, const lh_rl_run_config *c, const
     json_t *w = json_object_get(was, key);
     if (!strcmp(key, "max_prompt") && !w) continue; /* older runs: 256, checked by the reader */
     if (!strcmp(key, "model") && w && json_is_string(w) &&
-        same_path(json_string_value(w), c->model_dir))
+        lh_path_same(json_string_value(w), c->model_dir))
       continue;
     if (w && json_equal(v, w)) continue;
     size_t used = strlen(diff);
