@@ -78,7 +78,7 @@ echo "== 6. rl: GRPO (TIS loss) teaches a briefly sft-trained model to sort 4 di
 
 echo
 echo "== 7. eval: held-out pass@1 of the rl policy against its starting point (paired)"
-"$BIN" eval --model "$DIR/sort-rl/checkpoints/step-000300" --env sort:count=4,digits=1 --n 500 \
+"$BIN" eval --model "$DIR/sort-rl" --env sort:count=4,digits=1 --n 500 \
   --compare "$DIR/sort-base"
 
 echo "demo finished: models, inputs, scores, samples and the rl run are in $DIR/"

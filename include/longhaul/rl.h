@@ -82,9 +82,11 @@ typedef struct lh_rl_result {
   long groups_skipped, groups_total;    /* groups without signal, of those trained on */
   long groups_failed;                   /* groups the environment failed on */
   long batches_dropped;
-  bool stopped;          /* ended early by *stop */
-  char policy_dir[4096]; /* the last checkpoint ("" when none was written) */
+  bool stopped;     /* ended early by *stop */
+  char *policy_dir; /* the last checkpoint (malloc'd), NULL when none */
 } lh_rl_result;
+/* Frees what a result holds (accepts NULL). */
+void lh_rl_result_free(lh_rl_result *r);
 
 /* Runs (or resumes) the loop; errors name the file or setting. A start that fails (missing
  * model, bad environment, settings that do not match on resume) leaves no run directory behind

@@ -151,6 +151,7 @@ int lh__cmd_rl(int argc, char **argv) {
   lh_rl_run_config base = lh_rl_run_defaults(); /* what flags not given mean */
   json_t *settings = NULL;
   char *model = NULL;
+  lh_rl_result res = {0};
   if (resume) {
     lh_rundir *rd = NULL;
     if (lh_rundir_open(out_dir, LH_RUNDIR_RESUME, &rd) || lh_rundir_read_settings(rd, &settings)) {
@@ -266,7 +267,6 @@ int lh__cmd_rl(int argc, char **argv) {
   c.progress = on_progress;
   c.progress_ud = &u;
   lh__stop_on_signals();
-  lh_rl_result res;
   if (resume) {
     int64_t at = 0;
     char *latest = NULL;
@@ -306,7 +306,7 @@ int lh__cmd_rl(int argc, char **argv) {
     if (res.groups_failed) fprintf(stderr, "; failed tasks: %ld", res.groups_failed);
     fputc('\n', stderr);
   }
-  if (res.policy_dir[0]) {
+  if (res.policy_dir) {
     fprintf(stderr, "  policy: %s (also: --model %s)\n", res.policy_dir, out_dir);
     fprintf(stderr, "  next: longhaul eval --model %s --env %s --compare %s\n", out_dir, c.env_spec,
             c.model_dir);
@@ -318,6 +318,7 @@ int lh__cmd_rl(int argc, char **argv) {
     rc = LH__EXIT_OK;
   }
 done:
+  lh_rl_result_free(&res);
   free(model);
   json_decref(settings);
   return rc;

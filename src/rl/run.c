@@ -268,8 +268,11 @@ static lh_err write_checkpoint(lh_rundir *rd, lh_trainer *t, const lh_rl_run_con
   state = lh_path_join(tmp, "trainer_state.safetensors");
   if (!(e = lh_model_dir_save(lh_trainer_model(t), tmp, LH_SAVE_F32, files)) &&
       !(e = lh_trainer_save(t, state)) &&
-      !(e = lh_rundir_checkpoint_commit(rd, step, c->keep, &dir)))
-    snprintf(res->policy_dir, sizeof res->policy_dir, "%s", dir);
+      !(e = lh_rundir_checkpoint_commit(rd, step, c->keep, &dir))) {
+    free(res->policy_dir);
+    res->policy_dir = dir;
+    dir = NULL;
+  }
   free(tmp);
   free(dir);
   free(state);
@@ -282,6 +285,12 @@ static double mean_of(const double *v, int64_t a, int64_t b) {
   for (int64_t i = a; i < b; i++)
     s += v[i];
   return b > a ? s / (double)(b - a) : NAN;
+}
+
+void lh_rl_result_free(lh_rl_result *r) {
+  if (!r) return;
+  free(r->policy_dir);
+  r->policy_dir = NULL;
 }
 
 lh_err lh_rl_run(const lh_rl_run_config *c, lh_rl_result *result) {
@@ -483,8 +492,7 @@ lh_err lh_rl_run(const lh_rl_run_config *c, lh_rl_result *result) {
     res->accuracy_first = mean_of(accs, 0, k);
     res->accuracy_last = mean_of(accs, n - k, n);
   }
-  if (!res->policy_dir[0] && step0 > 0 && src)
-    snprintf(res->policy_dir, sizeof res->policy_dir, "%s", src);
+  if (!res->policy_dir && step0 > 0 && src) res->policy_dir = lh_xstrdup(src);
 out:
   free(tasks);
   free(rewards);
@@ -499,6 +507,7 @@ out:
   free(src);
   json_decref(was);
   lh_rundir_close(rd, e != LH_ERR_OK); /* discards only a run that wrote nothing durable */
+  if (res == &res_local) lh_rl_result_free(res);
   lh_env_free(env);
   return e;
 }
