@@ -43,8 +43,8 @@ tsan: deps
 	@cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLH_SANITIZE=thread -DLH_OPENMP=OFF >/dev/null
 	@cmake --build build-tsan -j $(JOBS)
 	@# the 6 GiB RSS check is meaningless under TSan's shadow memory (9 GiB measured): left out here.
-	@# OpenBLAS runs single-threaded: Debian's libopenblas.so.0 is the OpenMP build, whose libgomp
-	@# threads TSan cannot see (every sgemm would be a false report); TSan checks longhaul's threads.
+	@# OpenBLAS runs single-threaded (also set per test in tests/CMakeLists.txt): Debian's
+	@# libopenblas.so.0 is the OpenMP build, whose libgomp threads TSan cannot see.
 	cd build-tsan && OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 ctest --output-on-failure -j $(JOBS) -E integration_qwen05_rss
 
 # The suite with OpenMP off (the build must pass without it).
