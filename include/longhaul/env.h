@@ -66,6 +66,9 @@ typedef struct {
  * ranges: "arith: unknown key 'digit'; valid keys: digits (1..9, default 2), ...". A required key
  * left out is refused by lh_env_create, also with LH_ERR_USAGE. */
 lh_err lh_env_config_parse(const char *spec, lh_env_config *cfg);
+/* Whether two specs give the same settings (both parse, and format to the same text: key order,
+ * defaults written out or left out and, for paths, the file they name do not matter). */
+bool lh_env_spec_same(const char *a, const char *b);
 
 /* One key of an environment's spec, in words, for help texts and `longhaul env show`. */
 typedef struct {

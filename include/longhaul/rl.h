@@ -69,9 +69,11 @@ lh_rl_run_config lh_rl_run_defaults(void);
 /* The settings of run.json that results depend on (a new object; NULL when out of memory), and
  * back: lh_rl_settings_read fills those fields of *c from run.json's object, leaving the rest
  * (paths of this invocation, cadence, callbacks) as they are; an object that lacks a field or
- * holds a wrong type is LH_ERR_FORMAT naming it. */
+ * holds a wrong type is LH_ERR_FORMAT naming it. A model path or env spec that is not UTF-8 is
+ * recorded twice, with U+FFFD for the bad bytes and as "model_bytes"/"env_bytes" in hex; the
+ * reader takes the bytes (it adds them to the object, whose strings *c then points into). */
 struct json_t *lh_rl_settings_json(const lh_rl_run_config *c);
-lh_err lh_rl_settings_read(const struct json_t *settings, const char *what, lh_rl_run_config *c);
+lh_err lh_rl_settings_read(struct json_t *settings, const char *what, lh_rl_run_config *c);
 
 /* How a run went, for the summary a driver prints. */
 typedef struct lh_rl_result {

@@ -65,9 +65,10 @@ lh_err lh_rollout_generate(lh_generator *g, const lh_gen_config *gc, const lh_to
                            uint64_t seq_base, lh_rollout_batch *out);
 /* Recomputes the rewards of a batch from its tokens: each ok group's task (tasks[t], or task
  * task_index[t] of b->split fetched here when tasks is NULL) scores the decoded completions, as
- * lh_rollout_generate does. A task the environment fails to produce or score marks its group
- * not ok and empties it (logged); other errors (decoding) fail the call and leave b as it was
- * only in its rewards. Rewards, correct and well_formed of every sequence are overwritten. */
+ * lh_rollout_generate does. A group whose sequences do not start with their task's prompt (as
+ * lh_rollout_generate encodes it), or whose task the environment fails to produce or score, is
+ * marked not ok and emptied (logged); other errors (encoding, decoding) fail the call. Rewards,
+ * correct and well_formed of every sequence are overwritten. */
 lh_err lh_rollout_score(const lh_tokenizer *tok, lh_env *env, const lh_env_task *tasks,
                         lh_rollout_batch *b);
 void lh_rollout_batch_free(lh_rollout_batch *b);

@@ -98,7 +98,9 @@ int lh_trainer_pending(const lh_trainer *t);
 int64_t lh_trainer_submitted(const lh_trainer *t);
 
 /* Queues a batch and takes its arrays (*b is zeroed). Its version must not be newer than the
- * trainer's (LH_ERR_INVAL). When the loss compares with the generating policy (TIS, masked IS)
+ * trainer's (LH_ERR_INVAL), it must be consistent (lh_rollout_validate with the model's
+ * vocabulary) and no sequence may exceed max_seq (LH_ERR_LIMIT); a refused batch stays the
+ * caller's. When the loss compares with the generating policy (TIS, masked IS)
  * and the batch comes from the current version, its old log-probs are computed now, with the
  * weights that generated it. */
 lh_err lh_trainer_submit(lh_trainer *t, lh_rollout_batch *b);
@@ -124,13 +126,15 @@ lh_err lh_trainer_step(lh_trainer *t, lh_trainer_step_stats *st);
 
 /* Trainer state as a safetensors file: format name and version, the step and a BLAKE2b-256 hash
  * of the fp32 weights it belongs to, the AdamW moments and counters, and the pending batches
- * (lh_rollout_encode). Written atomically. */
+ * within the staleness bound (lh_rollout_encode; older ones, which the next step would drop,
+ * are left out). Written atomically. */
 lh_err lh_trainer_save(const lh_trainer *t, const char *path);
 /* Restores what lh_trainer_save wrote into a trainer created from the weights of the same
  * checkpoint: the file's step must be `step` and its weights hash the trainer's model's, so a
  * state copied into another checkpoint is refused. Every pending batch is decoded and checked
- * (lh_rollout_decode, the model's vocabulary) and must lie within the staleness bound. On error
- * the trainer is as it was. */
+ * (lh_rollout_decode, the model's vocabulary) and must lie within the staleness bound; a tensor
+ * the format does not have, or a gap in queue.0, queue.1, ..., is an error. On error the trainer
+ * is as it was. */
 lh_err lh_trainer_load(lh_trainer *t, const char *path, int64_t step);
 
 #endif

@@ -203,7 +203,11 @@ void lh_log(lh_log_level level, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
-  fprintf(stderr, "longhaul: %s: %s\n", names[level], buf);
+  /* on a terminal, a progress line may be open (drawn with \r): clear it first, so the message
+   * starts its own line; the progress line is redrawn after the next step */
+  static int tty = -1;
+  if (tty < 0) tty = isatty(2);
+  fprintf(stderr, "%slonghaul: %s: %s\n", tty ? "\r\033[K" : "", names[level], buf);
 }
 
 double lh_time_now(void) {

@@ -13,7 +13,9 @@
 #define BENCH_SEED 0x6c6f6e67ull /* "long": the same tokens on every run */
 
 static const lh__flag train_flags[] = {
-    {"model", "DIR", true, "model directory (config.json + model.safetensors)"},
+    {"model", "DIR", true,
+     "model directory (config.json + model.safetensors), or a run directory: its latest "
+     "checkpoint"},
     {"batch", "B", true, "sequences per step"},
     {"seq", "T", true, "tokens per sequence (2 to max_position_embeddings)"},
     {"steps", "N", true, "timed steps (after one untimed warmup step)"},

@@ -23,7 +23,9 @@
 #define ZERO_WIDTH 1e-9
 
 static const lh__flag flags[] = {
-    {"model", "DIR", true, "model directory with a tokenizer.json"},
+    {"model", "DIR", true,
+     "model directory with a tokenizer.json, or a run directory (RUN or RUN/latest: its latest "
+     "checkpoint)"},
     {"env", "SPEC", true,
      "environment: NAME or NAME:key=value,... (arith, countdown, sort, jsonl, exec)"},
     {"split", "NAME", false, "train or test (default test)"},
@@ -38,7 +40,8 @@ static const lh__flag flags[] = {
      "sequences generated at once (default 64; above 8, weights are also kept in fp32)"},
     {"threads", "K", false, "threads (default: all cores)"},
     {"compare", "DIR", false,
-     "a second model evaluated on the same tasks and seeds; prints the paired difference"},
+     "a second model (directory or run directory) evaluated on the same tasks and seeds; prints "
+     "the paired difference"},
     {"json", "FILE", false, "also write every number and the per-task results to FILE as JSON"},
 };
 

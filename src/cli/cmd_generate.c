@@ -15,7 +15,9 @@
 #define MAX_SLOTS 32
 
 static const lh__flag flags[] = {
-    {"model", "DIR", true, "model directory (config.json, model.safetensors, tokenizer.json)"},
+    {"model", "DIR", true,
+     "model directory (config.json, model.safetensors, tokenizer.json), or a run directory: its "
+     "latest checkpoint"},
     {"prompt", "TEXT", false, "prompt text (needs DIR/tokenizer.json)"},
     {"prompt-tokens", "IDS", false, "prompt as comma-separated token ids, e.g. 1,2,3"},
     {"max-new", "N", false, "tokens to generate at most per sample (default 64)"},
@@ -229,7 +231,7 @@ out:
 /* ---------------------------------------------------------------- bench generate */
 
 static const lh__flag bench_flags[] = {
-    {"model", "DIR", true, "model directory"},
+    {"model", "DIR", true, "model directory, or a run directory: its latest checkpoint"},
     {"batch", "B", true, "sequences generated at once"},
     {"prompt-len", "P", true, "prompt tokens per sequence (random ids)"},
     {"new", "N", true, "tokens generated per sequence (no early stop)"},

@@ -105,7 +105,8 @@ static bool same_text(const char *user, const char *recorded) {
 static bool same_setting(const char *flag, const lh_rl_run_config *u, const lh_rl_run_config *r) {
   if (!strcmp(flag, "model"))
     return lh_path_same(u->model_dir, r->model_dir) || same_text(u->model_dir, r->model_dir);
-  if (!strcmp(flag, "env")) return same_text(u->env_spec, r->env_spec);
+  if (!strcmp(flag, "env"))
+    return same_text(u->env_spec, r->env_spec) || lh_env_spec_same(u->env_spec, r->env_spec);
   /* floats are compared as the floats stored, not as text */
   if (!strcmp(flag, "eps-low")) return u->loss.eps_low == r->loss.eps_low;
   if (!strcmp(flag, "eps-high")) return u->loss.eps_high == r->loss.eps_high;
@@ -124,6 +125,7 @@ typedef struct {
 
 static void on_progress(const lh_rl_progress *p, void *ud) {
   ui *u = ud;
+  u->bar.first = p->first_step; /* the rate counts this process's steps */
   u->bar.elapsed = p->elapsed_s;
   char text[200];
   snprintf(text, sizeof text,
@@ -276,7 +278,6 @@ int lh__cmd_rl(int argc, char **argv) {
       fprintf(stderr, "rl: resuming %s from the start (no checkpoint yet)\n", out_dir);
     free(latest);
   }
-  u.bar.first = 0;
   u.bar.total = c.steps;
   lh_err e = lh_rl_run(&c, &res);
   free(cmdline);

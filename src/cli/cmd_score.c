@@ -24,7 +24,9 @@
 #define MAX_TOTAL_TOKENS ((size_t)1 << 28)
 
 static const lh__flag flags[] = {
-    {"model", "DIR", true, "model directory (config.json + model.safetensors)"},
+    {"model", "DIR", true,
+     "model directory (config.json + model.safetensors), or a run directory: its latest "
+     "checkpoint"},
     {"input", "FILE", true, "JSON arrays of token ids, one per line (- for stdin)"},
     {"threads", "K", false, "threads for the forward pass (default: all cores)"},
 };

@@ -21,7 +21,9 @@
 #define CMD "sft"
 
 static const lh__flag flags[] = {
-    {"model", "DIR", true, "model directory with a tokenizer.json (init-model can write one)"},
+    {"model", "DIR", true,
+     "model directory with a tokenizer.json (init-model can write one), or a run directory: its "
+     "latest checkpoint"},
     {"env", "SPEC", true,
      "environment: NAME or NAME:key=value,... (arith, countdown, sort, jsonl)"},
     {"out", "DIR", true,
@@ -138,6 +140,11 @@ int lh__cmd_sft(int argc, char **argv) {
   rc = LH__EXIT_FAIL;
   lh_env_config ecfg;
   lh_model_files files = {0};
+  struct stat osb;
+  if (stat(out_dir, &osb) == 0 && !S_ISDIR(osb.st_mode)) { /* found before training, not after */
+    rc = lh__cli_error(CMD, LH__EXIT_USAGE, "--out %s exists and is not a directory", out_dir);
+    goto out;
+  }
   if (!lh__args_has(&a, "force")) { /* a directory of something else is not overwritten */
     DIR *d = opendir(out_dir);
     struct dirent *ent;

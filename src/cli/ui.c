@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -60,9 +61,14 @@ void lh__progress(lh__progress_state *p, int64_t done, const char *text) {
   lh__format_duration(p->elapsed, el, sizeof el);
   bool last = done >= p->total;
   if (p->tty) {
-    fprintf(stderr, "\r%s: step %lld/%lld %s | %.2f steps/s, %s, ETA %s\033[K%s", p->cmd,
-            (long long)done, (long long)p->total, text, rate, el, last ? "0s" : eta,
-            last ? "\n" : "");
+    /* one terminal line: cut to the terminal's width, or a wrapped line is never redrawn */
+    char line[512];
+    snprintf(line, sizeof line, "%s: step %lld/%lld %s | %.2f steps/s, %s, ETA %s", p->cmd,
+             (long long)done, (long long)p->total, text, rate, el, last ? "0s" : eta);
+    struct winsize ws;
+    if (ioctl(2, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 1 && ws.ws_col <= sizeof line)
+      line[ws.ws_col - 1] = '\0';
+    fprintf(stderr, "\r%s\033[K%s", line, last ? "\n" : "");
     p->open = !last;
   } else if (done % p->every == 0 || last) {
     fprintf(stderr, "%s: step %lld/%lld %s (%.2f steps/s, %s, ETA %s)\n", p->cmd, (long long)done,

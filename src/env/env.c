@@ -632,6 +632,32 @@ lh_err lh_env_config_value(const lh_env_config *cfg, const char *key, char *buf,
   return lh_errorf(LH_ERR_NOTFOUND, "%s: no key '%s'", ESC(cfg->name, nl), ESC(key, strlen(key)));
 }
 
+/* A key's value with the default filled in for 0 and "". */
+static void value_or_default(const env_key *k, const lh_env_config *cfg, char *buf, size_t cap) {
+  value_text(k, cfg, buf, cap);
+  if ((k->kind == KEY_INT || k->kind == KEY_REAL) && !strcmp(buf, "0"))
+    real_text(k->def, buf, cap);
+  else if (k->kind == KEY_OPS && !buf[0] && k->defs)
+    snprintf(buf, cap, "%s", k->defs);
+}
+
+bool lh_env_spec_same(const char *a, const char *b) {
+  lh_env_config ca, cb;
+  if (lh_env_config_parse(a, &ca) || lh_env_config_parse(b, &cb) || strcmp(ca.name, cb.name))
+    return false;
+  const env_def *d = find_env(ca.name, strnlen(ca.name, sizeof ca.name));
+  if (!d) return false;
+  for (size_t i = 0; i < d->n_keys; i++) {
+    const env_key *k = &d->keys[i];
+    char va[LH_ENV_PATH_MAX], vb[LH_ENV_PATH_MAX];
+    value_or_default(k, &ca, va, sizeof va);
+    value_or_default(k, &cb, vb, sizeof vb);
+    bool file = k->kind == KEY_TEXT && strcmp(ca.name, "exec"); /* exec's is a command */
+    if (strcmp(va, vb) && !(file && va[0] && vb[0] && lh_path_same(va, vb))) return false;
+  }
+  return true;
+}
+
 lh_err lh_env_config_format(const lh_env_config *cfg, char *buf, size_t cap) {
   size_t nl = strnlen(cfg->name, sizeof cfg->name);
   const env_def *d = find_env(cfg->name, nl);

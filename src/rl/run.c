@@ -40,7 +40,59 @@ lh_rl_run_config lh_rl_run_defaults(void) {
 
 /* ---------------------------------------------------------------- settings (run.json) */
 
+static json_t *settings_object(const lh_rl_run_config *c);
+
+/* Text that is not UTF-8 is recorded with U+FFFD (lh_json_text), which is not a path any more:
+ * such a setting also goes in as "KEY_bytes", its bytes in hex, which lh_rl_settings_read
+ * prefers. */
+static void add_raw_bytes(json_t *o, const char *key, const char *text) {
+  json_t *j = lh_json_text(text, strlen(text));
+  if (j && strcmp(json_string_value(j), text)) {
+    size_t n = strlen(text);
+    char *hex = lh_xmalloc(2 * n + 1), name[32];
+    for (size_t i = 0; i < n; i++)
+      snprintf(hex + 2 * i, 3, "%02x", (unsigned char)text[i]);
+    snprintf(name, sizeof name, "%s_bytes", key);
+    json_object_set_new(o, name, json_string(hex));
+    free(hex);
+  }
+  json_decref(j);
+}
+
+/* The string of "KEY_bytes" (hex) put back into o as "KEY_raw" (any bytes), or NULL. */
+static const char *raw_bytes(json_t *o, const char *key) {
+  char name[32], raw_name[32];
+  snprintf(name, sizeof name, "%s_bytes", key);
+  snprintf(raw_name, sizeof raw_name, "%s_raw", key);
+  json_t *h = json_object_get(o, name);
+  if (!json_is_string(h)) return NULL;
+  const char *hex = json_string_value(h);
+  size_t n = strlen(hex) / 2;
+  char *raw = lh_xmalloc(n + 1);
+  for (size_t i = 0; i < n; i++) {
+    unsigned v;
+    if (sscanf(hex + 2 * i, "%2x", &v) != 1 || v == 0) {
+      free(raw);
+      return NULL;
+    }
+    raw[i] = (char)v;
+  }
+  raw[n] = '\0';
+  json_object_set_new(o, raw_name, json_stringn_nocheck(raw, n));
+  free(raw);
+  return json_string_value(json_object_get(o, raw_name));
+}
+
 json_t *lh_rl_settings_json(const lh_rl_run_config *c) {
+  json_t *o = settings_object(c);
+  if (o) {
+    add_raw_bytes(o, "model", c->model_dir);
+    add_raw_bytes(o, "env", c->env_spec);
+  }
+  return o;
+}
+
+static json_t *settings_object(const lh_rl_run_config *c) {
   const lh_loss_config *l = &c->loss;
   const lh_adamw_config *o = &c->opt;
   return json_pack(
@@ -109,7 +161,7 @@ static int get_name(reader *r, const json_t *o, const char *key, const char *sec
   return i < 0 ? 0 : i;
 }
 
-lh_err lh_rl_settings_read(const json_t *s, const char *what, lh_rl_run_config *c) {
+lh_err lh_rl_settings_read(json_t *s, const char *what, lh_rl_run_config *c) {
   reader r = {what, LH_ERR_OK};
   if (get_int(&r, s, "format", NULL) != SETTINGS_FORMAT && !r.e)
     r.e = lh_errorf(LH_ERR_UNSUPPORTED, "%s: settings format %d, this longhaul reads %d", what,
@@ -120,6 +172,9 @@ lh_err lh_rl_settings_read(const json_t *s, const char *what, lh_rl_run_config *
   if (r.e) return r.e;
   c->model_dir = json_string_value(model);
   c->env_spec = json_string_value(env);
+  const char *raw_model = raw_bytes(s, "model"), *raw_env = raw_bytes(s, "env");
+  if (raw_model) c->model_dir = raw_model;
+  if (raw_env) c->env_spec = raw_env;
   c->group = get_int(&r, s, "group", NULL);
   c->prompts = get_int(&r, s, "prompts", NULL);
   c->max_new = get_int(&r, s, "max_new", NULL);
@@ -172,6 +227,10 @@ static lh_err settings_check(const json_t *was, const lh_rl_run_config *c, const
     if (!strcmp(key, "max_prompt") && !w) continue; /* older runs: 256, checked by the reader */
     if (!strcmp(key, "model") && w && json_is_string(w) &&
         lh_path_same(json_string_value(w), c->model_dir))
+      continue;
+    json_t *we = json_object_get(was, "env");
+    if ((!strcmp(key, "env") || !strcmp(key, "env_bytes")) && json_is_string(we) &&
+        lh_env_spec_same(json_string_value(we), c->env_spec))
       continue;
     if (w && json_equal(v, w)) continue;
     size_t used = strlen(diff);

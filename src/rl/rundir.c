@@ -19,11 +19,14 @@
 
 struct lh_rundir {
   char *path;
+  char *created_from; /* the directory this open made first (path or one of its parents), or
+                       * NULL: removed, from path up to it, when a failed start is discarded */
   int lock_fd;
   bool created_dir;   /* this open made the directory */
   bool wrote_durable; /* a checkpoint or a metrics line exists: never discard */
   bool wrote_settings;
   bool resumed;
+  bool opened_metrics; /* metrics.jsonl is this handle's (it emptied or created it) */
   FILE *metrics;
 };
 
@@ -93,6 +96,21 @@ lh_err lh_rundir_open(const char *path, lh_rundir_mode mode, lh_rundir **out) {
                     strerror(errno));
       goto fail;
     }
+    /* the outermost directory that does not exist yet is the first that mkdir -p makes */
+    char *p = lh_xstrdup(path), *top = NULL;
+    for (;;) {
+      size_t len = strlen(p);
+      while (len > 1 && p[len - 1] == '/')
+        p[--len] = '\0';
+      if (stat(p, &sb) == 0) break;
+      free(top);
+      top = lh_xstrdup(p);
+      char *slash = strrchr(p, '/');
+      if (!slash || slash == p) break;
+      *slash = '\0';
+    }
+    free(p);
+    r->created_from = top;
     if ((e = lh_mkdir_p(path))) goto fail;
     r->created_dir = true;
   } else if (!S_ISDIR(sb.st_mode)) {
@@ -108,17 +126,25 @@ lh_err lh_rundir_open(const char *path, lh_rundir_mode mode, lh_rundir **out) {
     if (stat(ck, &cs) == 0 && S_ISDIR(cs.st_mode)) lh_file_clean_stale_tmp(ck);
     free(ck);
   }
-  char *settings = lh_rundir_file(r, "run.json"), *latest = lh_rundir_file(r, "latest");
+  char *settings = lh_rundir_file(r, "run.json"), *latest = lh_rundir_file(r, "latest"),
+       *metrics = lh_rundir_file(r, "metrics.jsonl"), *ck = lh_rundir_file(r, "checkpoints");
   bool has_settings = exists(settings), has_latest = exists(latest);
-  if (mode == LH_RUNDIR_CREATE && (has_settings || has_latest))
+  const char *seen = has_latest        ? latest
+                     : has_settings    ? settings
+                     : exists(metrics) ? metrics
+                     : exists(ck)      ? ck
+                                       : NULL;
+  if (mode == LH_RUNDIR_CREATE && seen)
     e = lh_errorf(LH_ERR_INVAL,
                   "%s already holds a run (see %s): resume it with --resume or choose another "
                   "--out",
-                  path, has_latest ? latest : settings);
+                  path, seen);
   else if (mode == LH_RUNDIR_RESUME && !has_settings)
     e = lh_errorf(LH_ERR_NOTFOUND, "%s: cannot resume: no run.json (not a run directory?)", path);
   free(settings);
   free(latest);
+  free(metrics);
+  free(ck);
   if (e) goto fail;
   *out = r;
   return LH_ERR_OK;
@@ -127,15 +153,32 @@ fail:
   return e;
 }
 
-/* Removes every file in `dir` (a checkpoint's files, and the FILE.tmp.PID.N a killed write left),
- * then `dir` itself. A subdirectory is not longhaul's, so rmdir then fails and the caller decides
- * whether that matters. A missing `dir` is success. */
+/* Whether `name` is a file a checkpoint directory holds: its model files, the trainer's state,
+ * or a temporary file of one of them (NAME.tmp.PID.N) that a killed write left. */
+static bool checkpoint_file(const char *name) {
+  static const char *const files[] = {"config.json",
+                                      "model.safetensors",
+                                      "tokenizer.json",
+                                      "generation_config.json",
+                                      "model.safetensors.index.json",
+                                      "trainer_state.safetensors"};
+  for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+    size_t n = strlen(files[i]);
+    if (!strncmp(name, files[i], n) && (name[n] == '\0' || !strncmp(name + n, ".tmp.", 5)))
+      return true;
+  }
+  return false;
+}
+
+/* Removes a checkpoint directory: its own files (checkpoint_file), then `dir` itself. Any other
+ * file is not longhaul's: it stays, rmdir fails (ENOTEMPTY) and the caller reports it. A missing
+ * `dir` is success. */
 static int remove_flat_dir(const char *dir) {
   DIR *d = opendir(dir);
   if (!d) return errno == ENOENT ? 0 : -1;
   struct dirent *ent;
   while ((ent = readdir(d)))
-    if (strcmp(ent->d_name, ".") && strcmp(ent->d_name, "..")) {
+    if (checkpoint_file(ent->d_name)) {
       char *p = lh_path_join(dir, ent->d_name);
       unlink(p);
       free(p);
@@ -151,9 +194,10 @@ void lh_rundir_close(lh_rundir *r, bool discard) {
     /* what this start wrote: run.json, an empty metrics.jsonl, the checkpoints directory with
      * at most an unfinished step-N.tmp, the lock */
     const char *names[] = {"run.json", "metrics.jsonl"};
+    bool ours[] = {r->wrote_settings, r->opened_metrics};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
       char *p = lh_rundir_file(r, names[i]);
-      if (!strcmp(names[i], "run.json") ? r->wrote_settings : true) unlink(p);
+      if (ours[i]) unlink(p);
       free(p);
     }
     char *ck = lh_rundir_file(r, "checkpoints");
@@ -175,9 +219,22 @@ void lh_rundir_close(lh_rundir *r, bool discard) {
     char *lk = lh_rundir_file(r, ".lock");
     unlink(lk);
     free(lk);
-    if (r->created_dir) rmdir(r->path); /* only when empty: nothing of anyone else's goes */
+    if (r->created_dir) { /* only when empty: nothing of anyone else's goes */
+      char *p = lh_xstrdup(r->path);
+      for (;;) {
+        size_t len = strlen(p);
+        while (len > 1 && p[len - 1] == '/')
+          p[--len] = '\0';
+        if (rmdir(p) != 0 || !r->created_from || !strcmp(p, r->created_from)) break;
+        char *slash = strrchr(p, '/');
+        if (!slash || slash == p) break;
+        *slash = '\0';
+      }
+      free(p);
+    }
   }
   if (r->lock_fd >= 0) close(r->lock_fd); /* releases the flock */
+  free(r->created_from);
   free(r->path);
   free(r);
 }
@@ -455,6 +512,7 @@ lh_err lh_rundir_metrics_open(lh_rundir *r, int64_t keep_step) {
   }
   if (!e && !(r->metrics = fopen(p, "ae")))
     e = lh_errorf(LH_ERR_IO, "%s: cannot open: %s", p, strerror(errno));
+  if (!e) r->opened_metrics = true;
   free(p);
   return e;
 }

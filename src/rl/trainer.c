@@ -141,6 +141,14 @@ lh_err lh_trainer_submit(lh_trainer *t, lh_rollout_batch *b) {
   if (b->version > t->version || b->version < 0)
     return lh_errorf(LH_ERR_INVAL, "trainer: a batch of version %lld, the policy is at %lld",
                      (long long)b->version, (long long)t->version);
+  lh_rollout_limits lim = lh_rollout_default_limits();
+  lim.vocab = t->m->cfg.vocab_size;
+  lh_err ve = lh_rollout_validate(b, &lim, "trainer: batch");
+  if (ve) return ve;
+  for (int s = 0; s < b->n_groups * b->group_size; s++)
+    if (b->seq_start[s + 1] - b->seq_start[s] > t->cfg.max_seq)
+      return lh_errorf(LH_ERR_LIMIT, "trainer: batch: sequence %d has %d tokens, more than %d", s,
+                       b->seq_start[s + 1] - b->seq_start[s], t->cfg.max_seq);
   /* TIS and masked IS compare the trainer's log-probs of the generating policy with mu. */
   lh_loss_kind k = t->cfg.loss.kind;
   if ((k == LH_LOSS_TIS || k == LH_LOSS_MIS) && b->version == t->version) {
@@ -258,12 +266,17 @@ lh_err lh_trainer_save(const lh_trainer *t, const char *path) {
   put(&es, "rl.counters", LH_DTYPE_I64, 3, counters);
   put(&es, "adam.m", LH_DTYPE_F32, (int64_t)t->opt->n, t->opt->m);
   put(&es, "adam.v", LH_DTYPE_F32, (int64_t)t->opt->n, t->opt->v);
-  for (int i = 0; i < t->q_len; i++) {
+  /* a batch past the staleness bound would be dropped by the next step: it is not saved (a
+   * state holds only batches lh_trainer_load takes back) */
+  for (int i = 0, k = 0; i < t->q_len; i++) {
+    const lh_rollout_batch *b = queue_at(t, i);
+    if (t->version - b->version > t->cfg.max_staleness) continue;
     size_t len = 0;
-    if ((e = lh_rollout_encode(queue_at(t, i), &es.blobs[i], &len))) goto out;
+    if ((e = lh_rollout_encode(b, &es.blobs[k], &len))) goto out;
     char name[32];
-    snprintf(name, sizeof name, "queue.%d", i);
-    put(&es, name, LH_DTYPE_U8, (int64_t)len, es.blobs[i]);
+    snprintf(name, sizeof name, "queue.%d", k);
+    put(&es, name, LH_DTYPE_U8, (int64_t)len, es.blobs[k]);
+    k++;
   }
   static const char *const meta[] = {"format", STATE_KIND, "version", STATE_FORMAT_STR};
   e = lh_safetensors_write_meta(path, es.e, es.n, meta, 2);
@@ -282,9 +295,14 @@ static lh_err find(const lh_safetensors *st, const char *path, const char *name,
   const lh_st_tensor *t = lh_safetensors_find(st, name);
   if (!t) return lh_errorf(LH_ERR_FORMAT, "%s: tensor %s is missing", path, name);
   int64_t n = t->ndim == 1 ? t->shape[0] : -1;
-  if (t->dtype != dt || n < 0 || (*count >= 0 && n != *count))
-    return lh_errorf(LH_ERR_FORMAT, "%s: tensor %s: expected a 1-D tensor of %lld entries", path,
-                     name, (long long)*count);
+  static const char *const dtypes[] = {"F32", "BF16", "F16", "I32", "I64", "U8"};
+  if (t->dtype != dt || n < 0 || (*count >= 0 && n != *count)) {
+    if (*count >= 0)
+      return lh_errorf(LH_ERR_FORMAT, "%s: tensor %s: expected a 1-D %s tensor of %lld entries",
+                       path, name, dtypes[dt], (long long)*count);
+    return lh_errorf(LH_ERR_FORMAT, "%s: tensor %s: expected a 1-D %s tensor", path, name,
+                     dtypes[dt]);
+  }
   *count = n;
   *out = t;
   return LH_ERR_OK;
@@ -304,11 +322,30 @@ lh_err lh_trainer_load(lh_trainer *t, const char *path, int64_t step) {
   int nq = 0;
   const lh_st_tensor *tf = NULL, *th = NULL, *tc = NULL, *tm = NULL, *tv = NULL;
   int64_t one = 1, three = 3, hb = LH_HASH_BYTES, np = (int64_t)t->opt->n;
-  const char *kind = lh_safetensors_meta(st, "format");
+  const char *kind = lh_safetensors_meta(st, "format"),
+             *meta_version = lh_safetensors_meta(st, "version");
   if (kind && strcmp(kind, STATE_KIND) && strcmp(kind, "pt")) {
     e = lh_errorf(LH_ERR_FORMAT, "%s: a safetensors file of format \"%s\", not a trainer state",
                   path, kind);
     goto out;
+  }
+  if (kind && !strcmp(kind, STATE_KIND) &&
+      (!meta_version || strcmp(meta_version, STATE_FORMAT_STR))) {
+    e = lh_errorf(LH_ERR_UNSUPPORTED, "%s: trainer state version %s, this longhaul reads %s", path,
+                  meta_version ? meta_version : "(none)", STATE_FORMAT_STR);
+    goto out;
+  }
+  for (int i = 0; i < st->n; i++) { /* every tensor is one this reader knows */
+    const char *nm = st->tensors[i].name;
+    int qi = -1, used = 0;
+    bool known =
+        !strcmp(nm, "trainer.format") || !strcmp(nm, "trainer.weights_blake2b") ||
+        !strcmp(nm, "rl.counters") || !strcmp(nm, "adam.m") || !strcmp(nm, "adam.v") ||
+        (sscanf(nm, "queue.%d%n", &qi, &used) == 1 && nm[used] == '\0' && qi >= 0 && qi < st->n);
+    if (!known) {
+      e = lh_errorf(LH_ERR_FORMAT, "%s: unexpected tensor %s", path, nm);
+      goto out;
+    }
   }
   if (!lh_safetensors_find(st, "trainer.format")) {
     e = lh_errorf(LH_ERR_UNSUPPORTED,
@@ -371,7 +408,16 @@ lh_err lh_trainer_load(lh_trainer *t, const char *path, int64_t step) {
   for (;; nq++) {
     char name[32];
     snprintf(name, sizeof name, "queue.%d", nq);
-    if (!lh_safetensors_find(st, name)) break;
+    if (!lh_safetensors_find(st, name)) {
+      for (int later = nq + 1; later < st->n; later++) { /* queue.N must be 0, 1, 2, ... */
+        snprintf(name, sizeof name, "queue.%d", later);
+        if (lh_safetensors_find(st, name)) {
+          e = lh_errorf(LH_ERR_FORMAT, "%s: tensor %s without queue.%d", path, name, nq);
+          goto out;
+        }
+      }
+      break;
+    }
     int64_t any = -1;
     const lh_st_tensor *tq = NULL;
     if ((e = find(st, path, name, LH_DTYPE_U8, &any, &tq))) goto out;

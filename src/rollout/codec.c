@@ -100,6 +100,9 @@ lh_err lh_rollout_validate(const lh_rollout_batch *b, const lh_rollout_limits *l
   if (b->group_size < 1 || b->group_size > lim->max_group_size)
     return lh_errorf(LH_ERR_LIMIT, "%s: groups of %d, expected 1..%d", what, b->group_size,
                      lim->max_group_size);
+  if ((int64_t)b->n_groups * b->group_size > INT32_MAX - 1)
+    return lh_errorf(LH_ERR_LIMIT, "%s: %d groups of %d: too many sequences", what, b->n_groups,
+                     b->group_size);
   const lh_sample_params *sp = &b->sample;
   if (!(sp->temperature >= 0.0f && isfinite(sp->temperature)) || sp->top_k < 0 ||
       !(sp->top_p > 0.0f && sp->top_p <= 1.0f) || !(sp->min_p >= 0.0f && sp->min_p < 1.0f))

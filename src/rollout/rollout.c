@@ -86,7 +86,48 @@ static lh_err score_groups(const lh_tokenizer *tok, lh_env *env, const lh_env_ta
 
 lh_err lh_rollout_score(const lh_tokenizer *tok, lh_env *env, const lh_env_task *tasks,
                         lh_rollout_batch *b) {
-  return score_groups(tok, env, tasks, b);
+  int G = b->group_size;
+  lh_env_task *own = tasks ? NULL : lh_xcalloc((size_t)b->n_groups, sizeof *own);
+  const lh_env_task *task = own ? own : tasks;
+  lh_err e = LH_ERR_OK;
+  /* every sequence must start with its task's prompt, encoded as generation encodes it: the
+   * reward of another prompt's completion says nothing about this task */
+  for (int t = 0; t < b->n_groups && !e; t++) {
+    if (!b->group_ok[t]) continue;
+    if (own && lh_env_task_get(env, b->split, b->task_index[t], &own[t])) {
+      lh_log(LH_LOG_WARN, "rollout: task %llu skipped: %s", (unsigned long long)b->task_index[t],
+             lh_last_error());
+      b->group_ok[t] = 0;
+      continue;
+    }
+    if (!task[t].prompt) {
+      b->group_ok[t] = 0;
+      continue;
+    }
+    int32_t *p = NULL;
+    size_t np = 0;
+    if ((e = lh_tokenizer_encode(tok, task[t].prompt, strlen(task[t].prompt), true, &p, &np)))
+      break;
+    for (int j = 0; j < G; j++) {
+      int s = t * G + j;
+      if ((size_t)b->prompt_len[s] != np ||
+          memcmp(b->tokens + b->seq_start[s], p, np * sizeof *p) != 0) {
+        lh_log(LH_LOG_WARN,
+               "rollout: task %llu skipped: sequence %d does not start with its "
+               "prompt (%zu tokens)",
+               (unsigned long long)b->task_index[t], s, np);
+        b->group_ok[t] = 0;
+        break;
+      }
+    }
+    free(p);
+  }
+  if (!e) e = score_groups(tok, env, task, b);
+  if (own)
+    for (int t = 0; t < b->n_groups; t++)
+      lh_env_task_clear(&own[t]);
+  free(own);
+  return e;
 }
 
 lh_err lh_rollout_generate(lh_generator *g, const lh_gen_config *gc, const lh_tokenizer *tok,

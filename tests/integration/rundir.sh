@@ -202,6 +202,44 @@ for cmd in "rl --model $TMP/sft --out $TMP/spec" "sft --model $TMP/sft --out $TM
 done
 [ -e "$TMP/spec" ] && fail "rl with a bad spec left $TMP/spec"
 
+# 11. Review findings. A failed start keeps a metrics.jsonl it did not write, and removes the
+# parent directories it made; --keep keeps a file of the user's in an old checkpoint (with a
+# warning); sft --out naming a file is refused before training; an equivalent env spec resumes.
+mkdir "$TMP/ud"
+echo precious >"$TMP/ud/metrics.jsonl"
+"$BIN" rl --model "$TMP/nope" "${SMALL[@]}" --out "$TMP/ud" >/dev/null 2>&1
+[ "$(cat "$TMP/ud/metrics.jsonl" 2>/dev/null)" = precious ] || fail "a failed start removed metrics.jsonl"
+"$BIN" rl --model "$TMP/sft" "${SMALL[@]}" --out "$TMP/ud" --steps 1 >/dev/null 2>"$TMP/ud.err"
+[ $? -eq 1 ] && grep -q "already holds a run (see $TMP/ud/metrics.jsonl)" "$TMP/ud.err" ||
+  fail "a new run over a metrics.jsonl: $(cat "$TMP/ud.err")"
+"$BIN" rl --model "$TMP/nope" "${SMALL[@]}" --out "$TMP/p1/p2/run" >/dev/null 2>&1
+[ -e "$TMP/p1" ] && fail "a failed start left the parents it made: $(find "$TMP/p1")"
+"$BIN" rl --model "$TMP/sft" "${SMALL[@]}" --out "$TMP/kp" --steps 2 --save-every 1 \
+  >/dev/null 2>&1 || fail "kp run"
+echo mine >"$TMP/kp/checkpoints/step-000001/notes.txt"
+"$BIN" rl --out "$TMP/kp" --resume --steps 3 --save-every 1 --keep 1 >/dev/null 2>"$TMP/kp.err" ||
+  fail "kp resume: $(tail -n 2 "$TMP/kp.err")"
+[ "$(ls "$TMP/kp/checkpoints/step-000001")" = notes.txt ] &&
+  grep -q -- "--keep: cannot remove $TMP/kp/checkpoints/step-000001" "$TMP/kp.err" ||
+  fail "--keep and a user's file: $(ls "$TMP/kp/checkpoints/step-000001"), $(cat "$TMP/kp.err")"
+: >"$TMP/afile"
+"$BIN" sft --model "$TMP/base" --env arith:digits=1 --steps 100000 --out "$TMP/afile" \
+  >/dev/null 2>"$TMP/afile.err"
+[ $? -eq 2 ] && grep -q "exists and is not a directory" "$TMP/afile.err" ||
+  fail "sft --out FILE: $(cat "$TMP/afile.err")"
+"$BIN" rl --out "$TMP/kp" --resume --steps 4 --env "arith:digits=1,ops=+-" >/dev/null 2>"$TMP/eq.err" ||
+  fail "resume with an equivalent --env: $(cat "$TMP/eq.err")"
+
+# 12. A model path that is not UTF-8: --resume alone still finds it (for the KL reference and
+# for a run without a checkpoint yet).
+M="$TMP/mod$(printf '\xfe')"
+cp -r "$TMP/sft" "$M"
+"$BIN" rl --model "$M" "${SMALL[@]}" --out "$TMP/u8" --steps 1 --save-every 5 --kl-beta 0.1 \
+  >/dev/null 2>"$TMP/u8.err" || fail "u8 run: $(tail -n 2 "$TMP/u8.err")"
+rm -rf "$TMP/u8/checkpoints" "$TMP/u8/latest" # as if stopped before its first checkpoint
+"$BIN" rl --out "$TMP/u8" --resume --steps 2 >/dev/null 2>"$TMP/u8b.err" ||
+  fail "resume of a non-UTF-8 model path: $(tail -n 2 "$TMP/u8b.err")"
+
 if [ $FAILED -gt 0 ]; then
   echo "rundir.sh: $FAILED check(s) failed"
   exit 1

@@ -281,6 +281,13 @@ static void test_score(void **state) {
   lh_rollout_summary s = lh_rollout_summarise(&b);
   assert_true(s.reward_mean == 0.5 && s.groups_ok == 1 && s.groups_failed == 0);
   assert_int_equal(s.completion_tokens, (long)nr + 1);
+  /* a completion of another prompt is not scored as this task's: the group is refused */
+  tokens[np + nr] = lh_tokenizer_find(tok, "9") == tokens[np + nr] ? lh_tokenizer_find(tok, "8")
+                                                                   : lh_tokenizer_find(tok, "9");
+  assert_int_equal(lh_rollout_score(tok, env, NULL, &b), LH_ERR_OK);
+  assert_int_equal(ok, 0);
+  assert_int_equal(seq_start[2], 0); /* emptied */
+  assert_true(reward[0] == 0.0f && reward[1] == 0.0f);
   lh_env_task_clear(&t);
   free(p);
   free(right);

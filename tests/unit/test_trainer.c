@@ -172,11 +172,60 @@ static void test_state_round_trip(void **state) {
   lh_trainer_free(c);
 }
 
+/* Two workers' batches of version 0 with no staleness allowed: after one step the second is too
+ * old. The saved state leaves it out, so a trainer on the same weights loads it back (the state
+ * held a batch load refused). A sequence longer than max_seq is refused at submit. */
+static void test_save_skips_stale(void **state) {
+  (void)state;
+  char path[64];
+  snprintf(path, sizeof path, "/tmp/longhaul-test-trainer-st.%d.safetensors", (int)getpid());
+  lh_trainer *a = make_trainer(0, 8);
+  submit(a, 1, 0);
+  submit(a, 2, 0);
+  lh_trainer_step_stats st;
+  assert_int_equal(lh_trainer_step(a, &st), LH_ERR_OK);
+  assert_int_equal(lh_trainer_pending(a), 1);
+  assert_int_equal(lh_trainer_save(a, path), LH_ERR_OK);
+  lh_trainer *b = make_trainer(0, 8);
+  lh_model *ma = lh_trainer_model(a);
+  memcpy(lh_trainer_model(b)->params, ma->params, ma->n_params * sizeof(float));
+  assert_int_equal(lh_trainer_load(b, path, 1), LH_ERR_OK);
+  assert_int_equal(lh_trainer_pending(b), 0);
+  /* too long for max_seq 16: refused, and the batch stays the caller's */
+  lh_rollout_batch big;
+  make_batch(&big, 1, 1);
+  big.max_new = 20;
+  int extra = 14, N = big.seq_start[2];
+  int32_t *tok = calloc((size_t)(N + extra), 4);
+  float *mu = calloc((size_t)(N + extra), 4);
+  memcpy(tok, big.tokens, (size_t)N * 4);
+  memcpy(mu, big.mu, (size_t)N * 4);
+  for (int i = N; i < N + extra; i++)
+    tok[i] = 5, mu[i] = -1.0f;
+  free(big.tokens);
+  free(big.mu);
+  big.tokens = tok;
+  big.mu = mu;
+  big.seq_start[2] += extra;
+  assert_int_equal(lh_trainer_submit(b, &big), LH_ERR_LIMIT);
+  assert_non_null(strstr(lh_last_error(), "sequence 1 has 17 tokens, more than 16"));
+  assert_non_null(big.tokens);
+  big.tokens[0] = 9999; /* outside the vocabulary: the batch is checked */
+  big.seq_start[2] -= extra;
+  assert_int_equal(lh_trainer_submit(b, &big), LH_ERR_FORMAT);
+  assert_non_null(strstr(lh_last_error(), "token 0 is 9999"));
+  lh_rollout_batch_free(&big);
+  unlink(path);
+  lh_trainer_free(a);
+  lh_trainer_free(b);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_staleness_bound),
       cmocka_unit_test(test_nonfinite_loss),
       cmocka_unit_test(test_state_round_trip),
+      cmocka_unit_test(test_save_skips_stale),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
