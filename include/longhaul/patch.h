@@ -28,7 +28,7 @@ static inline uint16_t lh_bf16_from_key(uint16_t k) {
 
 #define LH_PATCH_FORMAT       1
 #define LH_PATCH_HEADER       128
-#define LH_PATCH_SECTION      32
+#define LH_PATCH_SECTION      40
 #define LH_PATCH_MAX_SECTIONS 65536
 
 /* A range of the slab coded as one section: a tensor. Sections tile [0, n) in order. */
