@@ -124,6 +124,7 @@ int lh__cmd_sft(int argc, char **argv);
 int lh__cmd_rl(int argc, char **argv);
 int lh__cmd_tokenize(int argc, char **argv);
 int lh__cmd_eval(int argc, char **argv);
+int lh__cmd_patch(int argc, char **argv);
 /* `env show SPEC`: a spec that lh_env_config_parse or lh_env_create refuses with LH_ERR_USAGE is a
  * usage error (exit code 2); any other failure exits 1. */
 int lh__cmd_env(int argc, char **argv);

@@ -22,6 +22,7 @@ static const command commands[] = {
     {"bench", lh__cmd_bench, "measure throughput (bench train, bench generate)"},
     {"tokenize", lh__cmd_tokenize, "encode text to token ids, or decode ids (tokenizer.json)"},
     {"env", lh__cmd_env, "show an environment's prompt format, settings and tasks (env show SPEC)"},
+    {"patch", lh__cmd_patch, "lossless bf16 policy patches (patch make, apply, stats)"},
 };
 
 static void usage(FILE *out) {

@@ -629,3 +629,38 @@ lh_err lh_model_dir_save(const lh_model *m, const char *dir, lh_save_dtype dtype
     return e;
   return put_or_remove(dir, "tokenizer.json", files->tokenizer_json, files->tokenizer_len);
 }
+
+lh_err lh_model_dir_save_bf16(const lh_config *cfg, const uint16_t *slab, const char *dir,
+                              const lh_model_files *files) {
+  static const lh_model_files none = {0};
+  if (!files) files = &none;
+  lh_err e = lh_config_validate(cfg);
+  if (e || (e = lh_mkdir_p(dir)) ||
+      (e = put_or_remove(dir, "generation_config.json", files->generation_config,
+                         files->generation_len)) ||
+      (e = put_or_remove(dir, "model.safetensors.index.json", NULL, 0)))
+    return e;
+  int n = lh_model_tensors(cfg, NULL, 0);
+  lh_tensor_info *info = lh_xcalloc((size_t)n, sizeof *info);
+  lh_st_entry *ent = lh_xcalloc((size_t)n, sizeof *ent);
+  lh_model_tensors(cfg, info, n);
+  for (int i = 0; i < n; i++) {
+    ent[i].name = info[i].name;
+    ent[i].dtype = LH_DTYPE_BF16;
+    ent[i].ndim = info[i].ndim;
+    for (int d = 0; d < info[i].ndim; d++)
+      ent[i].shape[d] = info[i].shape[d];
+    ent[i].data = slab + info[i].offset;
+  }
+  char *st_path = lh_path_join(dir, "model.safetensors"),
+       *cfg_path = lh_path_join(dir, "config.json");
+  /* weights first, so a fresh directory never holds a config.json without its weights */
+  if (!(e = lh_safetensors_write(st_path, ent, n)))
+    e = lh__config_save_dtype(cfg_path, cfg, "bfloat16");
+  free(st_path);
+  free(cfg_path);
+  free(ent);
+  free(info);
+  if (!e) e = put_or_remove(dir, "tokenizer.json", files->tokenizer_json, files->tokenizer_len);
+  return e;
+}
