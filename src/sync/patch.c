@@ -10,8 +10,11 @@
 
 #include "longhaul/patch.h"
 
-#define MAGIC        "LHPA"
-#define N_BUCKETS    256 /* the old value's exponent */
+#define MAGIC     "LHPA"
+#define N_BUCKETS 256 /* the old value's exponent */
+/* Element i belongs to lane i % LANES; each lane counts its own gaps per exponent, so that
+ * consecutive elements of one exponent do not wait on one counter when decoding. */
+#define LANES        4
 #define CODING_NONE  0
 #define CODING_RANGE 1
 
@@ -196,7 +199,7 @@ static void enc_gap(enc *e, model *m, int k, uint64_t g) {
     enc_bit(e, &m->gap_bits[L - 1][j], (int)(x >> j & 1));
 }
 
-static void dec_gap(dec *d, model *m, int k, uint64_t *g) {
+__attribute__((noinline)) static void dec_gap(dec *d, model *m, int k, uint64_t *g) {
   int L = 1;
   while (L < GAP_BITS && dec_bit(d, &m->gap_len[k][L - 1]))
     L++;
@@ -217,7 +220,7 @@ static void enc_step(enc *e, model *m, int k, int32_t step) {
     enc_bit(e, &m->step_bits[L - 1][j], (int)(x >> j & 1));
 }
 
-static int32_t dec_step(dec *d, model *m, int k) {
+__attribute__((noinline)) static int32_t dec_step(dec *d, model *m, int k) {
   int neg = dec_bit(d, &m->sign[k]);
   int L = 1;
   while (L < STEP_BITS && dec_bit(d, &m->step_len[k][L - 1]))
@@ -281,29 +284,31 @@ static uint64_t code_section(const uint16_t *p, const uint16_t *c, uint64_t n, m
   for (uint64_t i = 0; i < n; i++)
     changed += p[i] != c[i];
   if (changed == 0) return 0;
-  /* after[j]: unchanged elements of change j's exponent between it and the next change of that
-   * exponent (or the end); first[k]: those before the first change of exponent k */
-  uint64_t *after = malloc((size_t)changed * sizeof *after), first[N_BUCKETS] = {0};
+  /* after[j]: unchanged elements of change j's lane and exponent between it and the next change
+   * there (or the end); first[l][k]: those before the first change of lane l, exponent k */
+  uint64_t *after = malloc((size_t)changed * sizeof *after), first[LANES][N_BUCKETS];
   if (!after) {
     *err = lh_errorf(LH_ERR_NOMEM, "patch: cannot allocate %llu gaps", (unsigned long long)changed);
     return 0;
   }
+  memset(first, 0, sizeof first);
   uint64_t j = changed;
   for (uint64_t i = n; i-- > 0;) {
-    int k = bucket(p[i]);
+    uint64_t *f = &first[i % LANES][bucket(p[i])];
     if (p[i] != c[i])
-      after[--j] = first[k], first[k] = 0;
+      after[--j] = *f, *f = 0;
     else
-      first[k]++;
+      (*f)++;
   }
   model_init(m);
   enc_init(e);
-  uint8_t seen[N_BUCKETS] = {0};
+  uint8_t seen[LANES][N_BUCKETS];
+  memset(seen, 0, sizeof seen);
   for (uint64_t i = 0; i < n; i++) {
-    int k = bucket(p[i]);
-    if (!seen[k]) {
-      enc_gap(e, m, k, first[k]);
-      seen[k] = 1;
+    int k = bucket(p[i]), l = (int)(i % LANES);
+    if (!seen[l][k]) {
+      enc_gap(e, m, k, first[l][k]);
+      seen[l][k] = 1;
     }
     if (p[i] != c[i]) {
       int32_t step = (int32_t)lh_bf16_key(c[i]) - (int32_t)lh_bf16_key(p[i]);
@@ -467,28 +472,33 @@ lh_err lh_patch_read_info(const uint8_t *b, size_t len, lh_patch_info *info) {
 
 /* Decodes one section into s (n values, in place), recording each change's position and old
  * value; returns an error naming the section on a bad stream. */
-static lh_err decode_section(uint16_t *s, uint64_t n, uint64_t base, const uint8_t *buf, size_t len,
-                             uint64_t want, model *m, uint64_t *undo_pos, uint16_t *undo_val,
-                             uint64_t *n_undo, int sec) {
+__attribute__((noinline)) static lh_err decode_section(uint16_t *s, uint64_t n, uint64_t base,
+                                                       const uint8_t *buf, size_t len,
+                                                       uint64_t want, model *m, uint64_t *undo_pos,
+                                                       uint16_t *undo_val, uint64_t *n_undo,
+                                                       int sec) {
   dec d;
   dec_init(&d, buf, len);
   model_init(m);
-  uint64_t rem[N_BUCKETS];
-  uint8_t seen[N_BUCKETS] = {0};
+  uint64_t rem[LANES][N_BUCKETS];
+  uint8_t seen[LANES][N_BUCKETS];
   memset(rem, 0, sizeof rem);
+  memset(seen, 0, sizeof seen);
   uint64_t got = 0;
   for (uint64_t i = 0; i < n; i++) {
+    /* the hot loop: values whose lane and exponent have their next change further on */
+    while (rem[i % LANES][bucket(s[i])]) {
+      rem[i % LANES][bucket(s[i])]--;
+      if (++i == n) goto done;
+    }
     uint16_t old = s[i];
     int k = bucket(old);
-    if (rem[k]) {
-      rem[k]--;
-      continue;
-    }
-    if (!seen[k]) {
-      seen[k] = 1;
-      dec_gap(&d, m, k, &rem[k]);
-      if (rem[k]) {
-        rem[k]--;
+    uint64_t *r = &rem[i % LANES][k];
+    if (!seen[i % LANES][k]) {
+      seen[i % LANES][k] = 1;
+      dec_gap(&d, m, k, r);
+      if (*r) {
+        (*r)--;
         continue;
       }
     }
@@ -504,13 +514,14 @@ static lh_err decode_section(uint16_t *s, uint64_t n, uint64_t base, const uint8
     undo_val[(*n_undo)++] = old;
     s[i] = lh_bf16_from_key((uint16_t)key);
     got++;
-    dec_gap(&d, m, k, &rem[k]);
+    dec_gap(&d, m, k, r);
   }
+done:
   if (got != want)
     return lh_errorf(LH_ERR_FORMAT, "patch: section %d: %llu changes decoded, %llu declared", sec,
                      (unsigned long long)got, (unsigned long long)want);
-  for (int k = 0; k < N_BUCKETS; k++)
-    if (rem[k])
+  for (int k = 0; k < LANES * N_BUCKETS; k++)
+    if (rem[k / N_BUCKETS][k % N_BUCKETS])
       return lh_errorf(LH_ERR_FORMAT, "patch: section %d: its gaps run past its %llu values", sec,
                        (unsigned long long)n);
   if (d.overrun > 4) /* the decoder reads up to 4 bytes past the last symbol's: the flush */

@@ -1,10 +1,12 @@
-#!/usr/bin/env python3
-"""An independent decoder of longhaul's policy patches, written from docs/PROTOCOL.md ("Policy
-patches") alone: applies a patch to a bf16 policy and checks both BLAKE2b-256 hashes.
-Usage: patch_decode.py PARENT PATCH [OUT]
-PARENT is a model directory (its model.safetensors, bf16: tensors concatenated in file order
-are the slab) or a raw slab file (.bf16, little-endian uint16). Prints the versions, the changes
-and "ok"; exits 1 with a message when a hash or the stream is wrong. OUT gets the child slab."""
+#!/ usr / bin / env python3
+""
+    "An independent decoder of longhaul's policy patches, written from docs/PROTOCOL.md (" Policy
+        patches ") alone: applies a patch to a bf16 policy and checks both BLAKE2b-256 hashes.
+    Usage : patch_decode.py PARENT PATCH[OUT] PARENT is a model
+            directory(its model.safetensors, bf16
+                      : tensors concatenated in file order are the slab) or
+    a raw slab file(.bf16, little - endian uint16).Prints the versions,
+    the changes and "ok"; exits 1 with a message when a hash or the stream is wrong. OUT gets the child slab."""
 import hashlib
 import json
 import os
@@ -12,7 +14,7 @@ import struct
 import sys
 
 PROB_BITS, PROB_ONE, PROB_SHIFT, TOP = 12, 1 << 12, 5, 1 << 24
-GAP_BITS, STEP_BITS, BUCKETS = 64, 17, 256
+GAP_BITS, STEP_BITS, BUCKETS, LANES = 64, 17, 256, 4
 
 
 def read_slab(path):
@@ -98,18 +100,20 @@ def number(d, len_probs, bits_probs, max_len):
 
 def decode_section(slab, off, count, buf, want, sec):
     d, m = Decoder(buf), Model()
-    rem, seen, got = [0] * BUCKETS, [False] * BUCKETS, 0
+#counters per(lane, exponent); element i of the section is in lane i % LANES
+    rem, seen, got = [0] * (LANES * BUCKETS), [False] * (LANES * BUCKETS), 0
     for i in range(off, off + count):
         old = slab[i]
         k = (old >> 7) & 0xFF
-        if rem[k]:
-            rem[k] -= 1
+        c = ((i - off) % LANES) * BUCKETS + k
+        if rem[c]:
+            rem[c] -= 1
             continue
-        if not seen[k]:
-            seen[k] = True
-            rem[k] = number(d, m.gap_len[k], m.gap_bits, GAP_BITS) - 1
-            if rem[k]:
-                rem[k] -= 1
+        if not seen[c]:
+            seen[c] = True
+            rem[c] = number(d, m.gap_len[k], m.gap_bits, GAP_BITS) - 1
+            if rem[c]:
+                rem[c] -= 1
                 continue
         if got == want:
             sys.exit(f"section {sec}: more changes than the {want} declared")
@@ -120,7 +124,7 @@ def decode_section(slab, off, count, buf, want, sec):
             sys.exit(f"section {sec}: a step outside bf16")
         slab[i] = from_key(nk)
         got += 1
-        rem[k] = number(d, m.gap_len[k], m.gap_bits, GAP_BITS) - 1
+        rem[c] = number(d, m.gap_len[k], m.gap_bits, GAP_BITS) - 1
     if got != want or any(rem) or d.overrun > 4:
         sys.exit(f"section {sec}: {got} changes of {want}, or a bad stream")
 
