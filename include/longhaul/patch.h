@@ -69,6 +69,13 @@ lh_err lh_patch_make(const uint16_t *parent, const uint16_t *child, uint64_t n,
 lh_err lh_patch_apply(uint16_t *slab, uint64_t n, const uint8_t *patch, size_t len,
                       const uint8_t *parent_hash);
 
+/* For benchmarks: the bits an ideal coder needs for the symbols this format codes, each binary
+ * decision at its own context's empirical frequency in its section (the static entropy of the
+ * model's binarisation, a bound the adaptive coder approaches); -1 for sections that do not
+ * tile the slab. */
+double lh_patch_entropy_bits(const uint16_t *parent, const uint16_t *child, uint64_t n,
+                             const lh_patch_section *sections, int n_sections);
+
 /* The hash of a slab (BLAKE2b-256 of its little-endian bytes). */
 void lh_patch_slab_hash(const uint16_t *slab, uint64_t n, uint8_t out[LH_HASH_BYTES]);
 

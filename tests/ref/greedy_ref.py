@@ -9,20 +9,24 @@ expected.json = {"prompts": [[ids], ...], "greedy": [[32 ids], ...], "min_margin
                  "margins": [[...], ...], "logprob_model": [[...], ...], "new": 32}
 where margins[i][t] is the gap between the best and the second-best logit at step t of prompt i
 and logprob_model[i][t] = log_softmax(logits)[greedy[i][t]]. Every step's margin is above
-MIN_MARGIN, so fp32-vs-fp64 noise (under 1e-4 on these logits) cannot flip a greedy choice;
-a prompt that fails is replaced by the next one from the same deterministic
-    stream.The same inputs always give the same bytes
-        .""
-         "
+MIN_MARGIN, so fp32-vs-fp64 noise (under 1e-4 on these logits) cannot flip a greedy choice; a
+prompt that fails is replaced by the next one from the same deterministic stream. The same
+inputs always give the same bytes.
+"""
 
-    import argparse import json import os import shutil import sys
+import argparse
+import json
+import os
+import shutil
+import sys
 
-        import torch
+import torch
 
-            sys.path.insert(0, os.path.dirname(os.path.abspath(__file__))) import torch_model as tm
-    #noqa : E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_model as tm  # noqa: E402
 
-            PROMPT_LENS = (3, 7, 13, 20)MATRIX_SCALE = 20.0 #init is normal(0, 0.02); x20: the greedy token has p ~ 0.3-0.5
+PROMPT_LENS = (3, 7, 13, 20)
+MATRIX_SCALE = 20.0  # init is normal(0, 0.02); x20: the greedy token has p ~ 0.3-0.5
 MIN_MARGIN = 1e-3
 MAX_TRIES = 200
 
@@ -47,8 +51,7 @@ def fp32_check(model, prompts, outs):
     """The same bits in float32 torch: must pick the same tokens (else the margins are not
     worth their name). Returns the worst |logit| difference from float64 along the way."""
     m32 = tm.Model(model.cfg).float()
-    m32.load_state_dict({
-k: v.float() for k, v in model.state_dict().items()})
+    m32.load_state_dict({k: v.float() for k, v in model.state_dict().items()})
     worst = 0.0
     with torch.no_grad():
         for prompt, toks in zip(prompts, outs):
@@ -103,7 +106,7 @@ def main(argv):
         shutil.copyfile(gen_cfg, os.path.join(a.out_dir, "generation_config.json"))
     tm.write_safetensors(os.path.join(a.out_dir, "model.safetensors"),
                          tm.model_state(model, torch.bfloat16), {"format": "pt"})
-#The file must hold exactly the values the reference used.
+    # The file must hold exactly the values the reference used.
     check = tm.load_model_dir(a.out_dir, torch.float64)
     for (n1, p1), (_, p2) in zip(model.named_parameters(), check.named_parameters()):
         if not torch.equal(p1, p2):

@@ -83,7 +83,7 @@ def policy_loss(cfg, seq_start, w, A, lp, mu, old=None, ref=None):
     valid = w > 0
     wv = torch.where(valid, w, zero)
 
-#Normaliser n_i of each token.
+    # Normaliser n_i of each token.
     if cfg["agg"] == "token":
         n = wv.sum().expand(N)
     elif cfg["agg"] == "seq":
@@ -95,7 +95,7 @@ def policy_loss(cfg, seq_start, w, A, lp, mu, old=None, ref=None):
         n = torch.full((N,), float(k), dtype=torch.float64)
     n = torch.where(valid, n, torch.ones_like(n))  # never used off the valid tokens
 
-#Kind : base of the ratio, constant weight c, IS mask.
+    # Kind: base of the ratio, constant weight c, IS mask.
     lpd = lp.detach()
     c = torch.ones(N, dtype=torch.float64)
     keep = torch.ones(N, dtype=torch.bool)
@@ -124,7 +124,7 @@ def policy_loss(cfg, seq_start, w, A, lp, mu, old=None, ref=None):
         k2, threshold = m2po_keep(d, valid.numpy(), cfg["m2po_tau"])
         keep = keep & torch.from_numpy(k2)
 
-#Clipped objective; the tie r A == clip(r) A takes the unclipped side.
+    # Clipped objective; the tie r A == clip(r) A takes the unclipped side.
     r = torch.exp(lp - base)
     rc = torch.clamp(r, 1.0 - cfg["eps_low"], 1.0 + cfg["eps_high"])
     clipped = (r * A).detach() > (rc * A).detach()
@@ -155,8 +155,9 @@ def policy_loss(cfg, seq_start, w, A, lp, mu, old=None, ref=None):
     )
     return pg + kl, pg, kl, stats
 
-#-- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- --
-#the fixture
+
+# ------------------------------------------------------------------------------------------
+# the fixture
 
 def random_case(rng, name, cfg, with_old, spread=0.35):
     """3-5 sequences of 0-10 tokens: one empty and one with no loss weight (prompt only) at
@@ -203,8 +204,8 @@ def near_edge(case, rel=1e-9):
 
 def random_cases(rng):
     """Every kind (decoupled with and without prox_mask, PPO and MIS with and without old)
-    under every aggregation (constant: n_seqs * max_len and an explicit 7.5);
-across them each kind sees every(KL, M2PO) combination and so does each aggregation."""
+    under every aggregation (constant: n_seqs * max_len and an explicit 7.5); across them each
+    kind sees every (KL, M2PO) combination and so does each aggregation."""
     variants = [("ppo", 0, False), ("ppo", 0, True), ("tis", 0, True), ("mis", 0, False),
                 ("mis", 0, True), ("decoupled", 0, True), ("decoupled", 1, True)]
     aggs = [("token", 0.0), ("seq", 0.0), ("const", 0.0), ("const", 7.5)]
@@ -234,7 +235,7 @@ def edge_cases():
     inclusive), M2PO's kept mean equals tau exactly (kept: <= tau), r = 1 with a zero clip
     width (the tie takes the unclipped side), an empty batch and a batch with no weight."""
     cases = []
-#mu multiples of 1 / 4; old = mu + off, off in{0(q = 1), +-0.5, +-1, -0.25 }.
+    # mu multiples of 1/4; old = mu + off, off in {0 (q = 1), +-0.5, +-1, -0.25}.
     mu = [0.0, -0.5, -1.25, -2.0, -0.75, -1.5, -3.0, -0.25]
     off = [0.0, 0.0, 0.5, -0.5, 0.0, 1.0, -1.0, -0.25]
     ss = [0, 3, 8]
@@ -250,13 +251,13 @@ def edge_cases():
         cfg = loss_config(kind, "seq", pm, lo=lo, hi=hi, kl_beta=0.1)
         cases.append(dict(name=name, cfg=cfg, seq_start=ss, w=w, A=A, lp=lp_near_old, mu=mu,
                           old=old, ref=ref))
-#MIS without old : the mask is on rho = pi / mu itself, exactly 1 where logp = mu.
+    # MIS without old: the mask is on rho = pi/mu itself, exactly 1 where logp = mu.
     for name, lo, hi in [("mis_noold_rho_at_lo", 1.0, 2.0), ("mis_noold_rho_at_hi", 0.5, 1.0)]:
         cfg = loss_config("mis", "token", lo=lo, hi=hi)
         cases.append(dict(name=name, cfg=cfg, seq_start=ss, w=w, A=A, lp=old, mu=mu, old=None,
                           ref=None))
-#M2PO : the valid tokens' d = off^2 are 0, 0.25, 0, 1, 1, 0.0625 (mean 0.385); dropping
-#the two 1s together leaves(0 + 0.25 + 0 + 0.0625) / 4 = 0.078125 = tau exactly : kept.
+    # M2PO: the valid tokens' d = off^2 are 0, 0.25, 0, 1, 1, 0.0625 (mean 0.385); dropping
+    # the two 1s together leaves (0 + 0.25 + 0 + 0.0625) / 4 = 0.078125 = tau exactly: kept.
     for name, with_old in [("m2po_mean_eq_tau_old", True), ("m2po_mean_eq_tau_noold", False)]:
         cfg = loss_config("ppo", "const", m2po_tau=0.078125)
         lp = lp_near_old if with_old else old  # without old, d is (logp - mu)^2 = off^2

@@ -18,8 +18,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_model as tm  # noqa: E402
 
-#Three sequences of different lengths; per sequence, how many leading tokens are "prompt"
-#(weight 0; the first token always is) and how many trailing tokens weigh 0.5.
+# Three sequences of different lengths; per sequence, how many leading tokens are "prompt"
+# (weight 0; the first token always is) and how many trailing tokens weigh 0.5.
 SEQS = [  # (length, prompt tokens, half-weight tail)
     (7, 3, 0),
     (13, 5, 3),

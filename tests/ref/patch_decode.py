@@ -1,12 +1,10 @@
-#!/ usr / bin / env python3
-""
-    "An independent decoder of longhaul's policy patches, written from docs/PROTOCOL.md (" Policy
-        patches ") alone: applies a patch to a bf16 policy and checks both BLAKE2b-256 hashes.
-    Usage : patch_decode.py PARENT PATCH[OUT] PARENT is a model
-            directory(its model.safetensors, bf16
-                      : tensors concatenated in file order are the slab) or
-    a raw slab file(.bf16, little - endian uint16).Prints the versions,
-    the changes and "ok"; exits 1 with a message when a hash or the stream is wrong. OUT gets the child slab."""
+#!/usr/bin/env python3
+"""An independent decoder of longhaul's policy patches, written from docs/PROTOCOL.md ("Policy
+patches") alone: applies a patch to a bf16 policy and checks both BLAKE2b-256 hashes.
+Usage: patch_decode.py PARENT PATCH [OUT]
+PARENT is a model directory (its model.safetensors, bf16: tensors concatenated in file order
+are the slab) or a raw slab file (.bf16, little-endian uint16). Prints the versions, the changes
+and "ok"; exits 1 with a message when a hash or the stream is wrong. OUT gets the child slab."""
 import hashlib
 import json
 import os
@@ -100,7 +98,7 @@ def number(d, len_probs, bits_probs, max_len):
 
 def decode_section(slab, off, count, buf, want, sec):
     d, m = Decoder(buf), Model()
-#counters per(lane, exponent); element i of the section is in lane i % LANES
+    # counters per (lane, exponent); element i of the section is in lane i % LANES
     rem, seen, got = [0] * (LANES * BUCKETS), [False] * (LANES * BUCKETS), 0
     for i in range(off, off + count):
         old = slab[i]

@@ -7,40 +7,36 @@ weights, AdamW's first moments and the step's statistics.
     python3 tests/ref/rl_update_ref.py MODEL_DIR OUT_DIR [--seed 4321]
 
 The update is written from docs/ALGORITHMS.md ("One step", item 4): the sequences are split at
-group boundaries into M minibatches;
-each is a forward,
-    the policy loss(loss_ref.policy_loss,
-                    itself pinned to the C loss by tests / fixtures / rl / loss.safetensors),
-    a backward,
-    torch.nn.utils.clip_grad_norm_ and a torch.optim.AdamW step(weight decay on 2 - D tensors only)
-                .The old
-            / proximal log
-        - probs are the batch's `old` for TIS and masked IS when it has one, else those of the
-        weights before the first minibatch(the same forward when M = 1);
-decoupled PPO always takes the proximal ones.
+group boundaries into M minibatches; each is a forward, the policy loss (loss_ref.policy_loss,
+itself pinned to the C loss by tests/fixtures/rl/loss.safetensors), a backward,
+torch.nn.utils.clip_grad_norm_ and a torch.optim.AdamW step (weight decay on 2-D tensors only).
+The old/proximal log-probs are the batch's `old` for TIS and masked IS when it has one, else
+those of the weights before the first minibatch (the same forward when M = 1); decoupled PPO
+always takes the proximal ones.
 
-    Every
-        token's ratio keeps a margin from the clip and mask bounds, and every gradient norm one from
-            the clip threshold,
-    so float32 - vs -
-        float64 noise cannot flip a branch.AdamW divides each gradient element by its own magnitude,
-    so an element whose gradient is nearly 0 would turn float32 noise into a visible weight change
-    : every element is at least GRAD_FLOOR of the
-          step's largest. A batch that misses a margin is replaced by the next one from the same deterministic
-              stream.The same inputs always give the same bytes
-                  .""
-                   "
+Every token's ratio keeps a margin from the clip and mask bounds, and every gradient norm one
+from the clip threshold, so float32-vs-float64 noise cannot flip a branch. AdamW divides each
+gradient element by its own magnitude, so an element whose gradient is nearly 0 would turn
+float32 noise into a visible weight change: every element is at least GRAD_FLOOR of the
+step's largest. A batch that misses a margin is replaced by the next one from the same
+deterministic stream. The same inputs always give the same bytes.
+"""
 
-      import argparse import os import shutil import sys
+import argparse
+import os
+import shutil
+import sys
 
-          import numpy as np import torch
+import numpy as np
+import torch
 
-              sys.path.insert(0, os.path.dirname(os.path.abspath(__file__))) import loss_ref as lr
-      #noqa : E402 import torch_model as tm #noqa : E402 from make_fixture import MATRIX_SCALE #noqa
-    : E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import loss_ref as lr  # noqa: E402
+import torch_model as tm  # noqa: E402
+from make_fixture import MATRIX_SCALE  # noqa: E402
 
-      GROUPS,
-    GROUP_SIZE = 4, 2 PROMPT_LENS = (2, 4) #inclusive range; the prompt has loss weight 0
+GROUPS, GROUP_SIZE = 4, 2
+PROMPT_LENS = (2, 4)  # inclusive range; the prompt has loss weight 0
 COMPLETION_LENS = (3, 8)
 ADAM = dict(lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1)
 RATIO_MARGIN = 1e-3  # |log r - log bound| for every kept token, every minibatch
@@ -48,13 +44,13 @@ NORM_MARGIN = 1e-2  # |norm / grad_clip - 1|
 GRAD_FLOOR = 1e-6  # every gradient element >= GRAD_FLOOR * the step's largest, in magnitude
 MAX_TRIES = 100
 
-#name, loss settings, minibatches, whether the batch carries `old`, grad_clip.Across them:
-#KL on and off, PPO - clipped and IS - masked tokens, steps whose gradient norm is clipped and
-#steps whose norm is not(the moments of an unclipped step show the gradient's scale).
+# name, loss settings, minibatches, whether the batch carries `old`, grad_clip. Across them:
+# KL on and off, PPO-clipped and IS-masked tokens, steps whose gradient norm is clipped and
+# steps whose norm is not (the moments of an unclipped step show the gradient's scale).
 SCENARIOS = [
     ("ppo_m1", dict(kind="ppo", agg="token", kl_beta=0.1), 1, False, 10.0),
-#The batch's old must be ignored: decoupled PPO compares against the weights before the
-#update, from an extra forward since the second minibatch runs on updated weights.
+    # The batch's old must be ignored: decoupled PPO compares against the weights before the
+    # update, from an extra forward since the second minibatch runs on updated weights.
     ("decoupled_m2", dict(kind="decoupled", agg="seq", kl_beta=0.05), 2, True, 1.0),
     ("tis_batch_old_m2", dict(kind="tis", agg="const", kl_beta=0.1, C=1.5), 2, True, 2.0),
     ("mis_m1", dict(kind="mis", agg="token", lo=0.7, hi=1.4), 1, False, 3.0),
@@ -187,8 +183,7 @@ def rl_update(model, batch, cfg, M, batch_old, grad_clip):
                  grad_norm=sum(tot["norms"]) / len(tot["norms"]), n_updates=len(parts),
                  n_valid=tot["n_valid"], n_masked=tot["n_masked"], n_clipped=tot["n_clipped"],
                  norms=tot["norms"])
-    moments = {
-n: opt.state[params[n]]["exp_avg"] for n in tm.tensor_shapes(model.cfg)}
+    moments = {n: opt.state[params[n]]["exp_avg"] for n in tm.tensor_shapes(model.cfg)}
     return stats, moments
 
 
@@ -235,9 +230,9 @@ def main(argv):
                          tm.model_state(start, torch.float32), {"format": "pt"})
 
     ref = {
-  "tokens" : batch["tokens"].to(torch.int32),
-      "seq_start" : torch.tensor(batch["seq_start"], dtype = torch.int32),
-      "group" : torch.tensor(batch["group"], dtype = torch.int32),
+        "tokens": batch["tokens"].to(torch.int32),
+        "seq_start": torch.tensor(batch["seq_start"], dtype=torch.int32),
+        "group": torch.tensor(batch["group"], dtype=torch.int32),
     }
     for k in ("weight", "adv", "mu", "old", "ref"):
         ref[k] = batch[k].float()

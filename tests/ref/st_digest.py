@@ -1,11 +1,8 @@
-#!/ usr / bin / env python3
-""
-    "Prints a SHA-256 digest of the tensors of a safetensors file: every tensor's name, dtype,
-    shape and data bytes,
-    in name order,
-    so the digest does not depend on the file's layout or its metadata.With-- only PREFIX,
-    ... just the tensors whose names start with one of the prefixes.Used by tests / integration /
-        regress.sh; independent of longhaul's own reader."""
+#!/usr/bin/env python3
+"""Prints a SHA-256 digest of the tensors of a safetensors file: every tensor's name, dtype,
+shape and data bytes, in name order, so the digest does not depend on the file's layout or its
+metadata. With --only PREFIX,... just the tensors whose names start with one of the prefixes.
+Used by tests/integration/regress.sh; independent of longhaul's own reader."""
 import hashlib
 import json
 import struct

@@ -21,9 +21,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-#-- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- --
-#safetensors : 8 - byte little - endian header length, JSON header
-#{name : {"dtype", "shape", "data_offsets" : [begin, end] }, "__metadata__" : {... } }, raw data.
+# ------------------------------------------------------------------------------------------
+# safetensors: 8-byte little-endian header length, JSON header
+# {name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {...}}, raw data.
 
 _NP_DTYPES = {
     "F64": np.float64,
@@ -76,8 +76,7 @@ def read_safetensors(path):
         raise ValueError(f"{path}: header length {hlen} runs past the end ({len(buf)} bytes)")
     header = json.loads(buf[8:8 + hlen].decode("utf-8"))
     base = 8 + hlen
-    meta = header.pop("__metadata__", {}) or {
-}
+    meta = header.pop("__metadata__", {}) or {}
     out = {}
     for name, info in header.items():
         dt, shape = info["dtype"], [int(s) for s in info["shape"]]
@@ -129,8 +128,9 @@ def write_safetensors(path, tensors, metadata=None):
         os.fsync(f.fileno())
     os.replace(tmp, path)
 
-#-- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- --
-#configuration(Hugging Face config.json, with Hugging Face defaults for missing fields)
+
+# ------------------------------------------------------------------------------------------
+# configuration (Hugging Face config.json, with Hugging Face defaults for missing fields)
 
 class Config:
     def __init__(self, d):
@@ -145,8 +145,8 @@ class Config:
         else:
             raise ValueError(f"config.json: architectures {archs} / model_type {mtype!r}: "
                              "expected Qwen2ForCausalLM, Qwen3ForCausalLM or LlamaForCausalLM")
-#rope_scaling : None, "default", or Llama 3.1's "llama3"(factor, low_freq_factor,
-#high_freq_factor, original_max_position_embeddings)
+        # rope_scaling: None, "default", or Llama 3.1's "llama3" (factor, low_freq_factor,
+        # high_freq_factor, original_max_position_embeddings)
         self.rope_scaling = None
         rs = d.get("rope_scaling")
         if rs:
@@ -154,38 +154,39 @@ class Config:
             if kind == "llama3":
                 self.rope_scaling = {k: rs[k] for k in ("factor", "low_freq_factor",
                                                         "high_freq_factor",
-                                                        "original_max_position_embeddings")
-    } elif kind !=
-        "default" : raise NotImplementedError(f "config.json: rope_scaling {rs} not supported") self
-                        .vocab_size = int(d["vocab_size"]) self.hidden_size =
-        int(d["hidden_size"]) self.intermediate_size = int(d["intermediate_size"]) self.n_layers =
-            int(d["num_hidden_layers"]) self.n_heads = int(
-                d["num_attention_heads"]) kv = d.get("num_key_value_heads") self.n_kv_heads =
-                int(kv) if kv is not None else self.n_heads hd = d.get("head_dim") self.head_dim =
-                    int(hd) if hd is not None else self
-                        .hidden_size // self.n_heads
-                    self.rope_theta = float(d.get("rope_theta", 10000.0)) self.rms_eps =
-                        float(d.get("rms_norm_eps", 1e-6)) self.tie_embeddings = bool(d.get(
-                            "tie_word_embeddings", False)) self.max_positions =
-                            int(d.get("max_position_embeddings", 2048))
-#transformers : Qwen2Attention has q / k / v biases and no o_proj bias, whatever
-#attention_bias says; LlamaAttention and Qwen3Attention build q / k / v AND o_proj with
-#bias = attention_bias
-                                if self.arch
-                            == "qwen2" : self.qkv_bias,
-                    self.o_bias = True,
-                    False
-                    else : self.qkv_bias = self.o_bias = bool(d.get("attention_bias", False))
-#Qwen3 : RMSNorm over each q and k head(weights of size head_dim) before RoPE
-                                                             self.qk_norm = self.arch ==
-                                                                            "qwen3" if self.n_heads
-                                                                                % self.n_kv_heads
-        : raise ValueError(f "config.json: num_attention_heads {self.n_heads} is not a multiple " f
-                             "of num_key_value_heads {self.n_kv_heads}") self.raw = dict(d)
+                                                        "original_max_position_embeddings")}
+            elif kind != "default":
+                raise NotImplementedError(f"config.json: rope_scaling {rs} not supported")
+        self.vocab_size = int(d["vocab_size"])
+        self.hidden_size = int(d["hidden_size"])
+        self.intermediate_size = int(d["intermediate_size"])
+        self.n_layers = int(d["num_hidden_layers"])
+        self.n_heads = int(d["num_attention_heads"])
+        kv = d.get("num_key_value_heads")
+        self.n_kv_heads = int(kv) if kv is not None else self.n_heads
+        hd = d.get("head_dim")
+        self.head_dim = int(hd) if hd is not None else self.hidden_size // self.n_heads
+        self.rope_theta = float(d.get("rope_theta", 10000.0))
+        self.rms_eps = float(d.get("rms_norm_eps", 1e-6))
+        self.tie_embeddings = bool(d.get("tie_word_embeddings", False))
+        self.max_positions = int(d.get("max_position_embeddings", 2048))
+        # transformers: Qwen2Attention has q/k/v biases and no o_proj bias, whatever
+        # attention_bias says; LlamaAttention and Qwen3Attention build q/k/v AND o_proj with
+        # bias=attention_bias
+        if self.arch == "qwen2":
+            self.qkv_bias, self.o_bias = True, False
+        else:
+            self.qkv_bias = self.o_bias = bool(d.get("attention_bias", False))
+        # Qwen3: RMSNorm over each q and k head (weights of size head_dim) before RoPE
+        self.qk_norm = self.arch == "qwen3"
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(f"config.json: num_attention_heads {self.n_heads} is not a multiple "
+                             f"of num_key_value_heads {self.n_kv_heads}")
+        self.raw = dict(d)
 
-                                                                                @staticmethod def
-                    load(path)
-        : with open(path) as f:
+    @staticmethod
+    def load(path):
+        with open(path) as f:
             return Config(json.load(f))
 
 
@@ -222,8 +223,9 @@ def tensor_shapes(cfg):
         s["lm_head.weight"] = (V, C)
     return s
 
-#-- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- --
-#model.Module names mirror Hugging Face, so named_parameters() yields the HF tensor names.
+
+# ------------------------------------------------------------------------------------------
+# model. Module names mirror Hugging Face, so named_parameters() yields the HF tensor names.
 
 def _compute_dtype(dtype):
     """Norms, softmax and log-softmax run in at least fp32."""
@@ -357,7 +359,7 @@ def causal_gqa_attention(q, k, v, mask):
     B, T, H, hd = q.shape
     KV = k.shape[2]
     G = H // KV
-#Heads of a group share one k / v; the scale goes on q(T * hd values, not T * T scores).
+    # Heads of a group share one k/v; the scale goes on q (T*hd values, not T*T scores).
     qh = q.permute(0, 2, 1, 3).reshape(B, KV, G * T, hd) * (1.0 / math.sqrt(hd))
     kh = k.permute(0, 2, 3, 1)  # (B, KV, hd, T)
     vh = v.permute(0, 2, 1, 3)  # (B, KV, T, hd)
@@ -444,8 +446,9 @@ def weighted_ce(logprob, weight):
         return (logprob * 0).sum()
     return -(w * logprob).sum() / tot
 
-#-- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- --
-#model directories
+
+# ------------------------------------------------------------------------------------------
+# model directories
 
 def load_model_dir(path, dtype=torch.float32):
     """Reads PATH/config.json and PATH/model.safetensors (F32 or BF16) into a Model of `dtype`.
@@ -499,9 +502,8 @@ def perturb(model, seed, scale, dtype):
 def model_state(model, dtype=torch.float32):
     """{hf name: tensor} in longhaul's tensor order, for writing model.safetensors."""
     params = dict(model.named_parameters())
-    return {
-    n: params[n].detach().to(dtype).contiguous() for n in tensor_shapes(model.cfg)
-    }
+    return {n: params[n].detach().to(dtype).contiguous() for n in tensor_shapes(model.cfg)}
+
 
 def save_model_dir(model, path, config_dict, dtype=torch.float32):
     os.makedirs(path, exist_ok=True)
@@ -549,8 +551,9 @@ def init_model_dir(arch, overrides, seed, out, dtype=torch.float32):
     save_model_dir(model, out, d, dtype)
     return model
 
-#-- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- --
-#self - test
+
+# ------------------------------------------------------------------------------------------
+# self-test
 
 def _selftest():
     torch.manual_seed(0)
@@ -592,20 +595,20 @@ def _selftest():
 
         good = torch.autograd.gradcheck(loss_fn, tuple(p.detach().clone().requires_grad_()
                                                        for p in params), eps=1e-6, atol=1e-5)
-#The spec written as plain loops gives the same logits.
+        # The spec written as plain loops gives the same logits.
         naive = _naive_logits(model, tokens.tolist(), seq_start)
         good = good and np.allclose(model(tokens, layout).detach().numpy(), naive, atol=1e-10)
-#Packing : each sequence alone gives the same logits as inside the pack.
+        # Packing: each sequence alone gives the same logits as inside the pack.
         full = model(tokens, layout)
         for b, e in layout.spans:
             alone = model(tokens[b:e], [0, e - b])
             good = good and torch.allclose(full[b:e], alone, atol=1e-12)
-#Uniform - length batched path equals the per - sequence loop.
+        # Uniform-length batched path equals the per-sequence loop.
         t2 = torch.randint(0, cfg.vocab_size, (12,))
         batched = model(t2, [0, 4, 8, 12])
         looped = torch.cat([model(t2[i:i + 4], [0, 4]) for i in (0, 4, 8)])
         good = good and torch.allclose(batched, looped, atol=1e-12)
-#Safetensors round trip(F32 and BF16).
+        # Safetensors round trip (F32 and BF16).
         tmp = f"/tmp/lh_torch_model_selftest_{os.getpid()}"
         save_model_dir(model, tmp, d, torch.float32)
         m2 = load_model_dir(tmp, torch.float64)
@@ -638,8 +641,8 @@ def _naive_logits(model, tokens, seq_start):
         rs = cfg.rope_scaling
         if rs is None:
             return f
-#Llama 3.1(the original reference code) : keep short wavelengths, divide long ones by
-#factor, blend linearly in 1 / wavelength between
+        # Llama 3.1 (the original reference code): keep short wavelengths, divide long ones by
+        # factor, blend linearly in 1/wavelength between
         lo = rs["original_max_position_embeddings"] / rs["low_freq_factor"]
         hi = rs["original_max_position_embeddings"] / rs["high_freq_factor"]
         wl = 2 * math.pi / f
