@@ -24,8 +24,12 @@
   X(UNSUPPORTED, "unsupported feature or version")                                                 \
   X(NOTFOUND, "not found")                                                                         \
   X(NONFINITE, "a value is not a finite number")                                                   \
-  X(USAGE, "invalid setting")
+  X(USAGE, "invalid setting")                                                                      \
+  X(SIGNATURE, "signature does not verify")
 
+/* LH_ERR_SIGNATURE: a signature over outside bytes does not verify under the key it claims (the
+ * bytes were changed after signing); a signature by another key than the pinned one is
+ * LH_ERR_MISMATCH. */
 /* LH_ERR_USAGE: the caller's settings are wrong, not the data they name: an environment spec
  * with an unknown or repeated key or an out-of-range value (lh_env_config_parse, lh_env_create).
  * A command line reports it as a usage error (exit code 2), like a bad flag. */
