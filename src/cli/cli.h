@@ -128,6 +128,8 @@ int lh__cmd_patch(int argc, char **argv);
 /* `env show SPEC`: a spec that lh_env_config_parse or lh_env_create refuses with LH_ERR_USAGE is a
  * usage error (exit code 2); any other failure exits 1. */
 int lh__cmd_env(int argc, char **argv);
+int lh__cmd_keygen(int argc, char **argv);
+int lh__cmd_manifest(int argc, char **argv);
 /* `bench generate`, in cmd_generate.c next to the command it measures */
 int lh__bench_generate(int argc, char **argv);
 

@@ -23,6 +23,8 @@ static const command commands[] = {
     {"tokenize", lh__cmd_tokenize, "encode text to token ids, or decode ids (tokenizer.json)"},
     {"env", lh__cmd_env, "show an environment's prompt format, settings and tasks (env show SPEC)"},
     {"patch", lh__cmd_patch, "lossless bf16 policy patches (patch make, apply, stats)"},
+    {"keygen", lh__cmd_keygen, "make the trainer's Ed25519 key pair for signing policy manifests"},
+    {"manifest", lh__cmd_manifest, "sign or verify a policy manifest (manifest sign, verify)"},
 };
 
 static void usage(FILE *out) {
