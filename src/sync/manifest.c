@@ -168,9 +168,9 @@ lh_err lh_sync_manifest_sign(const lh_sync_manifest *m, const lh_sync_secret_key
   *out = NULL;
   *len = 0;
   lh_sync_manifest c = *m;
-  sort_blobs(&c);
-  lh_err e = check(&c, "manifest", LH_ERR_INVAL);
+  lh_err e = check(&c, "manifest", LH_ERR_INVAL); /* n_blobs first: then sorting is safe */
   if (e) return e;
+  sort_blobs(&c);
   lh_sync_key_public(sk, &c.key);
   char *buf = malloc(CONTEXT_LEN + TEXT_CAP);
   if (!buf) return lh_errorf(LH_ERR_NOMEM, "manifest: cannot allocate %d bytes", TEXT_CAP);
