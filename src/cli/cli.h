@@ -130,6 +130,7 @@ int lh__cmd_patch(int argc, char **argv);
 int lh__cmd_env(int argc, char **argv);
 int lh__cmd_keygen(int argc, char **argv);
 int lh__cmd_manifest(int argc, char **argv);
+int lh__cmd_snapshot(int argc, char **argv);
 /* `bench generate`, in cmd_generate.c next to the command it measures */
 int lh__bench_generate(int argc, char **argv);
 

@@ -25,6 +25,7 @@ static const command commands[] = {
     {"patch", lh__cmd_patch, "lossless bf16 policy patches (patch make, apply, stats)"},
     {"keygen", lh__cmd_keygen, "make the trainer's Ed25519 key pair for signing policy manifests"},
     {"manifest", lh__cmd_manifest, "sign or verify a policy manifest (manifest sign, verify)"},
+    {"snapshot", lh__cmd_snapshot, "write or check a policy snapshot blob (snapshot make, show)"},
 };
 
 static void usage(FILE *out) {

@@ -191,16 +191,19 @@ lh_err lh_sync_secret_key_load(const char *path, lh_sync_secret_key *sk) {
     return e;
   }
   close(fd);
-  if (st.st_mode & 077)
-    return lh_errorf(LH_ERR_INVAL,
-                     "%s: mode %04o lets other users read or change this secret key, expected "
-                     "0600 (chmod 600 %s)",
-                     path, (unsigned)(st.st_mode & 07777), path);
   char *text = NULL;
   size_t len = 0;
-  e = lh_file_read(path, LH_SYNC_KEY_FILE_MAX, &text, &len);
-  if (e == LH_ERR_OK) e = lh_sync_secret_key_parse(text, len, path, sk);
-  if (text) sodium_memzero(text, len);
+  if ((e = lh_file_read(path, LH_SYNC_KEY_FILE_MAX, &text, &len))) return e;
+  /* a public key given for the secret one is named as such, whatever its mode */
+  bool is_public = len >= PREFIX_LEN && !memcmp(text, LH_SYNC_PUBLIC_KEY_PREFIX, PREFIX_LEN);
+  if (!is_public && (st.st_mode & 077))
+    e = lh_errorf(LH_ERR_INVAL,
+                  "%s: mode %04o lets other users read or change this secret key, expected 0600 "
+                  "(chmod 600 %s)",
+                  path, (unsigned)(st.st_mode & 07777), path);
+  else
+    e = lh_sync_secret_key_parse(text, len, path, sk);
+  sodium_memzero(text, len);
   free(text);
   return e;
 }
