@@ -690,6 +690,7 @@ static void test_snapshot_fixture(void **state) {
       found++;
     }
   assert_int_equal(found, 1);
+  free(slab);
   expect_err(lh_sync_snapshot_decode((uint8_t *)blob, len, 4098, "fixture", &slab, &n),
              LH_ERR_LIMIT, "4099 values, expected 1 .. 4098");
   assert_null(slab);
