@@ -36,8 +36,8 @@ typedef struct lh_sync_public_key {
   uint8_t bytes[LH_SYNC_PUBLIC_KEY_BYTES];
 } lh_sync_public_key;
 
-/* The seed and, derived from it, libsodium's expanded secret key (seed || public key). Wipe it
- * with lh_sync_secret_key_wipe when done. */
+/* libsodium's form of a secret key: the 32-byte seed followed by the public key derived from it.
+ * Wipe it with lh_sync_secret_key_wipe when done. */
 typedef struct lh_sync_secret_key {
   uint8_t sk[64];
 } lh_sync_secret_key;
@@ -59,8 +59,9 @@ lh_err lh_sync_public_key_parse(const char *text, size_t len, const char *what,
                                 lh_sync_public_key *pk);
 lh_err lh_sync_secret_key_parse(const char *text, size_t len, const char *what,
                                 lh_sync_secret_key *sk);
-/* Read and parse a key file. lh_sync_secret_key_load also refuses (LH_ERR_INVAL) a file that
- * users other than its owner may read or write (mode & 077), as ssh does. */
+/* Read and parse a key file (at most LH_SYNC_KEY_FILE_MAX bytes). lh_sync_secret_key_load also
+ * refuses (LH_ERR_INVAL) a secret key file that users other than its owner may read or write
+ * (mode & 077), as ssh does; a public key file given to it is named as such whatever its mode. */
 lh_err lh_sync_public_key_load(const char *path, lh_sync_public_key *pk);
 lh_err lh_sync_secret_key_load(const char *path, lh_sync_secret_key *sk);
 /* Writes the secret key to PATH (mode 0600 from its creation) and the public key to PATH.pub
