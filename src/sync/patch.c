@@ -480,13 +480,36 @@ lh_err lh_patch_read_info(const uint8_t *b, size_t len, lh_patch_info *info) {
 
 /* ---------------------------------------------------------------- apply */
 
+/* The old values of the changes made so far, grown as changes are decoded: what a patch
+ * declares is not allocated before its stream shows it. */
+typedef struct undo {
+  uint64_t *pos;
+  uint16_t *val;
+  uint64_t n, cap;
+} undo;
+
+static lh_err undo_push(undo *u, uint64_t pos, uint16_t val) {
+  if (u->n == u->cap) {
+    uint64_t cap = u->cap ? 2 * u->cap : 4096;
+    uint64_t *p = realloc(u->pos, (size_t)cap * sizeof *p);
+    if (p) u->pos = p;
+    uint16_t *v = p ? realloc(u->val, (size_t)cap * sizeof *v) : NULL;
+    if (v) u->val = v;
+    if (!p || !v)
+      return lh_errorf(LH_ERR_NOMEM, "patch: cannot allocate the undo record of %llu changes",
+                       (unsigned long long)cap);
+    u->cap = cap;
+  }
+  u->pos[u->n] = pos;
+  u->val[u->n++] = val;
+  return LH_ERR_OK;
+}
+
 /* Decodes one section into s (n values, in place), recording each change's position and old
  * value; returns an error naming the section on a bad stream. */
 __attribute__((noinline)) static lh_err decode_section(uint16_t *s, uint64_t n, uint64_t base,
                                                        const uint8_t *buf, size_t len,
-                                                       uint64_t want, model *m, uint64_t *undo_pos,
-                                                       uint16_t *undo_val, uint64_t *n_undo,
-                                                       int sec) {
+                                                       uint64_t want, model *m, undo *u, int sec) {
   dec d;
   dec_init(&d, buf, len);
   model_init(m);
@@ -530,8 +553,8 @@ __attribute__((noinline)) static lh_err decode_section(uint16_t *s, uint64_t n, 
     if (key < 0 || key > 0xFFFF)
       return lh_errorf(LH_ERR_FORMAT, "patch: section %d: value %llu steps outside bf16", sec,
                        (unsigned long long)i);
-    undo_pos[*n_undo] = base + i;
-    undo_val[(*n_undo)++] = old;
+    lh_err ue = undo_push(u, base + i, old);
+    if (ue) return ue;
     s[i] = lh_bf16_from_key((uint16_t)key);
     got++;
     dec_gap(&d, m, k, r);
@@ -555,8 +578,7 @@ lh_err lh_patch_apply(uint16_t *slab, uint64_t n, const uint8_t *patch, size_t l
   if (e) return e;
   uint8_t h[LH_HASH_BYTES];
   char want[2 * LH_HASH_BYTES + 1], got[2 * LH_HASH_BYTES + 1];
-  uint64_t *undo_pos = NULL, n_undo = 0;
-  uint16_t *undo_val = NULL;
+  undo u = {0};
   model *m = NULL;
   if (info.n_elements != n) {
     e = lh_errorf(LH_ERR_MISMATCH, "patch: for a policy of %llu values, this one has %llu",
@@ -576,19 +598,15 @@ lh_err lh_patch_apply(uint16_t *slab, uint64_t n, const uint8_t *patch, size_t l
                   (long long)info.from_version, want, got);
     goto out;
   }
-  undo_pos = malloc((size_t)(info.total_changed ? info.total_changed : 1) * sizeof *undo_pos);
-  undo_val = malloc((size_t)(info.total_changed ? info.total_changed : 1) * sizeof *undo_val);
-  m = malloc(sizeof *m);
-  if (!undo_pos || !undo_val || !m) {
-    e = lh_errorf(LH_ERR_NOMEM, "patch: cannot allocate the undo record of %llu changes",
-                  (unsigned long long)info.total_changed);
+  if (!(m = malloc(sizeof *m))) {
+    e = lh_errorf(LH_ERR_NOMEM, "patch: cannot allocate the decoder's model");
     goto out;
   }
   size_t at = LH_PATCH_HEADER + (size_t)info.n_sections * LH_PATCH_SECTION;
   for (int s = 0; s < info.n_sections && !e; s++) {
     if (info.coding[s] == CODING_RANGE)
       e = decode_section(slab + info.offset[s], info.count[s], info.offset[s], patch + at,
-                         (size_t)info.bytes[s], info.changed[s], m, undo_pos, undo_val, &n_undo, s);
+                         (size_t)info.bytes[s], info.changed[s], m, &u, s);
     at += (size_t)info.bytes[s];
   }
   if (!e) {
@@ -603,11 +621,11 @@ lh_err lh_patch_apply(uint16_t *slab, uint64_t n, const uint8_t *patch, size_t l
     }
   }
   if (e) /* the weights as they were */
-    for (uint64_t i = n_undo; i-- > 0;)
-      slab[undo_pos[i]] = undo_val[i];
+    for (uint64_t i = u.n; i-- > 0;)
+      slab[u.pos[i]] = u.val[i];
 out:
-  free(undo_pos);
-  free(undo_val);
+  free(u.pos);
+  free(u.val);
   free(m);
   lh_patch_info_free(&info);
   return e;
