@@ -195,6 +195,35 @@ struct json_t *lh_json_text(const char *s, size_t n);
 lh_err lh_json_check_cost(const char *text, size_t len, size_t max_open, size_t max_tokens,
                           const char *what);
 
+/* Little-endian words of the byte formats (rollout batches, patches, snapshots), whatever the
+ * host's byte order. */
+static inline void lh_put_le16(uint8_t *p, uint16_t v) {
+  p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8);
+}
+static inline void lh_put_le32(uint8_t *p, uint32_t v) {
+  for (int i = 0; i < 4; i++)
+    p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline void lh_put_le64(uint8_t *p, uint64_t v) {
+  for (int i = 0; i < 8; i++)
+    p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline uint16_t lh_get_le16(const uint8_t *p) {
+  return (uint16_t)(p[0] | p[1] << 8);
+}
+static inline uint32_t lh_get_le32(const uint8_t *p) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; i--)
+    v = v << 8 | p[i];
+  return v;
+}
+static inline uint64_t lh_get_le64(const uint8_t *p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--)
+    v = v << 8 | p[i];
+  return v;
+}
+
 /* BLAKE2b-256 of data[0..len) (libsodium), and its lowercase hex (65 bytes with the NUL). */
 #define LH_HASH_BYTES 32
 void lh_hash256(const void *data, size_t len, uint8_t out[LH_HASH_BYTES]);

@@ -351,3 +351,32 @@ int lh__parse_id_array(const char *cmd, const char *where, const char *text, siz
   *n = k;
   return rc;
 }
+
+int lh__subcommands(const char *cmd, const lh__subcommand *subs, int n, int argc, char **argv) {
+  char names[256] = "";
+  for (int i = 0; i < n; i++) {
+    size_t used = strlen(names);
+    snprintf(names + used, sizeof names - used, "%s%s",
+             i == 0       ? ""
+             : i == n - 1 ? " or "
+                          : ", ",
+             subs[i].name);
+  }
+  if (argc < 2)
+    return lh__cli_error(cmd, LH__EXIT_USAGE,
+                         "missing subcommand (expected: %s; see longhaul %s --help)", names, cmd);
+  const char *sub = argv[1];
+  if (!strcmp(sub, "--help") || !strcmp(sub, "-h")) {
+    printf("usage: longhaul %s SUBCOMMAND [flags]   (longhaul %s SUBCOMMAND --help)\n\n"
+           "subcommands:\n",
+           cmd, cmd);
+    for (int i = 0; i < n; i++)
+      printf("  %-10s %s\n", subs[i].name, subs[i].summary);
+    return LH__EXIT_OK;
+  }
+  for (int i = 0; i < n; i++)
+    if (!strcmp(sub, subs[i].name)) return subs[i].run(argc - 1, argv + 1);
+  return lh__cli_error(cmd, LH__EXIT_USAGE,
+                       "unknown subcommand \"%s\" (expected: %s; see longhaul %s --help)", sub,
+                       names, cmd);
+}

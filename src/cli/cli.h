@@ -116,6 +116,16 @@ char *lh__model_dir(const char *cmd, const char *arg);
  * the error. */
 int lh__args_model(lh__args *a, const char *name);
 
+/* Commands with subcommands (bench, patch, manifest, snapshot): argv[1] names one of subs, which
+ * runs with argv shifted by one; none, --help, or an unknown name is handled here (usage on
+ * stdout and 0, or a one-line error listing the names and 2). */
+typedef struct lh__subcommand {
+  const char *name;
+  int (*run)(int argc, char **argv);
+  const char *summary;
+} lh__subcommand;
+int lh__subcommands(const char *cmd, const lh__subcommand *subs, int n, int argc, char **argv);
+
 int lh__cmd_init_model(int argc, char **argv);
 int lh__cmd_score(int argc, char **argv);
 int lh__cmd_bench(int argc, char **argv);

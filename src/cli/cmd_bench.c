@@ -123,35 +123,12 @@ out:
   return rc;
 }
 
-static const struct {
-  const char *name;
-  int (*run)(int argc, char **argv);
-  const char *summary;
-} subcommands[] = {
+static const lh__subcommand subcommands[] = {
     {"train", bench_train, "training steps per second (forward + backward + AdamW)"},
     {"generate", lh__bench_generate, "prefill and decode tokens per second of the rollout engine"},
 };
 
-static void bench_usage(FILE *out) {
-  fprintf(out, "usage: longhaul bench SUBCOMMAND [flags]   (longhaul bench SUBCOMMAND --help)\n\n"
-               "subcommands:\n");
-  for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++)
-    fprintf(out, "  %-10s %s\n", subcommands[i].name, subcommands[i].summary);
-}
-
 int lh__cmd_bench(int argc, char **argv) {
-  if (argc < 2)
-    return lh__cli_error(
-        "bench", LH__EXIT_USAGE,
-        "missing subcommand (expected: train or generate; see longhaul bench --help)");
-  const char *sub = argv[1];
-  if (!strcmp(sub, "--help") || !strcmp(sub, "-h")) {
-    bench_usage(stdout);
-    return LH__EXIT_OK;
-  }
-  for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++)
-    if (!strcmp(sub, subcommands[i].name)) return subcommands[i].run(argc - 1, argv + 1);
-  return lh__cli_error(
-      "bench", LH__EXIT_USAGE,
-      "unknown subcommand \"%s\" (expected: train or generate; see longhaul bench --help)", sub);
+  return lh__subcommands("bench", subcommands, (int)(sizeof subcommands / sizeof subcommands[0]),
+                         argc, argv);
 }

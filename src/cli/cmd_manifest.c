@@ -98,36 +98,12 @@ static int manifest_verify(int argc, char **argv) {
   return lh__cli_flush_stdout(VERIFY_CMD);
 }
 
-static const struct {
-  const char *name;
-  int (*run)(int argc, char **argv);
-  const char *summary;
-} subcommands[] = {
+static const lh__subcommand subcommands[] = {
     {"sign", manifest_sign, "sign an unsigned manifest with the trainer's secret key"},
     {"verify", manifest_verify, "check a signed manifest against the pinned public key"},
 };
 
-static void usage(FILE *out) {
-  fprintf(out, "usage: longhaul manifest SUBCOMMAND [flags]   (longhaul manifest SUBCOMMAND "
-               "--help)\n\nsubcommands:\n");
-  for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++)
-    fprintf(out, "  %-8s %s\n", subcommands[i].name, subcommands[i].summary);
-}
-
 int lh__cmd_manifest(int argc, char **argv) {
-  if (argc < 2)
-    return lh__cli_error("manifest", LH__EXIT_USAGE,
-                         "missing subcommand (expected: sign or verify; see longhaul manifest "
-                         "--help)");
-  const char *sub = argv[1];
-  if (!strcmp(sub, "--help") || !strcmp(sub, "-h")) {
-    usage(stdout);
-    return LH__EXIT_OK;
-  }
-  for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++)
-    if (!strcmp(sub, subcommands[i].name)) return subcommands[i].run(argc - 1, argv + 1);
-  return lh__cli_error("manifest", LH__EXIT_USAGE,
-                       "unknown subcommand \"%s\" (expected: sign or verify; see longhaul "
-                       "manifest --help)",
-                       sub);
+  return lh__subcommands("manifest", subcommands, (int)(sizeof subcommands / sizeof subcommands[0]),
+                         argc, argv);
 }

@@ -237,31 +237,13 @@ out:
 
 /* ---------------------------------------------------------------- dispatch */
 
-static const struct {
-  const char *name;
-  int (*run)(int argc, char **argv);
-  const char *summary;
-} subcommands[] = {
+static const lh__subcommand subcommands[] = {
     {"make", patch_make, "make the patch from one policy to the next"},
     {"apply", patch_apply, "apply a patch to a policy (hash-checked)"},
     {"stats", patch_stats, "print what a patch holds"},
 };
 
 int lh__cmd_patch(int argc, char **argv) {
-  if (argc < 2)
-    return lh__cli_error("patch", LH__EXIT_USAGE,
-                         "missing subcommand (expected: make, apply or stats; see longhaul patch "
-                         "--help)");
-  const char *sub = argv[1];
-  if (!strcmp(sub, "--help") || !strcmp(sub, "-h")) {
-    printf("usage: longhaul patch SUBCOMMAND [flags]   (longhaul patch SUBCOMMAND --help)\n\n"
-           "subcommands:\n");
-    for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++)
-      printf("  %-8s %s\n", subcommands[i].name, subcommands[i].summary);
-    return LH__EXIT_OK;
-  }
-  for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++)
-    if (!strcmp(sub, subcommands[i].name)) return subcommands[i].run(argc - 1, argv + 1);
-  return lh__cli_error("patch", LH__EXIT_USAGE,
-                       "unknown subcommand \"%s\" (expected: make, apply or stats)", sub);
+  return lh__subcommands("patch", subcommands, (int)(sizeof subcommands / sizeof subcommands[0]),
+                         argc, argv);
 }

@@ -99,36 +99,12 @@ static int snapshot_show(int argc, char **argv) {
   return lh__cli_flush_stdout(SHOW_CMD);
 }
 
-static const struct {
-  const char *name;
-  int (*run)(int argc, char **argv);
-  const char *summary;
-} subcommands[] = {
+static const lh__subcommand subcommands[] = {
     {"make", snapshot_make, "write a model directory's bf16 policy as a snapshot blob"},
     {"show", snapshot_show, "decode and check a snapshot blob, print its hashes"},
 };
 
-static void usage(FILE *out) {
-  fprintf(out, "usage: longhaul snapshot SUBCOMMAND [flags]   (longhaul snapshot SUBCOMMAND "
-               "--help)\n\nsubcommands:\n");
-  for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++)
-    fprintf(out, "  %-6s %s\n", subcommands[i].name, subcommands[i].summary);
-}
-
 int lh__cmd_snapshot(int argc, char **argv) {
-  if (argc < 2)
-    return lh__cli_error("snapshot", LH__EXIT_USAGE,
-                         "missing subcommand (expected: make or show; see longhaul snapshot "
-                         "--help)");
-  const char *sub = argv[1];
-  if (!strcmp(sub, "--help") || !strcmp(sub, "-h")) {
-    usage(stdout);
-    return LH__EXIT_OK;
-  }
-  for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++)
-    if (!strcmp(sub, subcommands[i].name)) return subcommands[i].run(argc - 1, argv + 1);
-  return lh__cli_error("snapshot", LH__EXIT_USAGE,
-                       "unknown subcommand \"%s\" (expected: make or show; see longhaul "
-                       "snapshot --help)",
-                       sub);
+  return lh__subcommands("snapshot", subcommands, (int)(sizeof subcommands / sizeof subcommands[0]),
+                         argc, argv);
 }

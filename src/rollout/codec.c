@@ -38,41 +38,13 @@ lh_rollout_limits lh_rollout_default_limits(void) {
   return (lh_rollout_limits){65536, 4096, (int64_t)1 << 28, LH_MAX_VOCAB};
 }
 
-/* ---------------------------------------------------------------- little-endian words */
-
-static void put_u16(uint8_t *p, uint16_t v) {
-  p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8);
-}
-static void put_u32(uint8_t *p, uint32_t v) {
-  for (int i = 0; i < 4; i++)
-    p[i] = (uint8_t)(v >> (8 * i));
-}
-static void put_u64(uint8_t *p, uint64_t v) {
-  for (int i = 0; i < 8; i++)
-    p[i] = (uint8_t)(v >> (8 * i));
-}
 static void put_f32(uint8_t *p, float f) {
   uint32_t v;
   memcpy(&v, &f, 4);
-  put_u32(p, v);
-}
-static uint16_t get_u16(const uint8_t *p) {
-  return (uint16_t)(p[0] | p[1] << 8);
-}
-static uint32_t get_u32(const uint8_t *p) {
-  uint32_t v = 0;
-  for (int i = 3; i >= 0; i--)
-    v = v << 8 | p[i];
-  return v;
-}
-static uint64_t get_u64(const uint8_t *p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; i--)
-    v = v << 8 | p[i];
-  return v;
+  lh_put_le32(p, v);
 }
 static float get_f32(const uint8_t *p) {
-  uint32_t v = get_u32(p);
+  uint32_t v = lh_get_le32(p);
   float f;
   memcpy(&f, &v, 4);
   return f;
@@ -179,35 +151,35 @@ lh_err lh_rollout_encode(const lh_rollout_batch *b, uint8_t **out, size_t *len) 
   if (!p) return lh_errorf(LH_ERR_NOMEM, "rollout batch: cannot allocate %zu bytes", size);
   memset(p, 0, HEADER);
   memcpy(p + H_MAGIC, MAGIC, 4);
-  put_u16(p + H_FORMAT, LH_ROLLOUT_FORMAT);
-  put_u16(p + H_FLAGS, b->old ? FLAG_OLD : 0);
-  put_u32(p + H_GROUPS, (uint32_t)b->n_groups);
-  put_u32(p + H_GROUP_SIZE, (uint32_t)G);
-  put_u64(p + H_TOKENS, (uint64_t)N);
-  put_u64(p + H_VERSION, (uint64_t)b->version);
-  put_u64(p + H_SEED, b->seed);
-  put_u64(p + H_STREAM, b->stream_base);
+  lh_put_le16(p + H_FORMAT, LH_ROLLOUT_FORMAT);
+  lh_put_le16(p + H_FLAGS, b->old ? FLAG_OLD : 0);
+  lh_put_le32(p + H_GROUPS, (uint32_t)b->n_groups);
+  lh_put_le32(p + H_GROUP_SIZE, (uint32_t)G);
+  lh_put_le64(p + H_TOKENS, (uint64_t)N);
+  lh_put_le64(p + H_VERSION, (uint64_t)b->version);
+  lh_put_le64(p + H_SEED, b->seed);
+  lh_put_le64(p + H_STREAM, b->stream_base);
   put_f32(p + H_TEMPERATURE, b->sample.temperature);
-  put_u32(p + H_TOP_K, (uint32_t)b->sample.top_k);
+  lh_put_le32(p + H_TOP_K, (uint32_t)b->sample.top_k);
   put_f32(p + H_TOP_P, b->sample.top_p);
   put_f32(p + H_MIN_P, b->sample.min_p);
-  put_u32(p + H_MAX_NEW, (uint32_t)b->max_new);
+  lh_put_le32(p + H_MAX_NEW, (uint32_t)b->max_new);
   p[H_SPLIT] = (uint8_t)b->split;
   uint8_t *q = p + HEADER;
   for (int t = 0; t < b->n_groups; t++, q += 8)
-    put_u64(q, b->task_index[t]);
+    lh_put_le64(q, b->task_index[t]);
   memcpy(q, b->group_ok, (size_t)b->n_groups), q += b->n_groups;
   for (int s = 0; s < n; s++, q += 4)
-    put_u32(q, (uint32_t)(b->seq_start[s + 1] - b->seq_start[s]));
+    lh_put_le32(q, (uint32_t)(b->seq_start[s + 1] - b->seq_start[s]));
   for (int s = 0; s < n; s++, q += 4)
-    put_u32(q, (uint32_t)b->prompt_len[s]);
+    lh_put_le32(q, (uint32_t)b->prompt_len[s]);
   for (int s = 0; s < n; s++, q += 4)
     put_f32(q, b->reward[s]);
   memcpy(q, b->correct, (size_t)n), q += n;
   memcpy(q, b->well_formed, (size_t)n), q += n;
   memcpy(q, b->finish, (size_t)n), q += n;
   for (int i = 0; i < N; i++, q += 4)
-    put_u32(q, (uint32_t)b->tokens[i]);
+    lh_put_le32(q, (uint32_t)b->tokens[i]);
   for (int i = 0; i < N; i++, q += 4)
     put_f32(q, b->mu[i]);
   for (int i = 0; b->old && i < N; i++, q += 4)
@@ -229,7 +201,7 @@ lh_err lh_rollout_decode(const uint8_t *buf, size_t len, const lh_rollout_limits
                      HEADER);
   if (memcmp(buf + H_MAGIC, MAGIC, 4) != 0)
     return lh_errorf(LH_ERR_FORMAT, "%s: not a rollout batch (magic bytes are not \"LHRB\")", what);
-  unsigned format = get_u16(buf + H_FORMAT), flags = get_u16(buf + H_FLAGS);
+  unsigned format = lh_get_le16(buf + H_FORMAT), flags = lh_get_le16(buf + H_FLAGS);
   if (format != LH_ROLLOUT_FORMAT)
     return lh_errorf(LH_ERR_UNSUPPORTED, "%s: rollout format %u, this longhaul reads %d", what,
                      format, LH_ROLLOUT_FORMAT);
@@ -239,8 +211,8 @@ lh_err lh_rollout_decode(const uint8_t *buf, size_t len, const lh_rollout_limits
     if (buf[i])
       return lh_errorf(LH_ERR_FORMAT, "%s: reserved header byte %d is %u, expected 0", what, i,
                        buf[i]);
-  uint64_t groups = get_u32(buf + H_GROUPS), gsize = get_u32(buf + H_GROUP_SIZE),
-           tokens = get_u64(buf + H_TOKENS);
+  uint64_t groups = lh_get_le32(buf + H_GROUPS), gsize = lh_get_le32(buf + H_GROUP_SIZE),
+           tokens = lh_get_le64(buf + H_TOKENS);
   if (groups < 1 || groups > (uint64_t)lim->max_groups)
     return lh_errorf(LH_ERR_LIMIT, "%s: %llu groups, expected 1..%d", what,
                      (unsigned long long)groups, lim->max_groups);
@@ -263,14 +235,14 @@ lh_err lh_rollout_decode(const uint8_t *buf, size_t len, const lh_rollout_limits
   lh_rollout_batch *b = out;
   b->n_groups = (int)groups;
   b->group_size = (int)gsize;
-  b->version = (int64_t)get_u64(buf + H_VERSION);
-  b->seed = get_u64(buf + H_SEED);
-  b->stream_base = get_u64(buf + H_STREAM);
+  b->version = (int64_t)lh_get_le64(buf + H_VERSION);
+  b->seed = lh_get_le64(buf + H_SEED);
+  b->stream_base = lh_get_le64(buf + H_STREAM);
   b->sample.temperature = get_f32(buf + H_TEMPERATURE);
-  b->sample.top_k = (int32_t)get_u32(buf + H_TOP_K);
+  b->sample.top_k = (int32_t)lh_get_le32(buf + H_TOP_K);
   b->sample.top_p = get_f32(buf + H_TOP_P);
   b->sample.min_p = get_f32(buf + H_MIN_P);
-  b->max_new = (int32_t)get_u32(buf + H_MAX_NEW);
+  b->max_new = (int32_t)lh_get_le32(buf + H_MAX_NEW);
   b->split = (lh_split)buf[H_SPLIT];
   size_t G = (size_t)groups, S = (size_t)n, N = (size_t)tokens, N1 = N ? N : 1;
   lh_err e = LH_ERR_FORMAT;
@@ -295,7 +267,7 @@ lh_err lh_rollout_decode(const uint8_t *buf, size_t len, const lh_rollout_limits
 #undef ALLOC
   const uint8_t *q = buf + HEADER;
   for (size_t t = 0; t < G; t++, q += 8)
-    b->task_index[t] = get_u64(q);
+    b->task_index[t] = lh_get_le64(q);
   memcpy(b->group_ok, q, G), q += G;
   for (size_t t = 0; t < G; t++)
     if (b->group_ok[t] > 1) {
@@ -306,7 +278,7 @@ lh_err lh_rollout_decode(const uint8_t *buf, size_t len, const lh_rollout_limits
   uint64_t at = 0;
   b->seq_start[0] = 0;
   for (size_t s = 0; s < S; s++, q += 4) {
-    at += get_u32(q);
+    at += lh_get_le32(q);
     if (at > N) {
       lh_errorf(LH_ERR_FORMAT, "%s: sequence %zu ends past the %zu tokens of the batch", what, s,
                 N);
@@ -320,7 +292,7 @@ lh_err lh_rollout_decode(const uint8_t *buf, size_t len, const lh_rollout_limits
     goto bad;
   }
   for (size_t s = 0; s < S; s++, q += 4) {
-    uint32_t p = get_u32(q);
+    uint32_t p = lh_get_le32(q);
     if (p > (uint32_t)(b->seq_start[s + 1] - b->seq_start[s])) {
       lh_errorf(LH_ERR_FORMAT, "%s: sequence %zu: a prompt of %u tokens is longer than it", what, s,
                 p);
@@ -334,7 +306,7 @@ lh_err lh_rollout_decode(const uint8_t *buf, size_t len, const lh_rollout_limits
   memcpy(b->well_formed, q, S), q += S;
   memcpy(b->finish, q, S), q += S;
   for (size_t i = 0; i < N; i++, q += 4)
-    b->tokens[i] = (int32_t)get_u32(q);
+    b->tokens[i] = (int32_t)lh_get_le32(q);
   for (size_t i = 0; i < N; i++, q += 4)
     b->mu[i] = get_f32(q);
   for (size_t i = 0; has_old && i < N; i++, q += 4)

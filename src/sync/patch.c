@@ -19,35 +19,6 @@
 #define CODING_NONE  0
 #define CODING_RANGE 1
 
-/* ---------------------------------------------------------------- little-endian words */
-
-static void put_u16(uint8_t *p, uint16_t v) {
-  p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8);
-}
-static void put_u32(uint8_t *p, uint32_t v) {
-  for (int i = 0; i < 4; i++)
-    p[i] = (uint8_t)(v >> (8 * i));
-}
-static void put_u64(uint8_t *p, uint64_t v) {
-  for (int i = 0; i < 8; i++)
-    p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint16_t get_u16(const uint8_t *p) {
-  return (uint16_t)(p[0] | p[1] << 8);
-}
-static uint32_t get_u32(const uint8_t *p) {
-  uint32_t v = 0;
-  for (int i = 3; i >= 0; i--)
-    v = v << 8 | p[i];
-  return v;
-}
-static uint64_t get_u64(const uint8_t *p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; i--)
-    v = v << 8 | p[i];
-  return v;
-}
-
 /* ---------------------------------------------------------------- the range coder
  * Binary, adaptive: a probability is P(bit = 0) in units of 2^-12, moved 1/32 of the way to the
  * bit seen. 32-bit range renormalised a byte at a time; the encoder carries into bytes already
@@ -343,11 +314,11 @@ lh_err lh_patch_make(const uint16_t *parent, const uint16_t *child, uint64_t n,
   if (!buf) return lh_errorf(LH_ERR_NOMEM, "patch: cannot allocate %zu bytes", head);
   size_t cap = head, used = head;
   memcpy(buf, MAGIC, 4);
-  put_u16(buf + 4, LH_PATCH_FORMAT);
-  put_u32(buf + 8, (uint32_t)n_sections);
-  put_u64(buf + 16, n);
-  put_u64(buf + 24, (uint64_t)from_version);
-  put_u64(buf + 32, (uint64_t)to_version);
+  lh_put_le16(buf + 4, LH_PATCH_FORMAT);
+  lh_put_le32(buf + 8, (uint32_t)n_sections);
+  lh_put_le64(buf + 16, n);
+  lh_put_le64(buf + 24, (uint64_t)from_version);
+  lh_put_le64(buf + 32, (uint64_t)to_version);
   lh_patch_slab_hash(parent, n, buf + 40);
   lh_patch_slab_hash(child, n, buf + 72);
   model *m = lh_xmalloc(sizeof *m);
@@ -357,10 +328,10 @@ lh_err lh_patch_make(const uint16_t *parent, const uint16_t *child, uint64_t n,
     uint64_t changed = code_section(parent + off, child + off, cnt, m, &en, &e);
     if (e) break;
     uint8_t *t = buf + LH_PATCH_HEADER + (size_t)s * LH_PATCH_SECTION;
-    put_u64(t, off);
-    put_u64(t + 8, cnt);
-    put_u64(t + 16, changed);
-    put_u64(t + 24, changed ? en.len : 0);
+    lh_put_le64(t, off);
+    lh_put_le64(t + 8, cnt);
+    lh_put_le64(t + 16, changed);
+    lh_put_le64(t + 24, changed ? en.len : 0);
     t[32] = changed ? CODING_RANGE : CODING_NONE;
     if (changed) {
       if (used + en.len > cap) {
@@ -407,24 +378,24 @@ lh_err lh_patch_read_info(const uint8_t *b, size_t len, lh_patch_info *info) {
                      LH_PATCH_HEADER);
   if (memcmp(b, MAGIC, 4) != 0)
     return lh_errorf(LH_ERR_FORMAT, "patch: not a policy patch (magic bytes are not \"LHPA\")");
-  unsigned version = get_u16(b + 4), flags = get_u16(b + 6);
+  unsigned version = lh_get_le16(b + 4), flags = lh_get_le16(b + 6);
   if (version != LH_PATCH_FORMAT)
     return lh_errorf(LH_ERR_UNSUPPORTED, "patch: format %u, this longhaul reads %d", version,
                      LH_PATCH_FORMAT);
-  if (flags || get_u32(b + 12))
+  if (flags || lh_get_le32(b + 12))
     return lh_errorf(LH_ERR_UNSUPPORTED, "patch: unknown flags 0x%x or reserved word set", flags);
   for (int i = 104; i < LH_PATCH_HEADER; i++)
     if (b[i]) return lh_errorf(LH_ERR_FORMAT, "patch: reserved header byte %d is not 0", i);
-  uint32_t S = get_u32(b + 8);
+  uint32_t S = lh_get_le32(b + 8);
   if (S < 1 || S > LH_PATCH_MAX_SECTIONS)
     return lh_errorf(LH_ERR_LIMIT, "patch: %u sections, expected 1..%d", S, LH_PATCH_MAX_SECTIONS);
   size_t head = LH_PATCH_HEADER + (size_t)S * LH_PATCH_SECTION;
   if (len < head)
     return lh_errorf(LH_ERR_FORMAT, "patch: %zu bytes, shorter than its %u section entries", len,
                      S);
-  info->n_elements = get_u64(b + 16);
-  info->from_version = (int64_t)get_u64(b + 24);
-  info->to_version = (int64_t)get_u64(b + 32);
+  info->n_elements = lh_get_le64(b + 16);
+  info->from_version = (int64_t)lh_get_le64(b + 24);
+  info->to_version = (int64_t)lh_get_le64(b + 32);
   memcpy(info->parent_hash, b + 40, LH_HASH_BYTES);
   memcpy(info->child_hash, b + 72, LH_HASH_BYTES);
   info->n_sections = (int)S;
@@ -437,10 +408,10 @@ lh_err lh_patch_read_info(const uint8_t *b, size_t len, lh_patch_info *info) {
   lh_err e = LH_ERR_OK;
   for (uint32_t s = 0; s < S && !e; s++) {
     const uint8_t *t = b + LH_PATCH_HEADER + (size_t)s * LH_PATCH_SECTION;
-    info->offset[s] = get_u64(t);
-    info->count[s] = get_u64(t + 8);
-    info->changed[s] = get_u64(t + 16);
-    info->bytes[s] = get_u64(t + 24);
+    info->offset[s] = lh_get_le64(t);
+    info->count[s] = lh_get_le64(t + 8);
+    info->changed[s] = lh_get_le64(t + 16);
+    info->bytes[s] = lh_get_le64(t + 24);
     info->coding[s] = t[32];
     for (int r = 33; r < LH_PATCH_SECTION && !e; r++)
       if (t[r]) e = lh_errorf(LH_ERR_FORMAT, "patch: section %u: reserved byte %d is not 0", s, r);

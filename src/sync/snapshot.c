@@ -31,23 +31,6 @@ enum {
 _Static_assert(H_RESERVED2 + 8 == LH_SYNC_SNAPSHOT_HEADER, "the snapshot header is 64 bytes");
 _Static_assert(H_HASH + LH_HASH_BYTES == H_RESERVED2, "the hash ends at the second reserved field");
 
-static void put_u16(uint8_t *p, uint16_t v) {
-  p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8);
-}
-static void put_u64(uint8_t *p, uint64_t v) {
-  for (int i = 0; i < 8; i++)
-    p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint16_t get_u16(const uint8_t *p) {
-  return (uint16_t)(p[0] | p[1] << 8);
-}
-static uint64_t get_u64(const uint8_t *p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; i--)
-    v = v << 8 | p[i];
-  return v;
-}
-
 void lh_sync_slab_hash(const uint16_t *slab, size_t n, uint8_t hash[LH_HASH_BYTES]) {
   lh_hash256(slab, n * sizeof *slab, hash);
 }
@@ -110,10 +93,10 @@ lh_err lh_sync_snapshot_encode(const uint16_t *slab, size_t n, int level, uint8_
     LH_CHECK(r == 0 || ob.pos < ob.size, "ZSTD_compressBound is enough");
   } while (r != 0);
   memcpy(buf + H_MAGIC, MAGIC, 4);
-  put_u16(buf + H_FORMAT, LH_SYNC_SNAPSHOT_FORMAT);
-  put_u16(buf + H_RESERVED, 0);
-  put_u64(buf + H_ELEMENTS, n);
-  put_u64(buf + H_PAYLOAD, ob.pos);
+  lh_put_le16(buf + H_FORMAT, LH_SYNC_SNAPSHOT_FORMAT);
+  lh_put_le16(buf + H_RESERVED, 0);
+  lh_put_le64(buf + H_ELEMENTS, n);
+  lh_put_le64(buf + H_PAYLOAD, ob.pos);
   lh_sync_slab_hash(slab, n, buf + H_HASH);
   memset(buf + H_RESERVED2, 0, 8);
   *out = buf;
@@ -140,7 +123,7 @@ lh_err lh_sync_snapshot_info(const uint8_t *data, size_t len, size_t max_element
     return lh_errorf(LH_ERR_FORMAT, "%s: magic \"%s\", expected \"%s\": not a longhaul snapshot",
                      what, shown, MAGIC);
   }
-  uint16_t format = get_u16(data + H_FORMAT);
+  uint16_t format = lh_get_le16(data + H_FORMAT);
   if (format != LH_SYNC_SNAPSHOT_FORMAT)
     return lh_errorf(LH_ERR_UNSUPPORTED, "%s: snapshot format %u; this longhaul reads format %d",
                      what, format, LH_SYNC_SNAPSHOT_FORMAT);
@@ -151,7 +134,7 @@ lh_err lh_sync_snapshot_info(const uint8_t *data, size_t len, size_t max_element
     if (data[reserved[i]])
       return lh_errorf(LH_ERR_FORMAT, "%s: reserved header byte %d is 0x%02x, expected 0", what,
                        reserved[i], data[reserved[i]]);
-  uint64_t elements = get_u64(data + H_ELEMENTS), payload = get_u64(data + H_PAYLOAD);
+  uint64_t elements = lh_get_le64(data + H_ELEMENTS), payload = lh_get_le64(data + H_PAYLOAD);
   if (elements < 1 || elements > max_elements)
     return lh_errorf(LH_ERR_LIMIT, "%s: %" PRIu64 " values, expected 1 .. %zu", what, elements,
                      max_elements);
