@@ -407,9 +407,24 @@ def summarize(case, levels):
         return r
 
     rows.append(row("consecutive", cons))
+    lv = str(levels[-1])
     for p in case["pairs"]:
         if p["to"] - p["from"] > 1:
-            rows.append(row(f"v{p['from']}->v{p['to']}", [p]))
+            r = row(f"v{p['from']}->v{p['to']}", [p])
+            # the same span as a chain of consecutive patches: what a worker that fetched
+            # every version would have paid, against the one span patch
+            chain = [q for q in cons if p["from"] < q["to"] <= p["to"]]
+            if r.get("changed") and len(chain) == p["to"] - p["from"]:
+                best = min(CTX_SETS, key=lambda c: r["ideal"][c])
+                r["chain"] = {
+                    "baseline_bytes": sum(q["baseline"][lv]["bytes"] for q in chain),
+                    "span_baseline_bytes": p["baseline"][lv]["bytes"],
+                    "ideal_bytes": sum(q["entropy_bits"][best]["changed_kt"]
+                                       + q["entropy_bits"][best]["step_kt"] for q in chain) / 8,
+                    "span_ideal_bytes": (p["entropy_bits"][best]["changed_kt"]
+                                         + p["entropy_bits"][best]["step_kt"]) / 8,
+                    "context": best}
+            rows.append(r)
     return rows
 
 
@@ -460,6 +475,15 @@ def print_table(all_rows, levels, dense_level):
           "of their bit length plus the raw bits below the top one; the changed bit (all "
           "elements' bits, per change), the step symbol and the step sign alone, each coded by "
           "the ideal adaptive coder per context set")
+    spans = [(case, r) for case, rows in all_rows for r in rows if "chain" in r]
+    if spans:
+        print(f"\n{'case':<12} {'span':<11} {'base span':>10} {'base chain':>10} "
+              f"{'ideal span':>10} {'ideal chain':>11}  (MB; chain: the consecutive patches)")
+        for case, r in spans:
+            c = r["chain"]
+            print(f"{case:<12} {r['label']:<11} {c['span_baseline_bytes'] / 1e6:>10.3f} "
+                  f"{c['baseline_bytes'] / 1e6:>10.3f} {c['span_ideal_bytes'] / 1e6:>10.3f} "
+                  f"{c['ideal_bytes'] / 1e6:>11.3f}")
 
 
 def main():
