@@ -195,6 +195,10 @@ typedef struct lh_model_files {
  * files are left alone. Each file is replaced atomically. */
 lh_err lh_model_dir_save(const lh_model *m, const char *dir, lh_save_dtype dtype,
                          const lh_model_files *files);
+/* Reads DIR's tokenizer.json and generation_config.json, each when present (NULL otherwise),
+ * into files (malloc'd: lh_model_files_free, which accepts NULL). */
+lh_err lh_model_files_read(const char *dir, lh_model_files *files);
+void lh_model_files_free(lh_model_files *files);
 /* The same for a bf16 slab in the model's layout (lh_model_load_bf16's, a policy): the bf16
  * weights are written bit for bit. */
 lh_err lh_model_dir_save_bf16(const lh_config *cfg, const uint16_t *slab, const char *dir,

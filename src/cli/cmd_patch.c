@@ -13,17 +13,6 @@
 /* a patch is never larger than this many bytes per value, plus its table */
 #define MAX_BYTES_PER_VALUE 16
 
-/* Reads DIR/NAME when it exists (else leaves *data NULL). */
-static lh_err read_optional(const char *dir, const char *name, size_t max, const char **data,
-                            size_t *len) {
-  char *p = lh_path_join(dir, name);
-  char *text = NULL;
-  lh_err e = access(p, F_OK) == 0 ? lh_file_read(p, max, &text, len) : LH_ERR_OK;
-  *data = text;
-  free(p);
-  return e;
-}
-
 /* ---------------------------------------------------------------- make */
 
 static const lh__flag make_flags[] = {
@@ -132,10 +121,7 @@ static int patch_apply(int argc, char **argv) {
   double t0 = lh_time_now();
   if (lh_file_read(lh__args_str(&a, "patch", NULL), max, &patch, &len) ||
       lh_patch_apply(slab, n, (const uint8_t *)patch, len, NULL) ||
-      read_optional(dir, "tokenizer.json", LH_TOKENIZER_MAX_FILE, &files.tokenizer_json,
-                    &files.tokenizer_len) ||
-      read_optional(dir, "generation_config.json", 1 << 20, &files.generation_config,
-                    &files.generation_len) ||
+      lh_model_files_read(dir, &files) ||
       lh_model_dir_save_bf16(&c, slab, lh__args_str(&a, "out", NULL), &files)) {
     rc = lh__cli_fail(a.cmd);
     goto out;
@@ -146,8 +132,7 @@ static int patch_apply(int argc, char **argv) {
 out:
   free(slab);
   free(patch);
-  free((char *)files.tokenizer_json);
-  free((char *)files.generation_config);
+  lh_model_files_free(&files);
   return rc;
 }
 

@@ -94,16 +94,6 @@ out:
   return n;
 }
 
-/* DIR/generation_config.json into files, when DIR has one. */
-static lh_err read_generation_config(const char *dir, lh_model_files *files) {
-  char *p = lh_path_join(dir, "generation_config.json");
-  lh_err e = access(p, F_OK) == 0 ? lh_file_read(p, 1 << 20, (char **)&files->generation_config,
-                                                 &files->generation_len)
-                                  : LH_ERR_OK;
-  free(p);
-  return e;
-}
-
 int lh__cmd_sft(int argc, char **argv) {
   lh__args a = {.cmd = CMD,
                 .about = "Supervised training on an environment's reference solutions (loss on "
@@ -161,10 +151,7 @@ int lh__cmd_sft(int argc, char **argv) {
     }
   }
   lh_err ee = LH_ERR_OK;
-  if (lh_model_load(dir, &m) || lh_tokenizer_load(path, &tok) ||
-      lh_file_read(path, LH_TOKENIZER_MAX_FILE, (char **)&files.tokenizer_json,
-                   &files.tokenizer_len) ||
-      read_generation_config(dir, &files) ||
+  if (lh_model_load(dir, &m) || lh_tokenizer_load(path, &tok) || lh_model_files_read(dir, &files) ||
       (ee = lh_env_config_parse(lh__args_str(&a, "env", ""), &ecfg)) ||
       (ee = lh_env_create(&ecfg, &env))) {
     rc = lh__cli_fail_err(CMD, ee);
@@ -279,8 +266,7 @@ int lh__cmd_sft(int argc, char **argv) {
   rc = LH__EXIT_OK;
 out:
   free(path);
-  free((char *)files.tokenizer_json);
-  free((char *)files.generation_config);
+  lh_model_files_free(&files);
   free(tokens);
   free(weight);
   free(logprob);

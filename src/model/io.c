@@ -664,3 +664,29 @@ lh_err lh_model_dir_save_bf16(const lh_config *cfg, const uint16_t *slab, const 
   if (!e) e = put_or_remove(dir, "tokenizer.json", files->tokenizer_json, files->tokenizer_len);
   return e;
 }
+
+/* tokenizer.json and generation_config.json at most (tokenizer.h's LH_TOKENIZER_MAX_FILE) */
+#define FILES_MAX_TOKENIZER (64u << 20)
+
+lh_err lh_model_files_read(const char *dir, lh_model_files *files) {
+  memset(files, 0, sizeof *files);
+  char *tok = lh_path_join(dir, "tokenizer.json"),
+       *gen = lh_path_join(dir, "generation_config.json");
+  char *t = NULL, *g = NULL;
+  lh_err e = LH_ERR_OK;
+  if (file_exists(tok)) e = lh_file_read(tok, FILES_MAX_TOKENIZER, &t, &files->tokenizer_len);
+  if (!e && file_exists(gen)) e = lh_file_read(gen, MAX_GEN_BYTES, &g, &files->generation_len);
+  files->tokenizer_json = t;
+  files->generation_config = g;
+  if (e) lh_model_files_free(files);
+  free(tok);
+  free(gen);
+  return e;
+}
+
+void lh_model_files_free(lh_model_files *files) {
+  if (!files) return;
+  free((char *)files->tokenizer_json);
+  free((char *)files->generation_config);
+  memset(files, 0, sizeof *files);
+}

@@ -286,15 +286,6 @@ static json_t *metrics_line(const lh_rl_progress *p, long gen_tokens, double lr)
 
 /* ---------------------------------------------------------------- the loop */
 
-/* Reads DIR/FILE into b when it exists. */
-static lh_err read_optional(const char *dir, const char *file, size_t max, char **data,
-                            size_t *len) {
-  char *path = lh_path_join(dir, file);
-  lh_err e = access(path, F_OK) == 0 ? lh_file_read(path, max, data, len) : LH_ERR_OK;
-  free(path);
-  return e;
-}
-
 /* A run without `latest` starts again from its model only when it has no checkpoint: otherwise
  * `latest` was lost, and which one to continue from is the user's call. */
 static lh_err has_checkpoints(const lh_rundir *rd) {
@@ -410,10 +401,7 @@ lh_err lh_rl_run(const lh_rl_run_config *c, lh_rl_result *result) {
   if (!src) src = lh_xstrdup(c->model_dir);
   tokpath = lh_path_join(src, "tokenizer.json");
   if ((e = lh_model_load(src, &m)) || (e = lh_tokenizer_load(tokpath, &tok)) ||
-      (e = lh_file_read(tokpath, LH_TOKENIZER_MAX_FILE, (char **)&files.tokenizer_json,
-                        &files.tokenizer_len)) ||
-      (e = read_optional(src, "generation_config.json", 1 << 20, (char **)&files.generation_config,
-                         &files.generation_len)))
+      (e = lh_model_files_read(src, &files)))
     goto out;
   const lh_config *mc = &m->cfg;
   /* room for max_prompt prompt tokens and max_new completion tokens, within the context */
@@ -560,8 +548,7 @@ out:
   lh_trainer_free(tr);
   lh_model_free(m);
   lh_tokenizer_free(tok);
-  free((char *)files.tokenizer_json);
-  free((char *)files.generation_config);
+  lh_model_files_free(&files);
   free(tokpath);
   free(src);
   json_decref(was);
