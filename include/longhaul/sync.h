@@ -100,13 +100,16 @@ typedef struct lh_sync_blob_ref {
 } lh_sync_blob_ref;
 
 typedef struct lh_sync_manifest {
-  int64_t version;                            /* policy version, 0 .. LH_SYNC_INT_MAX */
-  int64_t parent;                             /* the version it was trained from, or LH_SYNC_NONE */
-  uint64_t elements;                          /* bf16 values of the slab, >= 1 */
-  uint8_t slab[LH_HASH_BYTES];                /* BLAKE2b-256 of the slab's little-endian bytes */
-  uint8_t config[LH_HASH_BYTES];              /* BLAKE2b-256 of the model's config.json */
-  uint8_t tokenizer[LH_HASH_BYTES];           /* ... of its tokenizer.json, when has_tokenizer */
-  bool has_tokenizer;                         /* false: the model has none (JSON null) */
+  int64_t version;                   /* policy version, 0 .. LH_SYNC_INT_MAX */
+  int64_t parent;                    /* the version it was trained from, or LH_SYNC_NONE */
+  uint64_t elements;                 /* bf16 values of the slab, >= 1 */
+  uint8_t slab[LH_HASH_BYTES];       /* BLAKE2b-256 of the slab's little-endian bytes */
+  uint8_t config[LH_HASH_BYTES];     /* BLAKE2b-256 of the model's config.json */
+  uint8_t tokenizer[LH_HASH_BYTES];  /* ... of its tokenizer.json, when has_tokenizer */
+  bool has_tokenizer;                /* false: the model has none (JSON null) */
+  uint8_t generation[LH_HASH_BYTES]; /* ... of its generation_config.json, when
+                                      * has_generation (JSON "generation") */
+  bool has_generation;
   lh_sync_public_key key;                     /* the signer (set by lh_sync_manifest_sign) */
   uint8_t signature[LH_SYNC_SIGNATURE_BYTES]; /* set by sign, checked by verify */
   int n_blobs;                                /* 1 .. LH_SYNC_MAX_BLOBS */
@@ -146,9 +149,9 @@ lh_err lh_sync_manifest_load(const char *path, const lh_sync_public_key *pinned,
  * `longhaul manifest sign`; the result still goes through lh_sync_manifest_sign's checks. */
 lh_err lh_sync_manifest_from_json(const char *text, size_t len, const char *what,
                                   lh_sync_manifest *out);
-/* The hashes a manifest records for a model directory: DIR/config.json (required) and
- * DIR/tokenizer.json (has_tokenizer false when the file does not exist). Files of more than
- * 256 MiB are refused. */
+/* The hashes a manifest records for a model directory: DIR/config.json (required),
+ * DIR/tokenizer.json and DIR/generation_config.json (has_tokenizer, has_generation false when
+ * the file does not exist). Files of more than 256 MiB are refused. */
 lh_err lh_sync_model_hashes(const char *dir, lh_sync_manifest *m);
 
 /* ---------------------------------------------------------------- snapshots ("Snapshots") */

@@ -76,7 +76,12 @@ static void serialize(const lh_sync_manifest *m, bool with_signature, text *t) {
   put_hex(t, m->config, LH_HASH_BYTES);
   puts_(t, ",\"elements\":");
   put_u64(t, m->elements);
-  puts_(t, ",\"format\":1,\"key\":");
+  puts_(t, ",\"format\":1,\"generation\":");
+  if (m->has_generation)
+    put_hex(t, m->generation, LH_HASH_BYTES);
+  else
+    puts_(t, "null");
+  puts_(t, ",\"key\":");
   put_hex(t, m->key.bytes, LH_SYNC_PUBLIC_KEY_BYTES);
   puts_(t, ",\"parent\":");
   if (m->parent == LH_SYNC_NONE)
@@ -278,8 +283,9 @@ static lh_err get_blob(const reader *r, int i, const json_t *o, lh_sync_blob_ref
   return LH_ERR_OK;
 }
 
-static const char *const top_fields[] = {"blobs",  "config",    "elements", "format",    "key",
-                                         "parent", "signature", "slab",     "tokenizer", "version"};
+static const char *const top_fields[] = {"blobs",      "config",    "elements", "format",
+                                         "generation", "key",       "parent",   "signature",
+                                         "slab",       "tokenizer", "version"};
 
 /* The fields of a parsed object; in SIGNED mode "key" and "signature" are required, in
  * UNSIGNED mode refused. Blobs come out sorted. */
@@ -327,6 +333,13 @@ static lh_err extract(const reader *r, const json_t *root, mode md, lh_sync_mani
     if (!json_is_string(tok))
       return type_error(r, "tokenizer", "a string of hex digits or null", tok);
     if ((e = get_hex(r, "tokenizer", tok, m->tokenizer, LH_HASH_BYTES))) return e;
+  }
+  const json_t *gen = json_object_get(root, "generation");
+  m->has_generation = !json_is_null(gen);
+  if (m->has_generation) {
+    if (!json_is_string(gen))
+      return type_error(r, "generation", "a string of hex digits or null", gen);
+    if ((e = get_hex(r, "generation", gen, m->generation, LH_HASH_BYTES))) return e;
   }
   if (md == SIGNED) {
     if ((e = get_hex(r, "key", json_object_get(root, "key"), m->key.bytes,
@@ -510,18 +523,23 @@ out:
   return e;
 }
 
+/* The hash of DIR/NAME, or *has false when the file does not exist. */
+static lh_err hash_optional(const char *dir, const char *name, bool *has,
+                            uint8_t out[LH_HASH_BYTES]) {
+  char *path = lh_path_join(dir, name);
+  struct stat st;
+  *has = !(lstat(path, &st) != 0 && errno == ENOENT);
+  memset(out, 0, LH_HASH_BYTES);
+  lh_err e = *has ? hash_file(path, out) : LH_ERR_OK;
+  free(path);
+  return e;
+}
+
 lh_err lh_sync_model_hashes(const char *dir, lh_sync_manifest *m) {
-  char *config = lh_path_join(dir, "config.json"), *tok = lh_path_join(dir, "tokenizer.json");
+  char *config = lh_path_join(dir, "config.json");
   lh_err e = hash_file(config, m->config);
-  if (e == LH_ERR_OK) {
-    struct stat st;
-    m->has_tokenizer = !(lstat(tok, &st) != 0 && errno == ENOENT);
-    if (m->has_tokenizer)
-      e = hash_file(tok, m->tokenizer);
-    else
-      memset(m->tokenizer, 0, sizeof m->tokenizer);
-  }
   free(config);
-  free(tok);
+  if (!e) e = hash_optional(dir, "tokenizer.json", &m->has_tokenizer, m->tokenizer);
+  if (!e) e = hash_optional(dir, "generation_config.json", &m->has_generation, m->generation);
   return e;
 }

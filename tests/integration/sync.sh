@@ -116,6 +116,7 @@ cat >"$TMP/unsigned.json" <<EOF
 {
   "format": 1, "version": 3, "parent": 2, "elements": 1000,
   "slab": "$(h slab3)", "config": "$(h config)", "tokenizer": "$(h tokenizer)",
+  "generation": null,
   "blobs": [
     {"kind": "patch", "from": 2, "hash": "$(h patch23)", "size": 120},
     {"kind": "snapshot", "hash": "$(h snap3)", "size": 1900},

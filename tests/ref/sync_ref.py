@@ -159,8 +159,8 @@ def key_line(prefix, key):
 # ------------------------------------------------------------------ manifests
 CONTEXT = b"longhaul-manifest-v1\n"
 INT_MAX = 2**53 - 1
-TOP = {"blobs", "config", "elements", "format", "key", "parent", "signature", "slab", "tokenizer",
-       "version"}
+TOP = {"blobs", "config", "elements", "format", "generation", "key", "parent", "signature", "slab",
+       "tokenizer", "version"}
 
 
 def canonical(v):
@@ -213,8 +213,9 @@ def check_manifest(m, signed):
     check_int(m["elements"], 1, "elements")
     for f in ("slab", "config"):
         unhex(m[f], 32, f)
-    if m["tokenizer"] is not None:
-        unhex(m["tokenizer"], 32, "tokenizer")
+    for f in ("tokenizer", "generation"):
+        if m[f] is not None:
+            unhex(m[f], 32, f)
     if signed:
         unhex(m["key"], 32, "key")
         unhex(m["signature"], 64, "signature")
@@ -330,13 +331,14 @@ def make(d):
     write("snapshot.lhsn", snap)
     m7 = {"format": 1, "version": 7, "parent": 6, "elements": FIXTURE_N,
           "slab": blake(slab).hex(), "config": blake(b"{}").hex(),
-          "tokenizer": blake(b"tokenizer").hex(),
+          "tokenizer": blake(b"tokenizer").hex(), "generation": blake(b"generation").hex(),
           "blobs": [{"kind": "snapshot", "hash": blake(snap).hex(), "size": len(snap)},
                     {"kind": "patch", "from": 6, "hash": blake(b"patch 6-7").hex(), "size": 123},
                     {"kind": "patch", "from": 3, "hash": blake(b"patch 3-7").hex(), "size": 456}]}
     write("manifest7.json", sign_manifest(m7, FIXTURE_SEED))
     m0 = {"format": 1, "version": 0, "parent": None, "elements": 1,
           "slab": blake(b"\0\0").hex(), "config": blake(b"{}").hex(), "tokenizer": None,
+          "generation": None,
           "blobs": [{"kind": "snapshot", "hash": blake(b"s0").hex(), "size": 66}]}
     write("manifest0.json", sign_manifest(m0, FIXTURE_SEED))
 

@@ -217,6 +217,8 @@ static lh_sync_manifest sample_manifest(void) {
   fill_hash(m.config, "config");
   fill_hash(m.tokenizer, "tokenizer");
   m.has_tokenizer = true;
+  fill_hash(m.generation, "generation");
+  m.has_generation = true;
   m.n_blobs = 3;
   m.blobs[0] = (lh_sync_blob_ref){LH_SYNC_PATCH, 11, 500, {0}};
   fill_hash(m.blobs[0].hash, "patch 11-12");
@@ -558,9 +560,10 @@ static void test_manifest_checks(void **state) {
 
 static void test_manifest_unsigned(void **state) {
   (void)state;
-  const char *json = "{ \"format\": 1, \"version\": 3, \"parent\": null, \"elements\": 10,\n"
-                     "  \"slab\": \"%s\", \"config\": \"%s\", \"tokenizer\": null,\n"
-                     "  \"blobs\": [ {\"size\": 9, \"kind\": \"snapshot\", \"hash\": \"%s\"} ] }";
+  const char *json =
+      "{ \"format\": 1, \"version\": 3, \"parent\": null, \"elements\": 10,\n"
+      "  \"slab\": \"%s\", \"config\": \"%s\", \"tokenizer\": null, \"generation\": null,\n"
+      "  \"blobs\": [ {\"size\": 9, \"kind\": \"snapshot\", \"hash\": \"%s\"} ] }";
   char h[65], text[1024];
   uint8_t b[LH_HASH_BYTES];
   fill_hash(b, "x");
