@@ -130,34 +130,18 @@ lh_err lh_rollout_score(const lh_tokenizer *tok, lh_env *env, const lh_env_task 
   return e;
 }
 
-lh_err lh_rollout_generate(lh_generator *g, const lh_gen_config *gc, const lh_tokenizer *tok,
-                           lh_env *env, lh_split split, const uint64_t *task_index,
-                           const lh_env_task *tasks, int n_groups, int group_size,
-                           uint64_t seq_base, lh_rollout_batch *out) {
-  memset(out, 0, sizeof *out);
-  if (n_groups < 1 || group_size < 1 || gc->max_new < 1)
-    return lh_errorf(LH_ERR_INVAL, "rollout: %d groups of %d, max_new %d: all must be >= 1",
-                     n_groups, group_size, gc->max_new);
-  int n = n_groups * group_size, max_new = gc->max_new;
-  int room = lh_generator_max_seq(g) - max_new; /* prompt tokens at most */
-  /* the tasks fetched here when the caller passed none; group t's task is task[t] */
-  lh_env_task *own = tasks ? NULL : lh_xcalloc((size_t)n_groups, sizeof *own);
-  const lh_env_task *task = own ? own : tasks;
-  int32_t **prompts = lh_xcalloc((size_t)n_groups, sizeof *prompts);
-  size_t *plen = lh_xcalloc((size_t)n_groups, sizeof *plen);
-  lh_gen_request *reqs = lh_xcalloc((size_t)n, sizeof *reqs);
-  lh_gen_output *outs = lh_xcalloc((size_t)n, sizeof *outs);
-  int32_t *gtok = lh_xmalloc((size_t)n * max_new * sizeof *gtok);
-  float *glp = lh_xmalloc((size_t)n * max_new * sizeof *glp);
-  float *glpm = lh_xmalloc((size_t)n * max_new * sizeof *glpm);
+/* The batch's arrays and provenance for n_groups groups of group_size (version 0). */
+static void batch_alloc(const lh_gen_config *gc, int n_groups, int group_size, uint64_t seq_base,
+                        lh_split split, lh_rollout_batch *out) {
+  int n = n_groups * group_size;
   out->n_groups = n_groups;
   out->group_size = group_size;
   out->split = split;
   out->seed = gc->seed;
   out->stream_base = seq_base;
   out->sample = gc->sample;
-  out->max_new = max_new;
-  out->task_index = lh_xmalloc((size_t)n_groups * sizeof *out->task_index);
+  out->max_new = gc->max_new;
+  out->task_index = lh_xcalloc((size_t)n_groups, sizeof *out->task_index);
   out->group_ok = lh_xcalloc((size_t)n_groups, 1);
   out->seq_start = lh_xcalloc((size_t)n + 1, sizeof *out->seq_start);
   out->prompt_len = lh_xcalloc((size_t)n, sizeof *out->prompt_len);
@@ -165,33 +149,30 @@ lh_err lh_rollout_generate(lh_generator *g, const lh_gen_config *gc, const lh_to
   out->correct = lh_xcalloc((size_t)n, 1);
   out->well_formed = lh_xcalloc((size_t)n, 1);
   out->finish = lh_xcalloc((size_t)n, 1);
-  lh_err e = LH_ERR_OK;
+}
 
-  /* Tasks and prompts; requests of failed tasks are left out of the generation. */
+/* Generates the completions of the groups marked ok in out->group_ok from their prompts
+ * (prompts[t], plen[t] tokens) and packs prompt + completion per sequence into out (allocated by
+ * batch_alloc). Completion j of group t uses stream seq_base + t * group_size + j. */
+static lh_err generate_groups(lh_generator *g, const lh_gen_config *gc,
+                              const int32_t *const *prompts, const size_t *plen,
+                              lh_rollout_batch *out) {
+  int n_groups = out->n_groups, group_size = out->group_size, max_new = gc->max_new;
+  int n = n_groups * group_size;
+  lh_gen_request *reqs = lh_xcalloc((size_t)n, sizeof *reqs);
+  lh_gen_output *outs = lh_xcalloc((size_t)n, sizeof *outs);
+  int32_t *gtok = lh_xmalloc((size_t)n * max_new * sizeof *gtok);
+  float *glp = lh_xmalloc((size_t)n * max_new * sizeof *glp);
+  float *glpm = lh_xmalloc((size_t)n * max_new * sizeof *glpm);
+  lh_err e = LH_ERR_OK;
   int n_req = 0;
   for (int t = 0; t < n_groups; t++) {
-    out->task_index[t] = task_index[t];
-    if (own && lh_env_task_get(env, split, task_index[t], &own[t])) {
-      lh_log(LH_LOG_WARN, "rollout: task %llu skipped: %s", (unsigned long long)task_index[t],
-             lh_last_error());
-      continue;
-    }
-    const char *p = task[t].prompt;
-    if (!p) continue; /* the caller's fetch failed (and was logged there) */
-    if ((e = lh_tokenizer_encode(tok, p, strlen(p), true, &prompts[t], &plen[t]))) goto done;
-    if (plen[t] > (size_t)room) {
-      lh_log(LH_LOG_WARN,
-             "rollout: task %llu skipped: its prompt has %zu tokens, more than the %d that "
-             "leave room for %d new tokens",
-             (unsigned long long)task_index[t], plen[t], room, max_new);
-      continue;
-    }
-    out->group_ok[t] = 1;
+    if (!out->group_ok[t]) continue;
     for (int j = 0; j < group_size; j++) {
       lh_gen_request *r = &reqs[n_req];
       r->prompt = prompts[t];
       r->prompt_len = (int)plen[t];
-      r->seq_index = seq_base + (uint64_t)t * group_size + j;
+      r->seq_index = out->stream_base + (uint64_t)t * group_size + j;
       lh_gen_output *o = &outs[t * group_size + j];
       o->tokens = gtok + (size_t)(t * group_size + j) * max_new;
       o->logprobs = glp + (size_t)(t * group_size + j) * max_new;
@@ -213,7 +194,7 @@ lh_err lh_rollout_generate(lh_generator *g, const lh_gen_config *gc, const lh_to
       outs[t * group_size + j] = gouts[k++];
   free(gouts);
 
-  /* Pack prompt + completion per sequence and score. */
+  /* Pack prompt + completion per sequence. */
   size_t total = 0;
   for (int t = 0; t < n_groups; t++)
     if (out->group_ok[t])
@@ -239,7 +220,54 @@ lh_err lh_rollout_generate(lh_generator *g, const lh_gen_config *gc, const lh_to
     }
   }
   out->seq_start[n] = at;
-  e = score_groups(tok, env, task, out);
+done:
+  free(reqs);
+  free(outs);
+  free(gtok);
+  free(glp);
+  free(glpm);
+  return e;
+}
+
+lh_err lh_rollout_generate(lh_generator *g, const lh_gen_config *gc, const lh_tokenizer *tok,
+                           lh_env *env, lh_split split, const uint64_t *task_index,
+                           const lh_env_task *tasks, int n_groups, int group_size,
+                           uint64_t seq_base, lh_rollout_batch *out) {
+  memset(out, 0, sizeof *out);
+  if (n_groups < 1 || group_size < 1 || gc->max_new < 1)
+    return lh_errorf(LH_ERR_INVAL, "rollout: %d groups of %d, max_new %d: all must be >= 1",
+                     n_groups, group_size, gc->max_new);
+  int room = lh_generator_max_seq(g) - gc->max_new; /* prompt tokens at most */
+  /* the tasks fetched here when the caller passed none; group t's task is task[t] */
+  lh_env_task *own = tasks ? NULL : lh_xcalloc((size_t)n_groups, sizeof *own);
+  const lh_env_task *task = own ? own : tasks;
+  int32_t **prompts = lh_xcalloc((size_t)n_groups, sizeof *prompts);
+  size_t *plen = lh_xcalloc((size_t)n_groups, sizeof *plen);
+  batch_alloc(gc, n_groups, group_size, seq_base, split, out);
+  lh_err e = LH_ERR_OK;
+
+  /* Tasks and prompts; failed tasks are left out of the generation. */
+  for (int t = 0; t < n_groups; t++) {
+    out->task_index[t] = task_index[t];
+    if (own && lh_env_task_get(env, split, task_index[t], &own[t])) {
+      lh_log(LH_LOG_WARN, "rollout: task %llu skipped: %s", (unsigned long long)task_index[t],
+             lh_last_error());
+      continue;
+    }
+    const char *p = task[t].prompt;
+    if (!p) continue; /* the caller's fetch failed (and was logged there) */
+    if ((e = lh_tokenizer_encode(tok, p, strlen(p), true, &prompts[t], &plen[t]))) goto done;
+    if (plen[t] > (size_t)room) {
+      lh_log(LH_LOG_WARN,
+             "rollout: task %llu skipped: its prompt has %zu tokens, more than the %d that "
+             "leave room for %d new tokens",
+             (unsigned long long)task_index[t], plen[t], room, gc->max_new);
+      continue;
+    }
+    out->group_ok[t] = 1;
+  }
+  e = generate_groups(g, gc, (const int32_t *const *)prompts, plen, out);
+  if (!e) e = score_groups(tok, env, task, out);
 
 done:
   for (int t = 0; t < n_groups; t++) {
@@ -249,11 +277,34 @@ done:
   free(own);
   free(prompts);
   free(plen);
-  free(reqs);
-  free(outs);
-  free(gtok);
-  free(glp);
-  free(glpm);
+  if (e) lh_rollout_batch_free(out);
+  return e;
+}
+
+lh_err lh_rollout_generate_ids(lh_generator *g, const lh_gen_config *gc, lh_split split,
+                               const uint64_t *task_index, const int32_t *const *prompts,
+                               const int *prompt_len, int n_groups, int group_size,
+                               uint64_t seq_base, lh_rollout_batch *out) {
+  memset(out, 0, sizeof *out);
+  if (n_groups < 1 || group_size < 1 || gc->max_new < 1)
+    return lh_errorf(LH_ERR_INVAL, "rollout: %d groups of %d, max_new %d: all must be >= 1",
+                     n_groups, group_size, gc->max_new);
+  int room = lh_generator_max_seq(g) - gc->max_new;
+  for (int t = 0; t < n_groups; t++)
+    if (prompt_len[t] < 1 || prompt_len[t] > room)
+      return lh_errorf(LH_ERR_LIMIT,
+                       "rollout: group %d: a prompt of %d tokens; 1 .. %d leave room for %d new "
+                       "tokens",
+                       t, prompt_len[t], room, gc->max_new);
+  size_t *plen = lh_xmalloc((size_t)n_groups * sizeof *plen);
+  batch_alloc(gc, n_groups, group_size, seq_base, split, out);
+  for (int t = 0; t < n_groups; t++) {
+    out->task_index[t] = task_index[t];
+    out->group_ok[t] = 1;
+    plen[t] = (size_t)prompt_len[t];
+  }
+  lh_err e = generate_groups(g, gc, prompts, plen, out);
+  free(plen);
   if (e) lh_rollout_batch_free(out);
   return e;
 }

@@ -3,7 +3,8 @@
  * length, a flipped byte anywhere, bad magic, an unknown version, counts above the limits, bad
  * values), a byte-for-byte match with an encoder written from docs/ARCHITECTURE.md alone
  * (tests/ref/rollout_seed.py wrote the corpus file), and scoring from tokens (lh_rollout_score:
- * claimed rewards are overwritten by the environment's). */
+ * claimed rewards are overwritten by the environment's), and generation from prompt token ids
+ * (lh_rollout_generate_ids, a worker's) against generation from the tasks. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,6 +16,7 @@
 
 #include <cmocka.h>
 
+#include "longhaul/infer.h"
 #include "longhaul/rollout.h"
 
 #ifndef LH_SOURCE_DIR
@@ -297,12 +299,72 @@ static void test_score(void **state) {
   lh_env_free(env);
 }
 
+/* lh_rollout_generate_ids gives the tokens lh_rollout_generate gives for the same prompts and
+ * streams (a worker's group equals the single-process loop's), rewards 0, and refuses prompts that
+ * do not fit. */
+static void test_generate_ids(void **state) {
+  (void)state;
+  lh_env_config ec;
+  lh_env *env = NULL;
+  assert_int_equal(lh_env_config_parse("arith:digits=1", &ec), LH_ERR_OK);
+  assert_int_equal(lh_env_create(&ec, &env), LH_ERR_OK);
+  lh_tokenizer *tok = NULL;
+  char *json = lh_tokenizer_chars_json();
+  assert_int_equal(lh_tokenizer_parse(json, strlen(json), "chars", &tok), LH_ERR_OK);
+  free(json);
+  lh_config cfg;
+  assert_int_equal(lh_config_preset("tiny", LH_ARCH_QWEN2, &cfg), LH_ERR_OK);
+  cfg.vocab_size = lh_tokenizer_vocab_size(tok);
+  lh_model *m = NULL;
+  assert_int_equal(lh_model_create(&cfg, &m), LH_ERR_OK);
+  lh_model_init_random(m, 5);
+  lh_infer *inf = NULL;
+  assert_int_equal(lh_infer_from_model(m, &inf), LH_ERR_OK);
+  lh_generator *g = NULL;
+  assert_int_equal(lh_generator_create(inf, 4, 48, 0, &g), LH_ERR_OK);
+  lh_gen_config gc = {.sample = lh_sample_defaults(), .seed = 9, .max_new = 6};
+  uint64_t tasks[2] = {4, 11};
+  lh_rollout_batch a, b;
+  assert_int_equal(lh_rollout_generate(g, &gc, tok, env, LH_SPLIT_TRAIN, tasks, NULL, 2, 3, 60, &a),
+                   LH_ERR_OK);
+  int32_t *prompts[2];
+  int plen[2];
+  for (int t = 0; t < 2; t++) {
+    plen[t] = a.prompt_len[t * 3];
+    prompts[t] = a.tokens + a.seq_start[t * 3];
+  }
+  assert_int_equal(lh_rollout_generate_ids(g, &gc, LH_SPLIT_TRAIN, tasks,
+                                           (const int32_t *const *)prompts, plen, 2, 3, 60, &b),
+                   LH_ERR_OK);
+  assert_true(b.seed == a.seed && b.stream_base == a.stream_base && b.max_new == a.max_new);
+  for (int s = 0; s <= 6; s++)
+    assert_int_equal(a.seq_start[s], b.seq_start[s]);
+  assert_memory_equal(a.tokens, b.tokens, (size_t)a.seq_start[6] * sizeof *a.tokens);
+  assert_memory_equal(a.mu, b.mu, (size_t)a.seq_start[6] * sizeof *a.mu);
+  for (int s = 0; s < 6; s++)
+    assert_true(b.reward[s] == 0.0f && b.finish[s] == a.finish[s]);
+  lh_rollout_batch_free(&b);
+  /* prompts that leave no room, or are empty, are refused before anything runs */
+  int too_long[2] = {plen[0], 48 - 6 + 1}, empty[2] = {0, plen[1]};
+  assert_int_equal(lh_rollout_generate_ids(g, &gc, LH_SPLIT_TRAIN, tasks,
+                                           (const int32_t *const *)prompts, too_long, 2, 3, 60, &b),
+                   LH_ERR_LIMIT);
+  assert_int_equal(lh_rollout_generate_ids(g, &gc, LH_SPLIT_TRAIN, tasks,
+                                           (const int32_t *const *)prompts, empty, 2, 3, 60, &b),
+                   LH_ERR_LIMIT);
+  lh_rollout_batch_free(&a);
+  lh_generator_free(g);
+  lh_infer_free(inf);
+  lh_model_free(m);
+  lh_tokenizer_free(tok);
+  lh_env_free(env);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_round_trip),
-      cmocka_unit_test(test_independent_encoder),
-      cmocka_unit_test(test_refusals),
-      cmocka_unit_test(test_score),
+      cmocka_unit_test(test_round_trip),   cmocka_unit_test(test_independent_encoder),
+      cmocka_unit_test(test_refusals),     cmocka_unit_test(test_score),
+      cmocka_unit_test(test_generate_ids),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
