@@ -81,6 +81,12 @@ lh_err lh_rollout_generate_ids(lh_generator *g, const lh_gen_config *gc, lh_spli
 lh_err lh_rollout_score(const lh_tokenizer *tok, lh_env *env, const lh_env_task *tasks,
                         lh_rollout_batch *b);
 void lh_rollout_batch_free(lh_rollout_batch *b);
+/* One batch of the groups of parts[0..n_parts), in order (copies; the parts stay the caller's):
+ * the networked trainer trains on groups that workers generated with different versions, seeds
+ * and streams. The result's version is the oldest part's (what the staleness bound must see);
+ * its other provenance is the first part's and describes no group in particular. `old` is kept
+ * when every part has it. Parts of different group sizes are LH_ERR_MISMATCH. */
+lh_err lh_rollout_concat(const lh_rollout_batch *const *parts, int n_parts, lh_rollout_batch *out);
 /* Fills b->old (allocated here) with the log-probs the training forward of `t` gives the batch's
  * tokens: called right after generation, with the weights that generated it, this is pi_old of
  * TIS and masked IS (the behaviour policy in the trainer's numerics; mu is the sampler's). */

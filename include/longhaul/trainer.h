@@ -102,8 +102,15 @@ int64_t lh_trainer_submitted(const lh_trainer *t);
  * vocabulary) and no sequence may exceed max_seq (LH_ERR_LIMIT); a refused batch stays the
  * caller's. When the loss compares with the generating policy (TIS, masked IS)
  * and the batch comes from the current version, its old log-probs are computed now, with the
- * weights that generated it. */
+ * weights that generated it, unless the batch has them already (lh_trainer_recompute). */
 lh_err lh_trainer_submit(lh_trainer *t, lh_rollout_batch *b);
+/* Fills b->old with the log-probs of b's tokens under the bf16 policy `slab` (n values in the
+ * model's layout, lh_infer_bf16): the behaviour policy of an older version that the caller
+ * kept (the networked trainer receives rollouts after newer versions exist). The forward runs in
+ * fp32 on a scratch model (4 bytes per parameter, allocated on first use and kept). n other
+ * than the model's parameter count is LH_ERR_MISMATCH; a sequence longer than max_seq
+ * LH_ERR_LIMIT. */
+lh_err lh_trainer_recompute(lh_trainer *t, const uint16_t *slab, size_t n, lh_rollout_batch *b);
 
 typedef struct lh_trainer_step_stats {
   lh_rl_step_stats update; /* loss figures are NAN when no token was trained on, grad_norm
@@ -136,5 +143,12 @@ lh_err lh_trainer_save(const lh_trainer *t, const char *path);
  * the format does not have, or a gap in queue.0, queue.1, ..., is an error. On error the trainer
  * is as it was. */
 lh_err lh_trainer_load(lh_trainer *t, const char *path, int64_t step);
+/* Writes checkpoint step-<version> of the run directory (rundir.h): the model directory (fp32
+ * weights, config.json and the files given: tokenizer.json, generation_config.json) and
+ * trainer_state.safetensors, then commits it (`latest`, keeping the newest `keep`; 0: all). *dir,
+ * when dir is not NULL, is replaced (freed) by the checkpoint's path. */
+struct lh_rundir;
+lh_err lh_trainer_checkpoint(lh_trainer *t, struct lh_rundir *rd, const lh_model_files *files,
+                             int keep, char **dir);
 
 #endif

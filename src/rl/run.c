@@ -308,27 +308,6 @@ static lh_err has_checkpoints(const lh_rundir *rd) {
   return e;
 }
 
-/* Writes checkpoint `step`: the model directory and the trainer's state. */
-static lh_err write_checkpoint(lh_rundir *rd, lh_trainer *t, const lh_rl_run_config *c,
-                               const lh_model_files *files, lh_rl_result *res) {
-  int64_t step = lh_trainer_version(t);
-  char *tmp = NULL, *dir = NULL, *state = NULL;
-  lh_err e;
-  if ((e = lh_rundir_checkpoint_begin(rd, step, &tmp))) return e;
-  state = lh_path_join(tmp, "trainer_state.safetensors");
-  if (!(e = lh_model_dir_save(lh_trainer_model(t), tmp, LH_SAVE_F32, files)) &&
-      !(e = lh_trainer_save(t, state)) &&
-      !(e = lh_rundir_checkpoint_commit(rd, step, c->keep, &dir))) {
-    free(res->policy_dir);
-    res->policy_dir = dir;
-    dir = NULL;
-  }
-  free(tmp);
-  free(dir);
-  free(state);
-  return e;
-}
-
 /* Mean of v over [a, b), or NAN when empty. */
 static double mean_of(const double *v, int64_t a, int64_t b) {
   double s = 0;
@@ -524,7 +503,7 @@ lh_err lh_rl_run(const lh_rl_run_config *c, lh_rl_result *result) {
     }
     bool stop = c->stop && *c->stop;
     if ((c->save_every > 0 && p.step % c->save_every == 0) || p.step == c->steps || stop)
-      if ((e = write_checkpoint(rd, tr, c, &files, res))) goto out;
+      if ((e = lh_trainer_checkpoint(tr, rd, &files, c->keep, &res->policy_dir))) goto out;
     if (stop) {
       res->stopped = true;
       break;

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "longhaul/rundir.h"
+#include "longhaul/tensor.h"
 #include "longhaul/trainer.h"
 
 #define STATE_FORMAT     2 /* 1: queued batches as separate tensors, no step or weights hash */
@@ -23,6 +25,9 @@ struct lh_trainer {
   lh_train *ref_train;
   int ref_cap;
   lh_infer *policy;
+  lh_model *beh; /* the weights of an older version, for lh_trainer_recompute, or NULL */
+  lh_train *beh_train;
+  int beh_cap;
   int64_t version, submitted;
   lh_rollout_batch *q; /* ring of q_cap: q_len pending batches from q_head */
   int q_cap, q_head, q_len;
@@ -113,6 +118,8 @@ void lh_trainer_free(lh_trainer *t) {
   lh_train_free(t->train);
   lh_train_free(t->ref_train);
   lh_model_free(t->ref);
+  lh_train_free(t->beh_train);
+  lh_model_free(t->beh);
   lh_adamw_free(t->opt);
   lh_model_free(t->m);
   free(t);
@@ -151,7 +158,7 @@ lh_err lh_trainer_submit(lh_trainer *t, lh_rollout_batch *b) {
                        b->seq_start[s + 1] - b->seq_start[s], t->cfg.max_seq);
   /* TIS and masked IS compare the trainer's log-probs of the generating policy with mu. */
   lh_loss_kind k = t->cfg.loss.kind;
-  if ((k == LH_LOSS_TIS || k == LH_LOSS_MIS) && b->version == t->version) {
+  if ((k == LH_LOSS_TIS || k == LH_LOSS_MIS) && b->version == t->version && !b->old) {
     int n = b->n_groups * b->group_size;
     lh_err e = ensure_train(t->m, b->seq_start[n], t->cfg.max_seq, &t->train, &t->train_cap);
     if (e || (e = lh_rollout_recompute(t->train, b))) return e;
@@ -159,6 +166,22 @@ lh_err lh_trainer_submit(lh_trainer *t, lh_rollout_batch *b) {
   queue_push(t, b);
   t->submitted++;
   return LH_ERR_OK;
+}
+
+lh_err lh_trainer_recompute(lh_trainer *t, const uint16_t *slab, size_t n, lh_rollout_batch *b) {
+  if (n != t->m->n_params)
+    return lh_errorf(LH_ERR_MISMATCH, "trainer: a policy of %zu values for a model of %zu", n,
+                     t->m->n_params);
+  int N = b->seq_start[b->n_groups * b->group_size];
+  for (int s = 0; s < b->n_groups * b->group_size; s++)
+    if (b->seq_start[s + 1] - b->seq_start[s] > t->cfg.max_seq)
+      return lh_errorf(LH_ERR_LIMIT, "trainer: batch: sequence %d has %d tokens, more than %d", s,
+                       b->seq_start[s + 1] - b->seq_start[s], t->cfg.max_seq);
+  lh_err e;
+  if (!t->beh && (e = lh_model_create(&t->m->cfg, &t->beh))) return e;
+  lh_f32_from_bf16_n(t->beh->params, slab, n);
+  if ((e = ensure_train(t->beh, N, t->cfg.max_seq, &t->beh_train, &t->beh_cap))) return e;
+  return lh_rollout_recompute(t->beh_train, b);
 }
 
 lh_err lh_trainer_step(lh_trainer *t, lh_trainer_step_stats *st) {
@@ -460,5 +483,23 @@ out:
     lh_rollout_batch_free(&q[i]);
   free(q);
   lh_safetensors_close(st);
+  return e;
+}
+
+lh_err lh_trainer_checkpoint(lh_trainer *t, lh_rundir *rd, const lh_model_files *files, int keep,
+                             char **dir) {
+  char *tmp = NULL, *state = NULL, *made = NULL;
+  lh_err e;
+  if ((e = lh_rundir_checkpoint_begin(rd, t->version, &tmp))) return e;
+  state = lh_path_join(tmp, "trainer_state.safetensors");
+  if (!(e = lh_model_dir_save(t->m, tmp, LH_SAVE_F32, files)) && !(e = lh_trainer_save(t, state)) &&
+      !(e = lh_rundir_checkpoint_commit(rd, t->version, keep, &made)) && dir) {
+    free(*dir);
+    *dir = made;
+    made = NULL;
+  }
+  free(made);
+  free(tmp);
+  free(state);
   return e;
 }

@@ -1,7 +1,9 @@
 /* longhaul rollout: generation and scoring. Tasks of an environment are encoded, sampled group by
  * group with the rollout engine (one lh_generate call for the whole batch, so continuous batching
  * keeps every slot busy), decoded and scored; scoring alone recomputes rewards from tokens. */
+#include <limits.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -355,4 +357,62 @@ lh_rollout_summary lh_rollout_summarise(const lh_rollout_batch *b) {
   }
   g.entropy = g.completion_tokens > 0 ? lp / g.completion_tokens : 0.0;
   return g;
+}
+
+lh_err lh_rollout_concat(const lh_rollout_batch *const *parts, int n_parts, lh_rollout_batch *out) {
+  memset(out, 0, sizeof *out);
+  if (n_parts < 1) return lh_errorf(LH_ERR_INVAL, "rollout: concat of no batches");
+  const lh_rollout_batch *p0 = parts[0];
+  int groups = 0, gs = p0->group_size;
+  size_t N = 0;
+  bool old = true;
+  int64_t version = p0->version;
+  for (int i = 0; i < n_parts; i++) {
+    const lh_rollout_batch *p = parts[i];
+    if (p->group_size != gs)
+      return lh_errorf(LH_ERR_MISMATCH, "rollout: concat: groups of %d and of %d", gs,
+                       p->group_size);
+    if (groups > INT_MAX / gs - p->n_groups)
+      return lh_errorf(LH_ERR_LIMIT, "rollout: concat: too many groups");
+    groups += p->n_groups;
+    N += (size_t)p->seq_start[p->n_groups * gs];
+    old = old && p->old;
+    if (p->version < version) version = p->version;
+  }
+  if (N > (size_t)INT_MAX) return lh_errorf(LH_ERR_LIMIT, "rollout: concat: %zu tokens", N);
+  int n = groups * gs;
+  *out = *p0; /* provenance of the first */
+  out->n_groups = groups;
+  out->version = version;
+  out->task_index = lh_xmalloc((size_t)groups * sizeof *out->task_index);
+  out->group_ok = lh_xmalloc((size_t)groups);
+  out->seq_start = lh_xmalloc(((size_t)n + 1) * sizeof *out->seq_start);
+  out->prompt_len = lh_xmalloc((size_t)n * sizeof *out->prompt_len);
+  out->tokens = lh_xmalloc((N ? N : 1) * sizeof *out->tokens);
+  out->mu = lh_xmalloc((N ? N : 1) * sizeof *out->mu);
+  out->old = old ? lh_xmalloc((N ? N : 1) * sizeof *out->old) : NULL;
+  out->reward = lh_xmalloc((size_t)n * sizeof *out->reward);
+  out->correct = lh_xmalloc((size_t)n);
+  out->well_formed = lh_xmalloc((size_t)n);
+  out->finish = lh_xmalloc((size_t)n);
+  int g = 0, s = 0, at = 0;
+  for (int i = 0; i < n_parts; i++) {
+    const lh_rollout_batch *p = parts[i];
+    int pn = p->n_groups * gs, pN = p->seq_start[pn];
+    memcpy(out->task_index + g, p->task_index, (size_t)p->n_groups * sizeof *p->task_index);
+    memcpy(out->group_ok + g, p->group_ok, (size_t)p->n_groups);
+    for (int k = 0; k < pn; k++)
+      out->seq_start[s + k] = at + p->seq_start[k];
+    memcpy(out->prompt_len + s, p->prompt_len, (size_t)pn * sizeof *p->prompt_len);
+    memcpy(out->tokens + at, p->tokens, (size_t)pN * sizeof *p->tokens);
+    memcpy(out->mu + at, p->mu, (size_t)pN * sizeof *p->mu);
+    if (old) memcpy(out->old + at, p->old, (size_t)pN * sizeof *p->old);
+    memcpy(out->reward + s, p->reward, (size_t)pn * sizeof *p->reward);
+    memcpy(out->correct + s, p->correct, (size_t)pn);
+    memcpy(out->well_formed + s, p->well_formed, (size_t)pn);
+    memcpy(out->finish + s, p->finish, (size_t)pn);
+    g += p->n_groups, s += pn, at += pN;
+  }
+  out->seq_start[n] = at;
+  return LH_ERR_OK;
 }

@@ -360,11 +360,44 @@ static void test_generate_ids(void **state) {
   lh_env_free(env);
 }
 
+/* lh_rollout_concat: groups in order, offsets shifted, the oldest version, old kept only when
+ * every part has it, group sizes must agree. */
+static void test_concat(void **state) {
+  (void)state;
+  arrays x, y;
+  lh_rollout_batch a, b, c;
+  make_batch(&a, &x, 1);
+  make_batch(&b, &y, 1);
+  b.version = 39;
+  const lh_rollout_batch *parts[2] = {&a, &b};
+  assert_int_equal(lh_rollout_concat(parts, 2, &c), LH_ERR_OK);
+  assert_int_equal(c.n_groups, 4);
+  assert_int_equal(c.version, 39);
+  int N = a.seq_start[4];
+  for (int s = 0; s <= 4; s++)
+    assert_int_equal(c.seq_start[4 + s], N + a.seq_start[s]);
+  assert_memory_equal(c.tokens + N, a.tokens, (size_t)N * sizeof *c.tokens);
+  assert_memory_equal(c.old + N, a.old, (size_t)N * sizeof *c.old);
+  assert_true(c.task_index[2] == a.task_index[0] && c.group_ok[3] == a.group_ok[1]);
+  assert_true(c.reward[4] == a.reward[0] && c.finish[5] == a.finish[1]);
+  lh_rollout_limits lim = limits();
+  assert_int_equal(lh_rollout_validate(&c, &lim, "concat"), LH_ERR_OK);
+  lh_rollout_batch_free(&c);
+  b.old = NULL;
+  assert_int_equal(lh_rollout_concat(parts, 2, &c), LH_ERR_OK);
+  assert_null(c.old);
+  lh_rollout_batch_free(&c);
+  b.group_size = 4;
+  b.n_groups = 1;
+  assert_int_equal(lh_rollout_concat(parts, 2, &c), LH_ERR_MISMATCH);
+  assert_int_equal(lh_rollout_concat(parts, 0, &c), LH_ERR_INVAL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_round_trip),   cmocka_unit_test(test_independent_encoder),
       cmocka_unit_test(test_refusals),     cmocka_unit_test(test_score),
-      cmocka_unit_test(test_generate_ids),
+      cmocka_unit_test(test_generate_ids), cmocka_unit_test(test_concat),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

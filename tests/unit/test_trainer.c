@@ -1,7 +1,8 @@
 /* lh_trainer: pending batches of any shape in any number, the staleness bound checked when a
  * batch is taken (older batches dropped and counted), a batch from a newer version refused, a
  * non-finite loss stopping the trainer, and the state file: a round trip restores the counters,
- * moments and pending batches, and a state of another step or of other weights is refused. */
+ * moments and pending batches, and a state of another step or of other weights is refused; and
+ * the behaviour log-probs of a kept older policy (lh_trainer_recompute). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,6 +15,7 @@
 
 #include <cmocka.h>
 
+#include "longhaul/tensor.h"
 #include "longhaul/trainer.h"
 
 /* A batch of `groups` groups of 2 whose rewards differ (1, 0): every group carries signal.
@@ -220,11 +222,50 @@ static void test_save_skips_stale(void **state) {
   lh_trainer_free(b);
 }
 
+/* lh_trainer_recompute: the log-probs under a kept bf16 policy. With weights that are exactly
+ * bf16 values, the log-probs of version 0 computed from its slab equal those of a training
+ * forward on the fp32 master weights, and still do after an update moved the weights; a batch
+ * that has them is submitted without recomputing. */
+static void test_recompute_older_version(void **state) {
+  (void)state;
+  lh_trainer *t = make_trainer(2, 6);
+  lh_model *m = lh_trainer_model(t);
+  for (size_t i = 0; i < m->n_params; i++)
+    m->params[i] = lh_f32_from_bf16(lh_bf16_from_f32(m->params[i]));
+  assert_int_equal(lh_infer_update(lh_trainer_policy(t), m), LH_ERR_OK);
+  size_t n = 0;
+  const uint16_t *p = lh_infer_bf16(lh_trainer_policy(t), &n);
+  uint16_t *v0 = malloc(n * sizeof *v0);
+  memcpy(v0, p, n * sizeof *v0);
+  /* the masters' forward, before any update */
+  lh_rollout_batch ref, a, c;
+  make_batch(&ref, 2, 0);
+  int N = ref.seq_start[4];
+  lh_train *tr = NULL;
+  assert_int_equal(lh_train_create(m, 16, 16, &tr), LH_ERR_OK);
+  assert_int_equal(lh_rollout_recompute(tr, &ref), LH_ERR_OK);
+  lh_train_free(tr);
+  make_batch(&a, 2, 0);
+  assert_int_equal(lh_trainer_recompute(t, v0, n, &a), LH_ERR_OK);
+  assert_memory_equal(a.old, ref.old, (size_t)N * sizeof *a.old);
+  assert_int_equal(lh_trainer_submit(t, &a), LH_ERR_OK);
+  lh_trainer_step_stats st;
+  assert_int_equal(lh_trainer_step(t, &st), LH_ERR_OK); /* the weights move */
+  assert_true(st.update.n_updates == 1);
+  make_batch(&c, 2, 0);
+  assert_int_equal(lh_trainer_recompute(t, v0, n, &c), LH_ERR_OK);
+  assert_memory_equal(c.old, ref.old, (size_t)N * sizeof *c.old);
+  assert_int_equal(lh_trainer_recompute(t, v0, n - 1, &c), LH_ERR_MISMATCH);
+  lh_rollout_batch_free(&c);
+  lh_rollout_batch_free(&ref);
+  free(v0);
+  lh_trainer_free(t);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_staleness_bound),
-      cmocka_unit_test(test_nonfinite_loss),
-      cmocka_unit_test(test_state_round_trip),
+      cmocka_unit_test(test_staleness_bound),  cmocka_unit_test(test_recompute_older_version),
+      cmocka_unit_test(test_nonfinite_loss),   cmocka_unit_test(test_state_round_trip),
       cmocka_unit_test(test_save_skips_stale),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
