@@ -102,8 +102,7 @@ lh_err lh_ledger_worker_get(lh_ledger *l, const uint8_t key[LH_LEDGER_KEY_BYTES]
 lh_err lh_ledger_worker_hardware(lh_ledger *l, const uint8_t key[LH_LEDGER_KEY_BYTES],
                                  char **hardware_json);
 /* Moves last_seen_ms to now_ms (kept when later already); LH_ERR_NOTFOUND for an unknown key. */
-lh_err lh_ledger_worker_seen(lh_ledger *l, const uint8_t key[LH_LEDGER_KEY_BYTES],
-                             int64_t now_ms);
+lh_err lh_ledger_worker_seen(lh_ledger *l, const uint8_t key[LH_LEDGER_KEY_BYTES], int64_t now_ms);
 /* Every worker, in the order of their first registration (*out malloc'd, NULL when none). */
 lh_err lh_ledger_workers(lh_ledger *l, lh_ledger_worker **out, int *n);
 
@@ -152,13 +151,12 @@ lh_err lh_ledger_group_get(lh_ledger *l, int64_t group, lh_ledger_group *out);
  * LH_LEDGER_META_MAX bytes) and received_ms = now_ms. Durable when it returns LH_ERR_OK: the
  * server may answer 202. A group in any other state is LH_ERR_INVAL naming that state; an
  * unknown one LH_ERR_NOTFOUND. */
-lh_err lh_ledger_group_accept(lh_ledger *l, int64_t group, int64_t version_used,
-                              const void *body, size_t len, const char *meta_json,
-                              int64_t now_ms);
+lh_err lh_ledger_group_accept(lh_ledger *l, int64_t group, int64_t version_used, const void *body,
+                              size_t len, const char *meta_json, int64_t now_ms);
 /* LEASED or EXPIRED -> REJECTED with the reason (1 .. LH_LEDGER_REASON_MAX bytes) and
  * version_used (-1 when the submission did not say); no body is kept. Other states LH_ERR_INVAL. */
-lh_err lh_ledger_group_reject(lh_ledger *l, int64_t group, int64_t version_used,
-                              const char *reason, int64_t now_ms);
+lh_err lh_ledger_group_reject(lh_ledger *l, int64_t group, int64_t version_used, const char *reason,
+                              int64_t now_ms);
 /* A copy of a group's body (malloc'd, *len bytes). LH_ERR_NOTFOUND for an unknown group or one
  * without a body (never accepted, or pruned), the message saying which. */
 lh_err lh_ledger_group_body(lh_ledger *l, int64_t group, void **body, size_t *len);
@@ -192,9 +190,9 @@ lh_err lh_ledger_prune_bodies(lh_ledger *l, int64_t version, int64_t *n);
 
 /* One event of the append-only training log. */
 typedef struct lh_ledger_log_entry {
-  int64_t seq;       /* 1, 2, 3, ... in the order of the events */
-  int64_t version;   /* the update's version */
-  int64_t group;     /* the group trained or dropped */
+  int64_t seq;         /* 1, 2, 3, ... in the order of the events */
+  int64_t version;     /* the update's version */
+  int64_t group;       /* the group trained or dropped */
   lh_group_state what; /* LH_GROUP_TRAINED or LH_GROUP_DROPPED */
   int64_t undone_by;   /* the rewind (1, 2, ...) that undid it; 0 while it stands (live) */
 } lh_ledger_log_entry;
@@ -243,17 +241,18 @@ typedef struct lh_ledger_reason_count {
 typedef struct lh_ledger_stats_result {
   int64_t groups[LH_GROUP__COUNT]; /* groups by state */
   int64_t workers, leases;
-  int64_t versions;       /* published versions that stand */
-  int64_t latest_version; /* -1 when none */
-  int64_t blob_bytes;     /* bytes of the distinct blobs of those versions */
-  int64_t body_bytes;     /* bytes of the bodies stored */
+  int64_t versions;             /* published versions that stand */
+  int64_t latest_version;       /* -1 when none */
+  int64_t blob_bytes;           /* bytes of the distinct blobs of those versions */
+  int64_t body_bytes;           /* bytes of the bodies stored */
   int64_t log_live, log_undone; /* training events that stand, and those undone by rewinds */
   int64_t rewinds;
   int n_reasons; /* entries of `rejected`, at most LH_LEDGER_TOP_REASONS */
   lh_ledger_reason_count rejected[LH_LEDGER_TOP_REASONS]; /* most frequent first, ties by text */
 } lh_ledger_stats_result;
 /* Counts come from a table the ledger keeps in step with every change (state_counts); the other
- * numbers cost a pass over their tables' rows (fast for the tables of a run: no bodies are read). */
+ * numbers cost a pass over their tables' rows (fast for the tables of a run: no bodies are read).
+ */
 lh_err lh_ledger_stats(lh_ledger *l, lh_ledger_stats_result *out);
 
 typedef struct lh_ledger_audit_result {

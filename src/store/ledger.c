@@ -179,8 +179,9 @@ static const char SCHEMA[] =
                        " LEFT JOIN groups g ON g.id = t.grp WHERE t.undone_by IS NULL"             \
                        " AND (g.id IS NULL OR g.state <> t.what OR g.trained_at <> t.version)"     \
                        " ORDER BY t.grp LIMIT 1")                                                  \
-  X(AUDIT_BEYOND, "SELECT id, state, trained_at FROM groups WHERE state IN (3, 4) AND trained_at > ?1"    \
-                  " ORDER BY id LIMIT 1")                                                          \
+  X(AUDIT_BEYOND,                                                                                  \
+    "SELECT id, state, trained_at FROM groups WHERE state IN (3, 4) AND trained_at > ?1"           \
+    " ORDER BY id LIMIT 1")                                                                        \
   X(AUDIT_NO_BODY, "SELECT g.id FROM groups g WHERE g.state = 1"                                   \
                    " AND NOT EXISTS (SELECT 1 FROM bodies b WHERE b.grp = g.id)"                   \
                    " ORDER BY g.id LIMIT 1")                                                       \
@@ -248,8 +249,8 @@ static lh_err code_of(int rc) {
 static lh_err fail(lh_ledger *l, int rc, const char *doing) {
   const char *msg = l->db ? sqlite3_errmsg(l->db) : sqlite3_errstr(rc);
   if ((rc & 0xff) == SQLITE_BUSY)
-    return lh_errorf(LH_ERR_IO, "%s: %s: %s (still locked by another process after %d ms)",
-                     l->path, doing, msg, LH_LEDGER_BUSY_MS);
+    return lh_errorf(LH_ERR_IO, "%s: %s: %s (still locked by another process after %d ms)", l->path,
+                     doing, msg, LH_LEDGER_BUSY_MS);
   return lh_errorf(code_of(rc), "%s: %s: %s (%s)", l->path, doing, msg, sqlite3_errstr(rc));
 }
 
@@ -311,8 +312,7 @@ static lh_err finish(lh_ledger *l, lh_err e, const char *doing) {
 }
 
 /* Bounded text from outside: NULL is "", more than max bytes is LH_ERR_LIMIT. */
-static lh_err check_text(lh_ledger *l, const char *s, size_t max, const char *field,
-                         size_t *len) {
+static lh_err check_text(lh_ledger *l, const char *s, size_t max, const char *field, size_t *len) {
   size_t n = s ? strnlen(s, max + 1) : 0;
   if (n > max) return lh_errorf(LH_ERR_LIMIT, "%s: %s: more than %zu bytes", l->path, field, max);
   *len = n;
@@ -449,8 +449,7 @@ static lh_err identify(lh_ledger *l, bool *fresh) {
                      "%s: an SQLite database of another program (application_id 0x%08" PRIx64
                      ", user_version %" PRId64 ", %" PRId64 " schema entries), not a longhaul "
                      "ledger (application_id 0x%08x)",
-                     l->path, (uint64_t)app & 0xffffffffu, ver, tables,
-                     LH_LEDGER_APPLICATION_ID);
+                     l->path, (uint64_t)app & 0xffffffffu, ver, tables, LH_LEDGER_APPLICATION_ID);
   if (ver != LH_LEDGER_SCHEMA_VERSION)
     return lh_errorf(LH_ERR_UNSUPPORTED,
                      "%s: ledger schema version %" PRId64 ", this longhaul reads version %d%s",
@@ -502,14 +501,14 @@ static lh_err configure(lh_ledger *l) {
   if (rc != SQLITE_OK) return fail(l, rc, "setting the busy timeout");
   if ((e = identify(l, &fresh))) return e;
   if ((e = set_wal(l))) return e;
-  if ((e = exec(l, "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;"
-                   " PRAGMA journal_size_limit = 67108864;",
+  if ((e = exec(l,
+                "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;"
+                " PRAGMA journal_size_limit = 67108864;",
                 "setting synchronous=FULL and foreign_keys=ON")))
     return e;
   if ((e = pragma_int(l, "PRAGMA foreign_keys", &fk, "reading foreign_keys"))) return e;
   if (fk != 1)
-    return lh_errorf(LH_ERR_UNSUPPORTED, "%s: this SQLite does not enforce foreign keys",
-                     l->path);
+    return lh_errorf(LH_ERR_UNSUPPORTED, "%s: this SQLite does not enforce foreign keys", l->path);
   if (fresh && (e = create_schema(l))) return e;
   for (int i = 0; i < ST__COUNT; i++) {
     rc = sqlite3_prepare_v3(l->db, STMT_SQL[i], -1, SQLITE_PREPARE_PERSISTENT, &l->st[i], NULL);
@@ -574,8 +573,8 @@ static lh_err worker_id(lh_ledger *l, const uint8_t key[LH_LEDGER_KEY_BYTES], in
   if (!row) {
     char hex[2 * LH_LEDGER_KEY_BYTES + 1];
     key_hex(key, hex);
-    return lh_errorf(LH_ERR_NOTFOUND, "%s: %s: no worker with key %s is registered", l->path,
-                     doing, hex);
+    return lh_errorf(LH_ERR_NOTFOUND, "%s: %s: no worker with key %s is registered", l->path, doing,
+                     hex);
   }
   return LH_ERR_OK;
 }
@@ -667,8 +666,7 @@ lh_err lh_ledger_worker_hardware(lh_ledger *l, const uint8_t key[LH_LEDGER_KEY_B
   else if (!(e = step(l, s, &row, doing))) {
     size_t n;
     void *p = NULL;
-    if (row && !(e = column_copy(l, s, 0, &p, &n, doing)) && !p &&
-        !(p = strdup("")))
+    if (row && !(e = column_copy(l, s, 0, &p, &n, doing)) && !p && !(p = strdup("")))
       e = lh_errorf(LH_ERR_NOMEM, "%s: %s: out of memory", l->path, doing);
     *hardware_json = p;
     reset(s);
@@ -682,8 +680,7 @@ lh_err lh_ledger_worker_hardware(lh_ledger *l, const uint8_t key[LH_LEDGER_KEY_B
   return e;
 }
 
-lh_err lh_ledger_worker_seen(lh_ledger *l, const uint8_t key[LH_LEDGER_KEY_BYTES],
-                             int64_t now_ms) {
+lh_err lh_ledger_worker_seen(lh_ledger *l, const uint8_t key[LH_LEDGER_KEY_BYTES], int64_t now_ms) {
   const char *doing = "updating a worker's last_seen";
   pthread_mutex_lock(&l->mu);
   sqlite3_stmt *s = l->st[ST_WORKER_SEEN];
@@ -772,8 +769,8 @@ static lh_err group_state(lh_ledger *l, int64_t group, int64_t *state, int64_t *
 }
 
 static lh_err lease(lh_ledger *l, const uint8_t worker[LH_LEDGER_KEY_BYTES], int64_t now_ms,
-                    int64_t expires_ms, int n, const lh_ledger_group_spec *specs,
-                    int64_t *lease_id, int64_t *group_ids) {
+                    int64_t expires_ms, int n, const lh_ledger_group_spec *specs, int64_t *lease_id,
+                    int64_t *group_ids) {
   const char *doing = "leasing groups";
   if (n < 1 || n > LH_LEDGER_LEASE_MAX)
     return lh_errorf(n < 1 ? LH_ERR_INVAL : LH_ERR_LIMIT,
@@ -786,8 +783,8 @@ static lh_err lease(lh_ledger *l, const uint8_t worker[LH_LEDGER_KEY_BYTES], int
                      l->path, doing, expires_ms, now_ms);
   for (int i = 0; i < n; i++) {
     if (specs[i].spec_len > LH_LEDGER_SPEC_MAX)
-      return lh_errorf(LH_ERR_LIMIT, "%s: %s: spec %d has %zu bytes, more than %d", l->path,
-                       doing, i, specs[i].spec_len, LH_LEDGER_SPEC_MAX);
+      return lh_errorf(LH_ERR_LIMIT, "%s: %s: spec %d has %zu bytes, more than %d", l->path, doing,
+                       i, specs[i].spec_len, LH_LEDGER_SPEC_MAX);
     if (!specs[i].spec && specs[i].spec_len)
       return lh_errorf(LH_ERR_INVAL, "%s: %s: spec %d: NULL with %zu bytes", l->path, doing, i,
                        specs[i].spec_len);
@@ -887,8 +884,7 @@ static lh_err check_open(lh_ledger *l, int64_t group, const char *doing) {
   if (state == LH_GROUP_LEASED || state == LH_GROUP_EXPIRED) return LH_ERR_OK;
   if (state == LH_GROUP_TRAINED || state == LH_GROUP_DROPPED)
     return lh_errorf(LH_ERR_INVAL,
-                     "%s: %s: the group is %s (at version %" PRId64
-                     "), expected leased or expired",
+                     "%s: %s: the group is %s (at version %" PRId64 "), expected leased or expired",
                      l->path, doing, state_name_i(state), trained_at);
   return lh_errorf(LH_ERR_INVAL, "%s: %s: the group is %s, expected leased or expired", l->path,
                    doing, state_name_i(state));
@@ -900,8 +896,7 @@ static lh_err group_accept(lh_ledger *l, int64_t group, int64_t version_used, co
   snprintf(doing, sizeof doing, "accepting group %" PRId64, group);
   size_t meta_len = 0;
   lh_err e;
-  if (len < 1 || !body)
-    return lh_errorf(LH_ERR_INVAL, "%s: %s: an empty body", l->path, doing);
+  if (len < 1 || !body) return lh_errorf(LH_ERR_INVAL, "%s: %s: an empty body", l->path, doing);
   if (len > LH_LEDGER_BODY_MAX)
     return lh_errorf(LH_ERR_LIMIT, "%s: %s: a body of %zu bytes, more than %zu", l->path, doing,
                      len, LH_LEDGER_BODY_MAX);
@@ -927,9 +922,8 @@ static lh_err group_accept(lh_ledger *l, int64_t group, int64_t version_used, co
   return finish(l, e, doing);
 }
 
-lh_err lh_ledger_group_accept(lh_ledger *l, int64_t group, int64_t version_used,
-                              const void *body, size_t len, const char *meta_json,
-                              int64_t now_ms) {
+lh_err lh_ledger_group_accept(lh_ledger *l, int64_t group, int64_t version_used, const void *body,
+                              size_t len, const char *meta_json, int64_t now_ms) {
   pthread_mutex_lock(&l->mu);
   lh_err e = group_accept(l, group, version_used, body, len, meta_json, now_ms);
   pthread_mutex_unlock(&l->mu);
@@ -960,8 +954,8 @@ static lh_err group_reject(lh_ledger *l, int64_t group, int64_t version_used, co
   return finish(l, e, doing);
 }
 
-lh_err lh_ledger_group_reject(lh_ledger *l, int64_t group, int64_t version_used,
-                              const char *reason, int64_t now_ms) {
+lh_err lh_ledger_group_reject(lh_ledger *l, int64_t group, int64_t version_used, const char *reason,
+                              int64_t now_ms) {
   pthread_mutex_lock(&l->mu);
   lh_err e = group_reject(l, group, version_used, reason, now_ms);
   pthread_mutex_unlock(&l->mu);
@@ -1280,17 +1274,15 @@ static lh_err check_blobs(lh_ledger *l, int64_t version, int n, const lh_ledger_
                           lh_ledger_blob *sorted, const char *doing) {
   if (n < 0 || n > LH_LEDGER_MAX_BLOBS || (n && !blobs))
     return lh_errorf(n > LH_LEDGER_MAX_BLOBS ? LH_ERR_LIMIT : LH_ERR_INVAL,
-                     "%s: %s: %d blobs, expected 0 .. %d", l->path, doing, n,
-                     LH_LEDGER_MAX_BLOBS);
+                     "%s: %s: %d blobs, expected 0 .. %d", l->path, doing, n, LH_LEDGER_MAX_BLOBS);
   for (int i = 0; i < n; i++) {
     const lh_ledger_blob *b = &blobs[i];
     if (b->kind != 0 && b->kind != 1)
       return lh_errorf(LH_ERR_INVAL, "%s: %s: blob %d: kind %d, expected 0 (snapshot) or 1 (patch)",
                        l->path, doing, i, b->kind);
     if (b->kind == 0 ? b->from_version != -1 : b->from_version < 0 || b->from_version >= version)
-      return lh_errorf(LH_ERR_INVAL,
-                       "%s: %s: blob %d: a %s from version %" PRId64 ", expected %s", l->path,
-                       doing, i, b->kind ? "patch" : "snapshot", b->from_version,
+      return lh_errorf(LH_ERR_INVAL, "%s: %s: blob %d: a %s from version %" PRId64 ", expected %s",
+                       l->path, doing, i, b->kind ? "patch" : "snapshot", b->from_version,
                        b->kind ? "0 .. the version - 1" : "-1");
     if (b->size < 1 || b->size > (uint64_t)INT64_MAX)
       return lh_errorf(LH_ERR_INVAL, "%s: %s: blob %d: size %" PRIu64 ", expected >= 1", l->path,
@@ -1315,8 +1307,8 @@ static lh_err read_blobs(lh_ledger *l, int64_t version, lh_ledger_blob *a, int *
   while (!(e = step(l, s, &row, doing)) && row) {
     if (*n == LH_LEDGER_MAX_BLOBS) {
       reset(s);
-      return lh_errorf(LH_ERR_FORMAT, "%s: %s: version %" PRId64 " has more than %d blobs",
-                       l->path, doing, version, LH_LEDGER_MAX_BLOBS);
+      return lh_errorf(LH_ERR_FORMAT, "%s: %s: version %" PRId64 " has more than %d blobs", l->path,
+                       doing, version, LH_LEDGER_MAX_BLOBS);
     }
     lh_ledger_blob *b = &a[(*n)++];
     memset(b, 0, sizeof *b);
@@ -1401,7 +1393,8 @@ static lh_err version_put(lh_ledger *l, int64_t version, int64_t parent,
     s = l->st[ST_BLOB_INSERT];
     if (sqlite3_bind_int64(s, 1, version) ||
         sqlite3_bind_blob(s, 2, sorted[i].hash, LH_LEDGER_HASH_BYTES, SQLITE_STATIC) ||
-        sqlite3_bind_int(s, 3, sorted[i].kind) || sqlite3_bind_int64(s, 4, sorted[i].from_version) ||
+        sqlite3_bind_int(s, 3, sorted[i].kind) ||
+        sqlite3_bind_int64(s, 4, sorted[i].from_version) ||
         sqlite3_bind_int64(s, 5, (int64_t)sorted[i].size))
       e = bind_fail(l, s, doing);
     else
@@ -1415,8 +1408,8 @@ lh_err lh_ledger_version_put(lh_ledger *l, int64_t version, int64_t parent,
                              size_t manifest_len, int64_t now_ms, int n_blobs,
                              const lh_ledger_blob *blobs) {
   pthread_mutex_lock(&l->mu);
-  lh_err e = version_put(l, version, parent, slab_hash, manifest, manifest_len, now_ms, n_blobs,
-                         blobs);
+  lh_err e =
+      version_put(l, version, parent, slab_hash, manifest, manifest_len, now_ms, n_blobs, blobs);
   pthread_mutex_unlock(&l->mu);
   return e;
 }
@@ -1454,8 +1447,7 @@ static lh_err version_blobs(lh_ledger *l, int64_t version, lh_ledger_blob **out,
   if (e) return e;
   reset(s);
   if (!row)
-    return lh_errorf(LH_ERR_NOTFOUND, "%s: version %" PRId64 " is not published", l->path,
-                     version);
+    return lh_errorf(LH_ERR_NOTFOUND, "%s: version %" PRId64 " is not published", l->path, version);
   lh_ledger_blob a[LH_LEDGER_MAX_BLOBS];
   if ((e = read_blobs(l, version, a, n, doing)) || !*n) return e;
   if (!(*out = malloc((size_t)*n * sizeof **out)))
@@ -1622,16 +1614,14 @@ static void say_twice(sqlite3_stmt *s, char *buf, size_t cap) {
   snprintf(buf, cap,
            "group %" PRId64 " has %" PRId64 " live training events (versions %" PRId64
            " .. %" PRId64 "), expected at most one",
-           col(s, 0), col(s, 1), col(s, 2),
-           col(s, 3));
+           col(s, 0), col(s, 1), col(s, 2), col(s, 3));
 }
 
 static void say_no_event(sqlite3_stmt *s, char *buf, size_t cap) {
   snprintf(buf, cap,
            "group %" PRId64 " is %s at version %" PRId64
            ", but the live training log has no such event",
-           col(s, 0), state_name_i(col(s, 1)),
-           col(s, 2));
+           col(s, 0), state_name_i(col(s, 1)), col(s, 2));
 }
 
 static void say_stray_event(sqlite3_stmt *s, char *buf, size_t cap) {
@@ -1639,8 +1629,7 @@ static void say_stray_event(sqlite3_stmt *s, char *buf, size_t cap) {
   snprintf(buf, cap,
            "group %" PRId64 " has a live training event (%s at version %" PRId64
            "), but the group is %s (trained_at %" PRId64 ")",
-           col(s, 0), state_name_i(col(s, 1)),
-           col(s, 2), st < 0 ? "missing" : state_name_i(st),
+           col(s, 0), state_name_i(col(s, 1)), col(s, 2), st < 0 ? "missing" : state_name_i(st),
            col(s, 4));
 }
 
@@ -1675,7 +1664,7 @@ static lh_err audit(lh_ledger *l, lh_ledger_audit_result *r) {
       !(e = audit_check(l, ST_AUDIT_NO_BODY, 0, false, say_no_body, r, doing)))
     e = audit_check(l, ST_AUDIT_TRAINED_AT, 0, false, say_trained_at, r, doing);
   if ((e = finish(l, e, doing))) return e;
-  if (r->bad_group)
+  if (r->bad_group) return lh_errorf(LH_ERR_MISMATCH, "%s: %s", l->path, r->problem);
   for (int i = 0; i < LH_GROUP__COUNT; i++)
     if (kept[i] != r->groups[i]) {
       snprintf(r->problem, sizeof r->problem,
