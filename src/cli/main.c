@@ -26,6 +26,7 @@ static const command commands[] = {
     {"keygen", lh__cmd_keygen, "make the trainer's Ed25519 key pair for signing policy manifests"},
     {"manifest", lh__cmd_manifest, "sign or verify a policy manifest (manifest sign, verify)"},
     {"snapshot", lh__cmd_snapshot, "write or check a policy snapshot blob (snapshot make, show)"},
+    {"netem", lh__cmd_netem, "a loopback TCP proxy that emulates a WAN link (delay, rate, drops)"},
 };
 
 static void usage(FILE *out) {

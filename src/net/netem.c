@@ -454,7 +454,14 @@ static void handle_events(lh_netem *n, conn *c, const struct pollfd *p, int64_t 
       return;
     }
     if (re[s] & POLLOUT) c->d[1 - s].blocked = false;
-    if ((re[s] & (POLLIN | POLLHUP)) && wants_read(n, c, s)) read_side(n, c, s, now);
+    if ((re[s] & (POLLIN | POLLHUP)) && wants_read(n, c, s)) {
+      read_side(n, c, s, now);
+    } else if ((re[s] & POLLHUP) && !(re[s] & POLLOUT)) {
+      /* polled for writing only, and hung up: the socket is closed (a FIN we would read
+       * could not hang it up while our write side is open); left alone it would be reported
+       * by every poll */
+      close_conn(n, c, true);
+    }
   }
 }
 
