@@ -33,6 +33,8 @@
  *    (SO_LINGER 0). The client reads at most that many bytes, then sees a reset (or EOF); a
  *    download cut so is what HTTP Range requests resume.
  *  - An upstream that refuses the connection (or cannot be reached) closes the client's.
+ *  - Connection setup costs no round trip: the kernel completes the client's handshake with the
+ *    proxy at once, and the proxy connects to the upstream at once.
  *  - max_connections: connections beyond that many open at once are accepted and closed at once
  *    (counted as refused).
  *  The random draws (jitter, drops) come from Philox keyed by seed, per connection (numbered in
@@ -58,15 +60,15 @@
 
 #include "longhaul/base.h"
 
-#define LH_NETEM_CHUNK                1448 /* bytes: one segment (a 1500-byte MTU's TCP payload) */
-#define LH_NETEM_DEFAULT_WINDOW       (256u * 1024u)
-#define LH_NETEM_DEFAULT_CONNECTIONS  64
-#define LH_NETEM_MAX_DELAY_MS         60000
-#define LH_NETEM_MAX_RATE_KBPS        100000000ull /* 100 Gbit/s */
-#define LH_NETEM_MIN_WINDOW           4096
-#define LH_NETEM_MAX_WINDOW           (64u * 1024u * 1024u)
-#define LH_NETEM_MAX_CONNECTIONS      4096
-#define LH_NETEM_MIN_RTO_MS           200
+#define LH_NETEM_CHUNK               1448 /* bytes: one segment (a 1500-byte MTU's TCP payload) */
+#define LH_NETEM_DEFAULT_WINDOW      (256u * 1024u)
+#define LH_NETEM_DEFAULT_CONNECTIONS 64
+#define LH_NETEM_MAX_DELAY_MS        60000
+#define LH_NETEM_MAX_RATE_KBPS       100000000ull /* 100 Gbit/s */
+#define LH_NETEM_MIN_WINDOW          4096
+#define LH_NETEM_MAX_WINDOW          (64u * 1024u * 1024u)
+#define LH_NETEM_MAX_CONNECTIONS     4096
+#define LH_NETEM_MIN_RTO_MS          200
 
 typedef struct lh_netem_config {
   const char *listen_host;   /* 127.x.y.z or "localhost"; NULL: 127.0.0.1 */

@@ -1,8 +1,9 @@
 /* `longhaul netem --listen HOST:PORT --upstream HOST:PORT [...]`: runs the WAN-emulating proxy of
  * include/longhaul/netem.h until SIGINT or SIGTERM. Prints one line on stdout once it listens
  * ("netem: listening on 127.0.0.1:PORT -> 127.0.0.1:UPSTREAM", flushed, so a script started with
- * --listen 127.0.0.1:0 can read the port), and its counters on stderr when it stops (exit 0): "netem: stopped (SIGTERM): accepted=N
- * refused=N reset=N upstream_failed=N bytes_up=N bytes_down=N dropped=N". */
+ * --listen 127.0.0.1:0 can read the port), and its counters on stderr when it stops (exit 0):
+ * "netem: stopped (SIGTERM): accepted=N refused=N reset=N upstream_failed=N bytes_up=N bytes_down=N
+ * dropped=N". */
 #include <arpa/inet.h>
 #include <signal.h>
 #include <stdio.h>
@@ -17,7 +18,8 @@
 static const lh__flag flags[] = {
     {"listen", "HOST:PORT", true, "where to listen: 127.x.y.z or localhost; port 0: any free port"},
     {"upstream", "HOST:PORT", true, "where each client is connected to: 127.x.y.z or localhost"},
-    {"delay", "MS", false, "one-way delay added to each direction, 2 x MS a round trip (default 0)"},
+    {"delay", "MS", false,
+     "one-way delay added to each direction, 2 x MS a round trip (default 0)"},
     {"jitter", "MS", false, "each chunk's delay uniform in delay +- MS, MS <= delay (default 0)"},
     {"rate", "KBPS", false, "kilobits/s per direction per connection (default 0 = unlimited)"},
     {"drop", "P", false, "probability in [0, 1] a chunk is lost and resent late (default 0)"},
@@ -28,19 +30,19 @@ static const lh__flag flags[] = {
 };
 
 #define ABOUT                                                                                      \
-  "A TCP proxy on loopback that makes every connection through it behave like a wide-area\n"     \
-  "link. Bytes from each side are cut into chunks of at most 1448 bytes; each is sent at\n"      \
-  "--rate and delivered --delay +- --jitter ms later, never ahead of the chunk before it\n"      \
-  "(nothing is reordered). With --drop P a chunk is \"lost\" with probability P: it and\n"       \
-  "everything behind it arrive a retransmission timeout, max(200, 4 x delay) ms, later;\n"       \
-  "no byte is ever lost. At most --window bytes a direction are in flight, from when they\n"     \
-  "are read until their emulated acknowledgement returns (delay ms after delivery); while\n"     \
-  "the window is full the proxy stops reading from the sender. A FIN is forwarded after the\n"   \
-  "bytes queued ahead of it; a reset from one side resets the other; an upstream that\n"         \
-  "refuses closes the client. With --reset-after, both sockets of a connection are closed\n"     \
-  "with an RST once it has forwarded exactly BYTES (both directions together).\n"                \
-  "Loopback only: both hosts must be in 127.0.0.0/8 (or localhost).\n"                           \
-  "Prints \"netem: listening on HOST:PORT -> HOST:PORT\" on stdout once it listens, runs\n"      \
+  "A TCP proxy on loopback that makes every connection through it behave like a wide-area\n"       \
+  "link. Bytes from each side are cut into chunks of at most 1448 bytes; each is sent at\n"        \
+  "--rate and delivered --delay +- --jitter ms later, never ahead of the chunk before it\n"        \
+  "(nothing is reordered). With --drop P a chunk is \"lost\" with probability P: it and\n"         \
+  "everything behind it arrive a retransmission timeout, max(200, 4 x delay) ms, later;\n"         \
+  "no byte is ever lost. At most --window bytes a direction are in flight, from when they\n"       \
+  "are read until their emulated acknowledgement returns (delay ms after delivery); while\n"       \
+  "the window is full the proxy stops reading from the sender. A FIN is forwarded after the\n"     \
+  "bytes queued ahead of it; a reset from one side resets the other; an upstream that\n"           \
+  "refuses closes the client. With --reset-after, both sockets of a connection are closed\n"       \
+  "with an RST once it has forwarded exactly BYTES (both directions together).\n"                  \
+  "Loopback only: both hosts must be in 127.0.0.0/8 (or localhost).\n"                             \
+  "Prints \"netem: listening on HOST:PORT -> HOST:PORT\" on stdout once it listens, runs\n"        \
   "until SIGINT or SIGTERM, then prints its counters on stderr and exits 0."
 
 /* HOST:PORT into a host (malloc'd) and a port in [lo, 65535]. */
@@ -54,8 +56,10 @@ static int parse_hostport(const char *flag, const char *v, long lo, char **host,
     x = x * 10 + (*p - '0');
   }
   if (!ok || x < lo || x > 65535)
-    return lh__cli_error(CMD, LH__EXIT_USAGE, "--%s: expected HOST:PORT with a port in [%ld, 65535], "
-                         "got \"%s\"", flag, lo, v);
+    return lh__cli_error(CMD, LH__EXIT_USAGE,
+                         "--%s: expected HOST:PORT with a port in [%ld, 65535], "
+                         "got \"%s\"",
+                         flag, lo, v);
   size_t n = (size_t)(colon - v);
   *host = lh_xmalloc(n + 1);
   memcpy(*host, v, n);
@@ -80,10 +84,8 @@ static int parse(lh__args *a, lh_netem_config *cfg, char **lhost, char **uhost) 
                         &cfg->upstream_port);
   long delay = 0, jitter = 0, maxc = LH_NETEM_DEFAULT_CONNECTIONS;
   uint64_t window = LH_NETEM_DEFAULT_WINDOW;
-  if (rc == LH__ARGS_CONTINUE)
-    rc = lh__args_int(a, "delay", 0, LH_NETEM_MAX_DELAY_MS, 0, &delay);
-  if (rc == LH__ARGS_CONTINUE)
-    rc = lh__args_int(a, "jitter", 0, LH_NETEM_MAX_DELAY_MS, 0, &jitter);
+  if (rc == LH__ARGS_CONTINUE) rc = lh__args_int(a, "delay", 0, LH_NETEM_MAX_DELAY_MS, 0, &delay);
+  if (rc == LH__ARGS_CONTINUE) rc = lh__args_int(a, "jitter", 0, LH_NETEM_MAX_DELAY_MS, 0, &jitter);
   if (rc == LH__ARGS_CONTINUE && jitter > delay)
     rc = lh__cli_error(CMD, LH__EXIT_USAGE,
                        "--jitter %ld is larger than --delay %ld (a chunk's delay is drawn in delay "
@@ -92,7 +94,8 @@ static int parse(lh__args *a, lh_netem_config *cfg, char **lhost, char **uhost) 
   if (rc == LH__ARGS_CONTINUE)
     rc = lh__args_u64(a, "rate", LH_NETEM_MAX_RATE_KBPS, 0, &cfg->rate_kbps);
   if (rc == LH__ARGS_CONTINUE) rc = lh__args_double(a, "drop", 0.0, 1.0, 0.0, &cfg->drop);
-  if (rc == LH__ARGS_CONTINUE) rc = lh__args_u64(a, "reset-after", UINT64_MAX, 0, &cfg->reset_after);
+  if (rc == LH__ARGS_CONTINUE)
+    rc = lh__args_u64(a, "reset-after", UINT64_MAX, 0, &cfg->reset_after);
   if (rc == LH__ARGS_CONTINUE) rc = lh__args_u64(a, "seed", LH__SEED_MAX, 0, &cfg->seed);
   if (rc == LH__ARGS_CONTINUE)
     rc = lh__args_int(a, "max-connections", 1, LH_NETEM_MAX_CONNECTIONS,
@@ -112,10 +115,8 @@ static int parse(lh__args *a, lh_netem_config *cfg, char **lhost, char **uhost) 
 }
 
 int lh__cmd_netem(int argc, char **argv) {
-  lh__args a = {.cmd = CMD,
-                .about = ABOUT,
-                .flags = flags,
-                .n_flags = (int)(sizeof flags / sizeof flags[0])};
+  lh__args a = {
+      .cmd = CMD, .about = ABOUT, .flags = flags, .n_flags = (int)(sizeof flags / sizeof flags[0])};
   int rc = lh__args_parse(&a, argc, argv);
   if (rc != LH__ARGS_CONTINUE) return rc;
   lh_netem_config cfg = {0};

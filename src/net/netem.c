@@ -21,7 +21,7 @@
 #include "longhaul/netem.h"
 
 #define CHUNKS       1024 /* chunk descriptors a direction: a sender of tiny writes stops there */
-#define ACKS         256  /* pending acknowledgements a direction (merged into the last when full) */
+#define ACKS         256 /* pending acknowledgements a direction (merged into the last when full) */
 #define SOCK_BUF     (64 * 1024) /* the proxy's kernel receive buffers: the window does the rest */
 #define ACCEPT_BURST 64          /* connections accepted per wake-up */
 #define ACCEPT_PAUSE 100000      /* us to stop accepting after EMFILE and the like */
@@ -32,7 +32,7 @@ typedef struct chunk {
 } chunk;
 
 typedef struct ack {
-  int64_t at;     /* us when the sender's window gets the bytes back */
+  int64_t at; /* us when the sender's window gets the bytes back */
   uint32_t bytes;
 } ack;
 

@@ -143,9 +143,8 @@ static double now_s(void) {
 static int dial(uint16_t port) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   assert_true(fd >= 0);
-  struct sockaddr_in sa = {.sin_family = AF_INET,
-                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
-                           .sin_port = htons(port)};
+  struct sockaddr_in sa = {
+      .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK), .sin_port = htons(port)};
   assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
   return fd;
 }
@@ -168,8 +167,8 @@ static size_t exchange(int fd, const uint8_t *out, size_t n, bool shut, uint8_t 
     if (r == 0) fail_msg("no progress for 30 s (sent %zu of %zu, read %zu)", sent, n, got);
     if (r < 0) continue;
     if ((p.revents & POLLOUT) && sent < n) {
-      ssize_t w = send(fd, out + sent, n - sent > 65536 ? 65536 : n - sent,
-                       MSG_NOSIGNAL | MSG_DONTWAIT);
+      ssize_t w =
+          send(fd, out + sent, n - sent > 65536 ? 65536 : n - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (w > 0) sent += (size_t)w;
     }
     if (p.revents & (POLLIN | POLLHUP | POLLERR)) {
@@ -228,8 +227,8 @@ static double echo_through(lh_netem *n, size_t len, uint64_t seed) {
   double t0 = now_s();
   size_t got = exchange(fd, out, len, true, in, len + 1, &err);
   double dt = now_s() - t0;
-  if (err != 0) fail_msg("echo of %zu bytes: expected EOF, got error %d after %zu bytes", len, err,
-                         got);
+  if (err != 0)
+    fail_msg("echo of %zu bytes: expected EOF, got error %d after %zu bytes", len, err, got);
   assert_int_equal(got, len);
   assert_memory_equal(in, out, len);
   close(fd);
@@ -400,8 +399,9 @@ static void expect_refused(lh_netem_config c, const char *needle) {
 
 static void test_loopback_only_and_settings(void **state) {
   (void)state;
-  const char *bad[] = {"10.0.0.1", "0.0.0.0", "8.8.8.8", "192.168.1.1", "128.0.0.1",
-                       "example.com", "::1", "127.1", " 127.0.0.1", "127.0.0.1 ", ""};
+  const char *bad[] = {"10.0.0.1",   "0.0.0.0",     "8.8.8.8", "192.168.1.1",
+                       "128.0.0.1",  "example.com", "::1",     "127.1",
+                       " 127.0.0.1", "127.0.0.1 ",  ""};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     lh_netem_config c = {.listen_host = bad[i], .upstream_port = 9};
     expect_refused(c, "listen host");
