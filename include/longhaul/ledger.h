@@ -13,7 +13,8 @@
  *
  * Ownership: arrays and buffers returned (ids, workers, specs, bodies, manifests, log entries)
  * are malloc'd for the caller (free()); lh_ledger_group_clear frees what lh_ledger_group_get put
- * in a group. On failure every out pointer is NULL and every count 0.
+ * in a group. On failure every returned pointer is NULL and every count 0 (the ids a failed
+ * lh_ledger_lease wrote into group_ids mean nothing: that lease does not exist).
  *
  * Thread safety: one lh_ledger may be used by any number of threads at once (the HTTP threads and
  * the training thread). It has one SQLite connection, and one mutex inside serialises every call,

@@ -434,10 +434,13 @@ static lh_err identify(lh_ledger *l, bool *fresh) {
   if ((e = pragma_int(l, "PRAGMA application_id", &app, "reading the application id")) ||
       (e = pragma_int(l, "PRAGMA user_version", &ver, "reading the schema version")) ||
       (e = pragma_int(l, "SELECT count(*) FROM sqlite_schema", &tables, "reading the schema"))) {
-    if (e == LH_ERR_FORMAT)
-      return lh_errorf(LH_ERR_FORMAT, "%s: not an SQLite database, so not a longhaul ledger (%s)",
-                       l->path, lh_last_error());
-    return e;
+    if (e != LH_ERR_FORMAT) return e;
+    char why[256]; /* a copy: lh_errorf writes where lh_last_error points */
+    snprintf(why, sizeof why, "%s", sqlite3_errmsg(l->db));
+    return lh_errorf(LH_ERR_FORMAT,
+                     "%s: not a longhaul ledger: SQLite says \"%s\" (not an SQLite database, "
+                     "or a damaged one)",
+                     l->path, why);
   }
   *fresh = false;
   if (app == 0 && ver == 0 && tables == 0) {

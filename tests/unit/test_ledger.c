@@ -250,7 +250,7 @@ static void test_open_refusals(void **state) {
   memset(junk, 'x', sizeof junk - 1);
   junk[sizeof junk - 1] = '\0';
   write_file(path, junk);
-  expect_err(lh_ledger_open(path, &l), LH_ERR_FORMAT, "not an SQLite database");
+  expect_err(lh_ledger_open(path, &l), LH_ERR_FORMAT, "SQLite says \"file is not a database\"");
   assert_non_null(strstr(lh_last_error(), path));
 
   /* another program's database is refused and left as it was (not switched to WAL) */
