@@ -502,6 +502,10 @@ static lh_err configure(lh_ledger *l) {
   bool fresh = false;
   int rc = sqlite3_busy_timeout(l->db, LH_LEDGER_BUSY_MS);
   if (rc != SQLITE_OK) return fail(l, rc, "setting the busy timeout");
+  /* SQLite falls back to reading a file it may not write; the server must write */
+  if (sqlite3_db_readonly(l->db, "main") == 1)
+    return lh_errorf(LH_ERR_IO, "%s: cannot open the ledger for writing (only for reading)",
+                     l->path);
   if ((e = identify(l, &fresh))) return e;
   if ((e = set_wal(l))) return e;
   if ((e = exec(l,

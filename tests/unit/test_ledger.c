@@ -1000,6 +1000,36 @@ static void test_kill9(void **state) {
   lh_ledger_close(l);
 }
 
+/* A lock held by another process past the busy timeout: an error naming it, nothing changed,
+ * and the same call succeeds once the lock is gone. */
+static void test_busy(void **state) {
+  (void)state;
+  char path[512];
+  snprintf(path, sizeof path, "%s", path_of("busy.db"));
+  lh_ledger *l = NULL;
+  OK(lh_ledger_open(path, &l));
+  int64_t ids[1];
+  lease_n(l, 1, 1, 1000, 2000, ids);
+  sqlite3 *other = NULL;
+  assert_int_equal(sqlite3_open(path, &other), SQLITE_OK);
+  assert_int_equal(sqlite3_exec(other, "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK);
+  expect_err(lh_ledger_group_accept(l, 1, 0, "b", 1, NULL, 1500), LH_ERR_IO,
+             "accepting group 1: database is locked (still locked by another process after");
+  assert_non_null(strstr(lh_last_error(), path));
+  assert_int_equal(sqlite3_exec(other, "ROLLBACK", NULL, NULL, NULL), SQLITE_OK);
+  sqlite3_close(other);
+  assert_int_equal(state_of(l, 1), LH_GROUP_LEASED);
+  accept_body(l, 1, 0);
+  assert_int_equal(state_of(l, 1), LH_GROUP_ACCEPTED);
+  lh_ledger_close(l);
+  /* a ledger this process may only read is refused at open (root may write anything) */
+  if (geteuid() != 0) {
+    assert_int_equal(chmod(path, 0444), 0);
+    expect_err(lh_ledger_open(path, &l), LH_ERR_IO, "for writing");
+    chmod(path, 0644);
+  }
+}
+
 static void test_state_names(void **state) {
   (void)state;
   assert_string_equal(lh_group_state_name(LH_GROUP_LEASED), "leased");
@@ -1024,6 +1054,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_audit, setup, teardown),
       cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
       cmocka_unit_test_setup_teardown(test_kill9, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_busy, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
