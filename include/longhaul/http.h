@@ -57,8 +57,8 @@ bool lh_http_etag_match(const char *if_none_match, const char *etag);
  * case). Keys are compared after decoding. On success writes the decoded value and its NUL to
  * out[0, cap) and returns LH_ERR_OK. LH_ERR_NOTFOUND: no such key; LH_ERR_FORMAT: a bad escape
  * ("%", "%4", "%zz") anywhere in the query, a key given twice, or a value that decodes to a
- * NUL byte; LH_ERR_LIMIT: the value with its NUL needs more than cap bytes (out is then "" when
- * cap > 0). Messages name the key and the byte offset. */
+ * NUL byte; LH_ERR_LIMIT: the value with its NUL needs more than cap bytes. On every error out
+ * is "" (when cap > 0). Messages name the key, or the byte offset of a bad escape. */
 lh_err lh_http_query_get(const char *query, const char *key, char *out, size_t cap);
 
 /* Percent-encodes s[0, n) for a query value or a path segment: unreserved bytes (A-Z a-z 0-9

@@ -265,18 +265,15 @@ lh_err lh_http_query_get(const char *query, const char *key, char *out, size_t c
   }
   if (found == SIZE_MAX) return lh_errorf(LH_ERR_NOTFOUND, "query: no key \"%s\"", shown);
   size_t n = 0;
-  for (size_t j = vstart; j < vend;) {
-    int b = decode_byte(query, &j);
-    if (b == 0)
+  for (size_t j = vstart; j < vend; n++) /* the length, and no NUL, whatever cap is */
+    if (decode_byte(query, &j) == 0)
       return lh_errorf(LH_ERR_FORMAT, "query: the value of \"%s\" holds a NUL byte (%%00)", shown);
-    if (n + 1 >= cap) {
-      if (cap) out[0] = 0;
-      return lh_errorf(LH_ERR_LIMIT, "query: the value of \"%s\" is longer than %zu bytes", shown,
-                       cap ? cap - 1 : 0);
-    }
-    out[n++] = (char)b;
-  }
-  if (cap == 0) return lh_errorf(LH_ERR_LIMIT, "query: no room for the value of \"%s\"", shown);
+  if (n >= cap)
+    return lh_errorf(LH_ERR_LIMIT, "query: the value of \"%s\" is longer than %zu bytes", shown,
+                     cap ? cap - 1 : 0);
+  n = 0;
+  for (size_t j = vstart; j < vend;)
+    out[n++] = (char)decode_byte(query, &j);
   out[n] = 0;
   return LH_ERR_OK;
 }
