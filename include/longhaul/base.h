@@ -60,6 +60,7 @@ _Noreturn void lh__fatal(const char *file, int line, const char *cond, const cha
  * lh_xmalloc_aligned is 64-byte aligned and released with free(). */
 void *lh_xmalloc(size_t n);
 void *lh_xcalloc(size_t count, size_t size);
+void *lh_xrealloc(void *p, size_t n);
 void *lh_xmalloc_aligned(size_t n);
 char *lh_xstrdup(const char *s);
 /* Allocation sized by a config file or a user, which must fail with a message instead of

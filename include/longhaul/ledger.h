@@ -228,6 +228,9 @@ lh_err lh_ledger_version_blobs(lh_ledger *l, int64_t version, lh_ledger_blob **o
  * the blobs of versions that stand. */
 lh_err lh_ledger_blob_find(lh_ledger *l, const uint8_t hash[LH_LEDGER_HASH_BYTES],
                            lh_ledger_blob *out, int64_t *version);
+/* One past the highest task_index any group was leased with (0 when none): where a restarted
+ * server continues handing out new tasks. */
+lh_err lh_ledger_next_task(lh_ledger *l, uint64_t *task);
 /* The highest published version; LH_ERR_NOTFOUND when none. */
 lh_err lh_ledger_latest_version(lh_ledger *l, int64_t *version);
 

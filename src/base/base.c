@@ -71,6 +71,12 @@ void *lh_xcalloc(size_t count, size_t size) {
   return p;
 }
 
+void *lh_xrealloc(void *p, size_t n) {
+  void *q = realloc(p, n ? n : 1);
+  LH_CHECK(q, "out of memory reallocating %zu bytes", n);
+  return q;
+}
+
 void *lh_xmalloc_aligned(size_t n) {
   LH_CHECK(n <= SIZE_MAX - 63, "allocation of %zu bytes: size overflows", n);
   size_t rounded = (n + 63) & ~(size_t)63;

@@ -144,6 +144,8 @@ int lh__cmd_snapshot(int argc, char **argv);
 /* `netem`: a setting lh_netem_start refuses (LH_ERR_INVAL: a host that is not loopback, a value
  * out of range) is a usage error (exit code 2); SIGINT or SIGTERM stops it with exit code 0. */
 int lh__cmd_netem(int argc, char **argv);
+int lh__cmd_serve(int argc, char **argv);
+int lh__cmd_worker(int argc, char **argv);
 /* `bench generate`, in cmd_generate.c next to the command it measures */
 int lh__bench_generate(int argc, char **argv);
 

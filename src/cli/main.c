@@ -27,6 +27,8 @@ static const command commands[] = {
     {"manifest", lh__cmd_manifest, "sign or verify a policy manifest (manifest sign, verify)"},
     {"snapshot", lh__cmd_snapshot, "write or check a policy snapshot blob (snapshot make, show)"},
     {"netem", lh__cmd_netem, "a loopback TCP proxy that emulates a WAN link (delay, rate, drops)"},
+    {"serve", lh__cmd_serve, "the networked trainer: HTTP API for workers, ledger, training"},
+    {"worker", lh__cmd_worker, "a rollout worker: sync the policy, lease, generate, submit"},
 };
 
 static void usage(FILE *out) {

@@ -155,6 +155,7 @@ static const char SCHEMA[] =
                    " ORDER BY hash")                                                               \
   X(BLOB_FIND, "SELECT version, kind, from_version, size FROM blobs WHERE hash = ?1"               \
                " ORDER BY version LIMIT 1")                                                        \
+  X(MAX_TASK, "SELECT MAX(task_index) FROM groups")                                                \
   X(LATEST, "SELECT max(version) FROM versions")                                                   \
   X(STATE_COUNTS, "SELECT state, n FROM state_counts")                                             \
   X(STATS, "SELECT (SELECT count(*) FROM workers), (SELECT count(*) FROM leases),"                 \
@@ -1518,6 +1519,21 @@ lh_err lh_ledger_latest_version(lh_ledger *l, int64_t *version) {
   lh_err e = latest(l, version, "reading the latest version");
   pthread_mutex_unlock(&l->mu);
   if (!e && *version < 0) e = lh_errorf(LH_ERR_NOTFOUND, "%s: no version is published", l->path);
+  return e;
+}
+
+lh_err lh_ledger_next_task(lh_ledger *l, uint64_t *task) {
+  *task = 0;
+  pthread_mutex_lock(&l->mu);
+  sqlite3_stmt *s = l->st[ST_MAX_TASK];
+  bool row;
+  lh_err e = step(l, s, &row, "reading the highest task leased");
+  if (!e) {
+    if (row && sqlite3_column_type(s, 0) != SQLITE_NULL)
+      *task = (uint64_t)sqlite3_column_int64(s, 0) + 1;
+    reset(s);
+  }
+  pthread_mutex_unlock(&l->mu);
   return e;
 }
 

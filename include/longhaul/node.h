@@ -1,0 +1,161 @@
+/* longhaul node: the networked system (docs/PROTOCOL.md, "The networked protocol"). `serve` is
+ * the trainer and coordinator in one process: an HTTP API (http.h), the ledger (ledger.h), and
+ * one training thread that owns the trainer (trainer.h); `worker` syncs the policy (sync.h),
+ * leases prompt groups, generates them (rollout.h) and submits them. This header has both
+ * drivers and the protocol's codecs, which both sides share: signed requests and the bodies of
+ * leases. Every codec that reads outside bytes returns an lh_err naming `what` and the field,
+ * checks every length and count before allocating, and never aborts (fuzz targets fuzz_auth,
+ * fuzz_lease_request, fuzz_lease_reply).
+ *
+ * Ownership: structs filled by a parser own their arrays; the matching _clear frees them and
+ * accepts a zeroed struct. Thread safety: the codecs keep no state. */
+#ifndef LONGHAUL_NODE_H
+#define LONGHAUL_NODE_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "longhaul/rl.h"
+#include "longhaul/sample.h"
+#include "longhaul/sync.h"
+
+/* ---------------------------------------------------------------- signed requests */
+#define LH_NODE_SIGNING_CONTEXT "longhaul-request-v1\n"
+#define LH_NODE_NONCE_BYTES     16
+#define LH_NODE_TIME_WINDOW_MS  300000 /* a request's time may differ from the server's by this */
+/* The four headers of a signed request. */
+#define LH_NODE_HDR_KEY       "X-Longhaul-Key"
+#define LH_NODE_HDR_TIME      "X-Longhaul-Time"
+#define LH_NODE_HDR_NONCE     "X-Longhaul-Nonce"
+#define LH_NODE_HDR_SIGNATURE "X-Longhaul-Signature"
+
+typedef struct lh_node_auth {
+  lh_sync_public_key key;
+  int64_t time_ms; /* the signer's clock, Unix milliseconds */
+  uint8_t nonce[LH_NODE_NONCE_BYTES];
+  uint8_t signature[LH_SYNC_SIGNATURE_BYTES];
+} lh_node_auth;
+
+/* The header values of a signed request, each NUL-terminated. */
+typedef struct lh_node_auth_text {
+  char key[2 * LH_SYNC_PUBLIC_KEY_BYTES + 1];
+  char time[24];
+  char nonce[2 * LH_NODE_NONCE_BYTES + 1];
+  char signature[2 * LH_SYNC_SIGNATURE_BYTES + 1];
+} lh_node_auth_text;
+
+/* Signs a request: the bytes signed are LH_NODE_SIGNING_CONTEXT, then METHOD, PATH (with its
+ * query), the lowercase hex BLAKE2b-256 of the body, the key in hex, the time in decimal and the
+ * nonce in hex, each followed by "\n". A fresh random nonce is drawn. */
+void lh_node_sign(const lh_sync_secret_key *sk, const char *method, const char *path,
+                  const void *body, size_t len, int64_t time_ms, lh_node_auth_text *out);
+/* Parses the four header values (any may be NULL: missing) into *a: LH_ERR_FORMAT naming the
+ * header that is missing or malformed (hex of the wrong length or case, a time that is not a
+ * decimal integer in [0, 2^53)). */
+lh_err lh_node_auth_parse(const char *key, const char *time, const char *nonce,
+                          const char *signature, lh_node_auth *a);
+/* Whether a's signature covers this request (LH_ERR_SIGNATURE otherwise). */
+lh_err lh_node_auth_verify(const lh_node_auth *a, const char *method, const char *path,
+                           const void *body, size_t len);
+
+/* ---------------------------------------------------------------- leases */
+#define LH_NODE_MAX_LEASE_GROUPS  64    /* groups one lease request may ask for */
+#define LH_NODE_MAX_PROMPT        16384 /* prompt tokens of one group at most */
+#define LH_NODE_LEASE_REQUEST_MAX 4096  /* bytes of a lease request body at most */
+#define LH_NODE_LEASE_REPLY_MAX   (8u << 20)
+
+/* What a worker asks for: POST /v1/leases {"groups": N, "version": V}. */
+typedef struct lh_node_lease_request {
+  int groups;      /* 1 .. LH_NODE_MAX_LEASE_GROUPS */
+  int64_t version; /* the version the worker holds, or -1 (none yet) */
+} lh_node_lease_request;
+lh_err lh_node_lease_request_parse(const void *body, size_t len, lh_node_lease_request *out);
+
+/* One leased group: everything a worker needs to generate it, chosen by the server. */
+typedef struct lh_node_group {
+  int64_t group;        /* the group's id in the ledger */
+  uint64_t task;        /* task index in the train split */
+  int32_t *prompt;      /* (prompt_len) token ids */
+  int prompt_len;       /* 1 .. LH_NODE_MAX_PROMPT */
+  int group_size;       /* completions, 1 .. 4096 */
+  uint64_t seed;        /* sampler seed, < 2^53 */
+  uint64_t stream_base; /* stream of completion 0, < 2^53 */
+  int max_new;          /* completion tokens at most, >= 1 */
+  lh_sample_params sample;
+  int64_t min_version; /* generate with this version or a newer one */
+} lh_node_group;
+
+typedef struct lh_node_lease {
+  int64_t lease;
+  int64_t expires_ms; /* Unix milliseconds (the server's clock) */
+  int n_groups;
+  lh_node_group *groups; /* (n_groups) */
+} lh_node_lease;
+
+/* The JSON of one group (a new object) and of a whole lease reply (malloc'd text). */
+struct json_t *lh_node_group_json(const lh_node_group *g);
+char *lh_node_lease_json(const lh_node_lease *l, size_t *len);
+/* Parses a group object (the ledger keeps each group's JSON) or a lease reply; vocab bounds
+ * the token ids. */
+lh_err lh_node_group_parse(const void *text, size_t len, int vocab, const char *what,
+                           lh_node_group *out);
+lh_err lh_node_lease_parse(const void *text, size_t len, int vocab, lh_node_lease *out);
+void lh_node_group_clear(lh_node_group *g);
+void lh_node_lease_clear(lh_node_lease *l);
+
+/* ---------------------------------------------------------------- serve */
+typedef struct lh_serve_progress {
+  int64_t version, steps;
+  double elapsed_s;
+  double reward, accuracy; /* of the groups of the last update */
+  int64_t groups_accepted, groups_rejected, groups_trained, groups_dropped;
+  double groups_per_s;    /* trained, since the start */
+  double staleness_mean;  /* of the last update's groups */
+  uint64_t bytes_shipped; /* blob bytes served */
+  int workers;
+  double busy; /* fraction of wall time the training thread spent training */
+} lh_serve_progress;
+
+typedef struct lh_serve_config {
+  lh_rl_run_config rl;   /* model, run directory, environment, training settings; staleness is
+                          * the staleness bound (--max-staleness); resume, stop, argv as rl */
+  const char *key_path;  /* the trainer's Ed25519 secret key */
+  const char *listen;    /* HOST:PORT (loopback by default; port 0: a free one) */
+  const char *port_file; /* when set, the bound port is written there (atomically) */
+  int keyframe_every;    /* a snapshot every K versions (and when a chain costs more) */
+  int lease_ms;          /* a lease expires after this */
+  double max_wall_s;     /* stop after this long (0: at --steps only) */
+  bool sync_mode;        /* --sync: leases only for the current version's update */
+  void (*progress)(const lh_serve_progress *p, void *ud);
+  void *progress_ud;
+} lh_serve_config;
+
+lh_serve_config lh_serve_defaults(void);
+/* Runs the server until rl.steps updates, max_wall_s, or *rl.stop; errors name the file or
+ * setting. */
+lh_err lh_serve_run(const lh_serve_config *c);
+
+/* ---------------------------------------------------------------- worker */
+typedef struct lh_worker_config {
+  const char *server;     /* http://HOST:PORT */
+  const char *key_path;   /* the worker's Ed25519 secret key (created when missing) */
+  const char *trust_path; /* the trainer's public key: every manifest must be signed by it */
+  const char *dir;        /* the worker's own directory: blobs, policy, unsent groups */
+  const char *name;       /* shown in the server's status */
+  int threads, slots;
+  int64_t max_groups; /* stop after submitting this many (0: never) */
+  volatile sig_atomic_t *stop;
+} lh_worker_config;
+
+typedef struct lh_worker_result {
+  int64_t groups_submitted, groups_refused;
+  int64_t versions_applied;
+  uint64_t bytes_downloaded;
+} lh_worker_result;
+
+lh_worker_config lh_worker_defaults(void);
+lh_err lh_worker_run(const lh_worker_config *c, lh_worker_result *res);
+
+#endif

@@ -1,0 +1,1364 @@
+/* `longhaul serve` (node.h): the trainer and coordinator in one process. HTTP threads (one per
+ * connection, http.h) register workers, lease prompt groups, verify and score submitted groups
+ * and put them in the ledger (durable before the 202) and in the queue; the calling thread is
+ * the training thread: it takes the freshest groups within the staleness bound, recomputes their
+ * behaviour log-probs under the version that generated each (the bf16 weights of the last
+ * max_staleness versions are kept), trains, and publishes the new version (patch, keyframe,
+ * signed manifest), checkpointed before any worker can see it. docs/PROTOCOL.md, "The networked
+ * protocol", has the endpoints and what a restart guarantees. */
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <math.h>
+#include <pthread.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "longhaul/http.h"
+#include "longhaul/ledger.h"
+#include "longhaul/node.h"
+#include "longhaul/patch.h"
+#include "longhaul/rundir.h"
+#include "longhaul/tensor.h"
+#include "longhaul/trainer.h"
+
+#define NONCE_SLOTS      (1 << 16) /* signed requests remembered (within the time window) */
+#define NONCE_PROBES     64
+#define MAX_OUTSTANDING  256 /* leased, unanswered groups per worker at most */
+#define POLL_WAIT_MAX_S  30  /* a long poll waits at most this */
+#define ROLLOUT_BODY_MAX ((size_t)32 << 20)
+#define SMALL_BODY_MAX   ((size_t)64 << 10)
+#define CACHE_IMMUTABLE  "public, max-age=31536000, immutable"
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* A group waiting to be trained on. */
+typedef struct queued {
+  int64_t group, version, arrived;
+  lh_rollout_batch b;
+} queued;
+
+/* The bf16 weights of a published version, kept for recomputing behaviour log-probs. */
+typedef struct kept {
+  int64_t version; /* -1: empty */
+  uint16_t *slab;
+} kept;
+
+typedef struct nonce_slot {
+  uint8_t id[16]; /* BLAKE2b-128 of key and nonce */
+  int64_t t;      /* 0: empty */
+} nonce_slot;
+
+typedef struct server {
+  const lh_serve_config *c;
+  lh_rl_run_config rl; /* the run's settings (from run.json on resume) */
+  lh_rundir *rd;
+  lh_ledger *ledger;
+  lh_trainer *tr;
+  lh_env *env;
+  lh_tokenizer *tok;
+  lh_model_files files;
+  lh_sync_secret_key sk;
+  lh_sync_public_key pk;
+  char *blob_dir;
+  int vocab;
+  size_t n_params;
+  lh_patch_section *sections;
+  int n_sections;
+  uint8_t h_config[LH_HASH_BYTES], h_tok[LH_HASH_BYTES], h_gen[LH_HASH_BYTES];
+  bool has_tok, has_gen;
+  int64_t start_ms;
+  double t_start;
+  lh_http_server *http;
+
+  pthread_mutex_t mu; /* everything below */
+  pthread_cond_t published_cv, queue_cv;
+  int64_t version; /* newest published */
+  char *manifest;  /* its signed manifest */
+  size_t manifest_len;
+  int64_t last_keyframe;
+  uint64_t snapshot_bytes, chain_bytes; /* the last snapshot's size; patches since it */
+  kept *kept;
+  int n_kept;
+  queued *q;
+  int q_len, q_cap;
+  uint64_t next_task;
+  uint64_t *reissue; /* tasks of expired or rejected groups, to lease again */
+  int n_reissue, reissue_cap;
+  nonce_slot *nonces;
+  pthread_mutex_t env_mu; /* scoring: an environment is used by one thread at a time */
+  bool stopping;
+  /* counters */
+  int64_t accepted, rejected, trained, dropped, repeats;
+  uint64_t bytes_shipped, bytes_snapshots; /* blob bytes served; of full snapshots that many */
+  int64_t versions_published;
+  double busy_s;
+  double last_staleness;
+  int64_t stale_hist[65]; /* staleness of trained groups, 64 = 64 or more */
+} server;
+
+/* ---------------------------------------------------------------- helpers */
+
+/* The kept slab of a version, or NULL. Caller holds mu. */
+static const uint16_t *kept_slab(server *s, int64_t v) {
+  for (int i = 0; i < s->n_kept; i++)
+    if (s->kept[i].version == v) return s->kept[i].slab;
+  return NULL;
+}
+
+/* Keeps a copy of version v's slab, replacing the oldest. Caller holds mu. */
+static void keep_slab(server *s, int64_t v, const uint16_t *slab) {
+  int oldest = 0;
+  for (int i = 0; i < s->n_kept; i++) {
+    if (s->kept[i].version < 0) {
+      oldest = i;
+      break;
+    }
+    if (s->kept[i].version < s->kept[oldest].version) oldest = i;
+  }
+  kept *k = &s->kept[oldest];
+  if (!k->slab) k->slab = lh_xmalloc(s->n_params * sizeof *k->slab);
+  memcpy(k->slab, slab, s->n_params * sizeof *k->slab);
+  k->version = v;
+}
+
+static void reissue_push(server *s, uint64_t task) {
+  if (s->n_reissue == s->reissue_cap) {
+    s->reissue_cap = s->reissue_cap ? 2 * s->reissue_cap : 64;
+    s->reissue = lh_xrealloc(s->reissue, (size_t)s->reissue_cap * sizeof *s->reissue);
+  }
+  s->reissue[s->n_reissue++] = task;
+}
+
+static void queue_push(server *s, queued *e) {
+  if (s->q_len == s->q_cap) {
+    s->q_cap = s->q_cap ? 2 * s->q_cap : 64;
+    s->q = lh_xrealloc(s->q, (size_t)s->q_cap * sizeof *s->q);
+  }
+  s->q[s->q_len++] = *e;
+}
+
+/* ---------------------------------------------------------------- publishing */
+
+/* Signs and records version v (blobs already in the store), then makes it visible. */
+static lh_err publish(server *s, int64_t v, const uint16_t *slab, const lh_sync_blob_ref *blobs,
+                      int n_blobs, const int64_t *trained, int n_trained, const int64_t *dropped,
+                      int n_dropped) {
+  lh_sync_manifest m;
+  memset(&m, 0, sizeof m);
+  m.version = v;
+  m.parent = v > 0 ? v - 1 : LH_SYNC_NONE;
+  m.elements = s->n_params;
+  lh_sync_slab_hash(slab, s->n_params, m.slab);
+  memcpy(m.config, s->h_config, LH_HASH_BYTES);
+  memcpy(m.tokenizer, s->h_tok, LH_HASH_BYTES);
+  m.has_tokenizer = s->has_tok;
+  memcpy(m.generation, s->h_gen, LH_HASH_BYTES);
+  m.has_generation = s->has_gen;
+  m.n_blobs = n_blobs;
+  memcpy(m.blobs, blobs, (size_t)n_blobs * sizeof *blobs);
+  char *text = NULL;
+  size_t len = 0;
+  lh_err e;
+  if ((e = lh_sync_manifest_sign(&m, &s->sk, &text, &len))) return e;
+  lh_ledger_blob lb[LH_SYNC_MAX_BLOBS];
+  for (int i = 0; i < n_blobs; i++) {
+    memcpy(lb[i].hash, blobs[i].hash, LH_HASH_BYTES);
+    lb[i].kind = blobs[i].kind == LH_SYNC_PATCH ? 1 : 0;
+    lb[i].from_version = blobs[i].kind == LH_SYNC_PATCH ? blobs[i].from : -1;
+    lb[i].size = blobs[i].size;
+  }
+  /* Ledger first, checkpoint second: a crash between them rewinds the ledger to the
+   * checkpoint on restart, so these groups are trained again, once. */
+  if ((n_trained + n_dropped > 0 &&
+       (e = lh_ledger_train(s->ledger, v, trained, n_trained, dropped, n_dropped))) ||
+      (e = lh_ledger_version_put(s->ledger, v, m.parent, m.slab, text, len, now_ms(), n_blobs,
+                                 lb)) ||
+      (e = lh_trainer_checkpoint(s->tr, s->rd, &s->files, s->rl.keep, NULL))) {
+    free(text);
+    return e;
+  }
+  pthread_mutex_lock(&s->mu);
+  free(s->manifest);
+  s->manifest = text;
+  s->manifest_len = len;
+  s->version = v;
+  s->versions_published++;
+  keep_slab(s, v, slab);
+  pthread_cond_broadcast(&s->published_cv);
+  pthread_mutex_unlock(&s->mu);
+  return LH_ERR_OK;
+}
+
+/* The blobs of version v: a patch from the previous version's slab (when there is one) and,
+ * when the keyframe rule says so, a snapshot. */
+static lh_err make_blobs(server *s, int64_t v, const uint16_t *prev, const uint16_t *slab,
+                         lh_sync_blob_ref *blobs, int *n) {
+  *n = 0;
+  lh_err e;
+  uint64_t patch_len = 0;
+  if (prev) {
+    uint8_t *p = NULL;
+    size_t len = 0;
+    if ((e = lh_patch_make(prev, slab, s->n_params, s->sections, s->n_sections, v - 1, v, &p,
+                           &len)))
+      return e;
+    lh_sync_blob_ref *b = &blobs[(*n)++];
+    b->kind = LH_SYNC_PATCH;
+    b->from = v - 1;
+    b->size = len;
+    e = lh_sync_blob_put(s->blob_dir, p, len, b->hash);
+    free(p);
+    if (e) return e;
+    patch_len = len;
+  }
+  if (!prev || lh_sync_keyframe_due(s->c->keyframe_every, v, s->last_keyframe,
+                                    s->chain_bytes + patch_len, s->snapshot_bytes)) {
+    uint8_t *p = NULL;
+    size_t len = 0;
+    if ((e = lh_sync_snapshot_encode(slab, s->n_params, LH_SYNC_SNAPSHOT_LEVEL, &p, &len)))
+      return e;
+    lh_sync_blob_ref *b = &blobs[(*n)++];
+    b->kind = LH_SYNC_SNAPSHOT;
+    b->from = LH_SYNC_NONE;
+    b->size = len;
+    e = lh_sync_blob_put(s->blob_dir, p, len, b->hash);
+    free(p);
+    if (e) return e;
+    s->last_keyframe = v;
+    s->snapshot_bytes = len;
+    s->chain_bytes = 0;
+  } else {
+    s->chain_bytes += patch_len;
+  }
+  return LH_ERR_OK;
+}
+
+/* Rebuilds the slab of a published version from the blob store (a restart keeps the versions
+ * of the staleness window this way). */
+static lh_err rebuild_slab(server *s, int64_t v, uint16_t **out) {
+  *out = NULL;
+  int64_t first = v;
+  lh_sync_manifest *ms = NULL;
+  int n = 0;
+  lh_err e = LH_ERR_OK;
+  /* back to the newest version with a snapshot */
+  for (int64_t u = v; u >= 0; u--) {
+    char *text = NULL;
+    size_t len = 0;
+    if ((e = lh_ledger_version_get(s->ledger, u, &text, &len))) break;
+    ms = lh_xrealloc(ms, (size_t)(n + 1) * sizeof *ms);
+    e = lh_sync_manifest_verify(text, len, &s->pk, "ledger manifest", &ms[n]);
+    free(text);
+    if (e) break;
+    n++;
+    first = u;
+    bool snap = false;
+    for (int i = 0; i < ms[n - 1].n_blobs; i++)
+      snap = snap || ms[n - 1].blobs[i].kind == LH_SYNC_SNAPSHOT;
+    if (snap) break;
+  }
+  lh_sync_route route = {0};
+  if (!e) e = lh_sync_plan(ms, n, LH_SYNC_NONE, v, &route);
+  uint16_t *slab = NULL;
+  size_t cnt = 0;
+  for (int i = 0; !e && i < route.n; i++) {
+    const lh_sync_blob_ref *b = &ms[route.steps[i].manifest].blobs[route.steps[i].blob];
+    uint8_t *data = NULL;
+    size_t len = 0;
+    if ((e = lh_sync_blob_get(s->blob_dir, b->hash, (size_t)b->size, &data, &len))) break;
+    if (b->kind == LH_SYNC_SNAPSHOT) {
+      free(slab);
+      slab = NULL;
+      e = lh_sync_snapshot_decode(data, len, s->n_params, "snapshot", &slab, &cnt);
+    } else {
+      e = slab
+              ? lh_patch_apply(slab, s->n_params, data, len, NULL)
+              : lh_errorf(LH_ERR_FORMAT, "version %lld: a patch before any snapshot", (long long)v);
+    }
+    free(data);
+  }
+  (void)first;
+  lh_sync_route_free(&route);
+  free(ms);
+  if (e) {
+    free(slab);
+    return e;
+  }
+  *out = slab;
+  return LH_ERR_OK;
+}
+
+/* ---------------------------------------------------------------- HTTP: authentication */
+
+/* Checks a signed request; *pk is the signer. Writes the error response itself. */
+static bool authenticate(server *s, const lh_http_request *req, lh_http_response *res,
+                         bool registering, lh_sync_public_key *pk) {
+  lh_node_auth a;
+  char path[2048];
+  if (snprintf(path, sizeof path, "%s%s%s", req->path, req->query[0] ? "?" : "", req->query) >=
+      (int)sizeof path) {
+    lh_http_respond_error(res, 414, "uri_too_long", "the path and query exceed %zu bytes",
+                          sizeof path);
+    return false;
+  }
+  if (lh_node_auth_parse(lh_http_request_header(req, LH_NODE_HDR_KEY),
+                         lh_http_request_header(req, LH_NODE_HDR_TIME),
+                         lh_http_request_header(req, LH_NODE_HDR_NONCE),
+                         lh_http_request_header(req, LH_NODE_HDR_SIGNATURE), &a)) {
+    lh_http_respond_error(res, 401, "bad_auth", "%s", lh_last_error());
+    return false;
+  }
+  if (!registering) {
+    lh_ledger_worker w;
+    lh_err e = lh_ledger_worker_get(s->ledger, a.key.bytes, &w);
+    if (e == LH_ERR_NOTFOUND) {
+      lh_http_respond_error(res, 401, "unknown_key",
+                            "this key is not registered: POST /v1/workers first");
+      return false;
+    }
+    if (e) {
+      lh_http_respond_error(res, 500, "ledger", "%s", lh_last_error());
+      return false;
+    }
+  }
+  if (lh_node_auth_verify(&a, req->method, path, req->body, req->body_len)) {
+    lh_http_respond_error(res, 401, "bad_signature",
+                          "the signature does not cover this request with this key");
+    return false;
+  }
+  int64_t now = now_ms();
+  if (a.time_ms < s->start_ms || llabs(a.time_ms - now) > LH_NODE_TIME_WINDOW_MS) {
+    json_t *o = json_pack("{s:{s:s,s:s},s:I}", "error", "code", "stale_time", "message",
+                          "the request's time is outside the server's window: sign it again "
+                          "with the current time (server_time_ms)",
+                          "server_time_ms", (json_int_t)now);
+    lh_http_respond_json(res, 401, o);
+    json_decref(o);
+    return false;
+  }
+  /* the nonce: once per key within the window */
+  uint8_t id[16];
+  crypto_generichash_state st;
+  crypto_generichash_init(&st, NULL, 0, sizeof id);
+  crypto_generichash_update(&st, a.key.bytes, sizeof a.key.bytes);
+  crypto_generichash_update(&st, a.nonce, sizeof a.nonce);
+  crypto_generichash_final(&st, id, sizeof id);
+  uint64_t h;
+  memcpy(&h, id, sizeof h);
+  pthread_mutex_lock(&s->mu);
+  int free_slot = -1;
+  bool seen = false;
+  for (int i = 0; i < NONCE_PROBES; i++) {
+    nonce_slot *n = &s->nonces[(h + (uint64_t)i) & (NONCE_SLOTS - 1)];
+    bool live = n->t != 0 && now - n->t <= 2 * LH_NODE_TIME_WINDOW_MS;
+    if (live && !memcmp(n->id, id, sizeof id)) {
+      seen = true;
+      break;
+    }
+    if (!live && free_slot < 0) free_slot = (int)((h + (uint64_t)i) & (NONCE_SLOTS - 1));
+  }
+  if (!seen && free_slot >= 0) {
+    memcpy(s->nonces[free_slot].id, id, sizeof id);
+    s->nonces[free_slot].t = now;
+  }
+  pthread_mutex_unlock(&s->mu);
+  if (seen) {
+    lh_http_respond_error(res, 409, "replayed_nonce", "this request was received before");
+    return false;
+  }
+  if (free_slot < 0) {
+    lh_http_response_header(res, "Retry-After", "1");
+    lh_http_respond_error(res, 503, "busy", "too many recent requests; try again");
+    return false;
+  }
+  *pk = a.key;
+  return true;
+}
+
+/* ---------------------------------------------------------------- HTTP: endpoints */
+
+static void h_register(server *s, const lh_http_request *req, lh_http_response *res) {
+  lh_sync_public_key pk;
+  if (!authenticate(s, req, res, true, &pk)) return;
+  json_error_t err;
+  json_t *o = json_loadb((const char *)req->body, req->body_len, JSON_REJECT_DUPLICATES, &err);
+  const json_t *name = o ? json_object_get(o, "name") : NULL;
+  const json_t *hw = o ? json_object_get(o, "hardware") : NULL;
+  if (!json_is_object(o) || (name && !json_is_string(name)) || (hw && !json_is_object(hw))) {
+    lh_http_respond_error(res, 400, "bad_body",
+                          "expected {\"name\": STRING, \"hardware\": OBJECT}");
+    json_decref(o);
+    return;
+  }
+  char *hw_text = hw ? json_dumps(hw, JSON_COMPACT) : NULL;
+  bool is_new = false;
+  lh_err e = lh_ledger_worker_register(s->ledger, pk.bytes, name ? json_string_value(name) : "",
+                                       hw_text, now_ms(), &is_new);
+  free(hw_text);
+  json_decref(o);
+  if (e) {
+    lh_http_respond_error(res, e == LH_ERR_LIMIT ? 413 : 500,
+                          e == LH_ERR_LIMIT ? "too_large" : "ledger", "%s", lh_last_error());
+    return;
+  }
+  pthread_mutex_lock(&s->mu);
+  int64_t v = s->version;
+  pthread_mutex_unlock(&s->mu);
+  json_t *r = json_pack("{s:b,s:I,s:I}", "new", is_new, "version", (json_int_t)v, "server_time_ms",
+                        (json_int_t)now_ms());
+  lh_http_respond_json(res, is_new ? 201 : 200, r);
+  json_decref(r);
+}
+
+/* The spec of a group for task `task` (prompt tokens encoded here), or false when the task
+ * cannot be used (logged). */
+static bool make_group(server *s, uint64_t task, int64_t min_version, lh_node_group *g) {
+  memset(g, 0, sizeof *g);
+  lh_env_task t;
+  pthread_mutex_lock(&s->env_mu);
+  lh_err e = lh_env_task_get(s->env, LH_SPLIT_TRAIN, task, &t);
+  pthread_mutex_unlock(&s->env_mu);
+  if (e) {
+    lh_log(LH_LOG_WARN, "serve: task %llu skipped: %s", (unsigned long long)task, lh_last_error());
+    return false;
+  }
+  size_t n = 0;
+  e = lh_tokenizer_encode(s->tok, t.prompt, strlen(t.prompt), true, &g->prompt, &n);
+  lh_env_task_clear(&t);
+  if (e || n < 1 || n > (size_t)s->rl.max_prompt) {
+    if (!e)
+      lh_log(LH_LOG_WARN, "serve: task %llu skipped: a prompt of %zu tokens (--max-prompt %d)",
+             (unsigned long long)task, n, s->rl.max_prompt);
+    lh_node_group_clear(g);
+    return false;
+  }
+  g->prompt_len = (int)n;
+  g->task = task;
+  g->group_size = s->rl.group;
+  randombytes_buf(&g->seed, sizeof g->seed);
+  g->seed &= ((uint64_t)1 << 53) - 1; /* the server chooses every seed */
+  g->stream_base = 0;
+  g->max_new = s->rl.max_new;
+  g->sample = lh_sample_defaults();
+  g->min_version = min_version;
+  return true;
+}
+
+static void h_lease(server *s, const lh_http_request *req, lh_http_response *res) {
+  lh_sync_public_key pk;
+  if (!authenticate(s, req, res, false, &pk)) return;
+  lh_node_lease_request lr;
+  if (lh_node_lease_request_parse(req->body, req->body_len, &lr)) {
+    lh_http_respond_error(res, 400, "bad_body", "%s", lh_last_error());
+    return;
+  }
+  lh_ledger_worker w;
+  if (lh_ledger_worker_get(s->ledger, pk.bytes, &w)) {
+    lh_http_respond_error(res, 500, "ledger", "%s", lh_last_error());
+    return;
+  }
+  int64_t outstanding = w.groups[LH_GROUP_LEASED];
+  if (outstanding >= MAX_OUTSTANDING) {
+    lh_http_response_header(res, "Retry-After", "5");
+    lh_http_respond_error(res, 429, "too_many_leases",
+                          "%lld groups leased and not answered; at most %d", (long long)outstanding,
+                          MAX_OUTSTANDING);
+    return;
+  }
+  int want = lr.groups;
+  if (want > MAX_OUTSTANDING - outstanding) want = (int)(MAX_OUTSTANDING - outstanding);
+  lh_node_group *gs = lh_xcalloc((size_t)want, sizeof *gs);
+  int n = 0;
+  pthread_mutex_lock(&s->mu);
+  int64_t v = s->version;
+  bool full = s->q_len >= 8 * s->rl.prompts + MAX_OUTSTANDING;
+  pthread_mutex_unlock(&s->mu);
+  int64_t min_version = v - s->rl.staleness > 0 ? v - s->rl.staleness : 0;
+  if (s->c->sync_mode) min_version = v;
+  for (int tries = 0; !full && n < want && tries < 4 * want; tries++) {
+    pthread_mutex_lock(&s->mu);
+    uint64_t task = s->n_reissue > 0 ? s->reissue[--s->n_reissue] : s->next_task++;
+    pthread_mutex_unlock(&s->mu);
+    if (make_group(s, task, min_version, &gs[n])) n++;
+  }
+  if (n == 0) {
+    free(gs);
+    lh_http_response_header(res, "Retry-After", "1");
+    lh_http_respond_error(res, 503, full ? "queue_full" : "no_tasks",
+                          full ? "the training queue is full; try again"
+                               : "no task could be "
+                                 "leased");
+    return;
+  }
+  lh_ledger_group_spec specs[LH_NODE_MAX_LEASE_GROUPS];
+  char *texts[LH_NODE_MAX_LEASE_GROUPS];
+  for (int i = 0; i < n; i++) {
+    json_t *o = lh_node_group_json(&gs[i]);
+    texts[i] = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    specs[i] = (lh_ledger_group_spec){gs[i].task, texts[i], strlen(texts[i])};
+  }
+  lh_node_lease l = {0, now_ms() + s->c->lease_ms, n, gs};
+  int64_t ids[LH_NODE_MAX_LEASE_GROUPS];
+  lh_err e = lh_ledger_lease(s->ledger, pk.bytes, now_ms(), l.expires_ms, n, specs, &l.lease, ids);
+  for (int i = 0; i < n; i++) {
+    free(texts[i]);
+    gs[i].group = ids[i];
+  }
+  if (e) {
+    lh_http_respond_error(res, 500, "ledger", "%s", lh_last_error());
+  } else {
+    size_t len = 0;
+    char *text = lh_node_lease_json(&l, &len);
+    lh_http_respond_bytes(res, 200, "application/json", text, len);
+    free(text);
+  }
+  lh_node_lease_clear(&l);
+}
+
+/* Whether the submitted batch is the group that was leased: one group of its size, its task,
+ * seed, stream, sampling parameters, completion bound and prompt; and a version the server has
+ * published, not older than the lease allows. Writes why not. */
+static bool matches_lease(server *s, const lh_rollout_batch *b, const lh_node_group *g, char *why,
+                          size_t cap) {
+  pthread_mutex_lock(&s->mu);
+  int64_t v = s->version;
+  pthread_mutex_unlock(&s->mu);
+  const lh_sample_params *p = &b->sample, *q = &g->sample;
+  if (b->n_groups != 1 || b->group_size != g->group_size)
+    snprintf(why, cap, "shape: %d groups of %d, leased 1 of %d", b->n_groups, b->group_size,
+             g->group_size);
+  else if (b->task_index[0] != g->task || b->split != LH_SPLIT_TRAIN)
+    snprintf(why, cap, "task: %llu, leased %llu", (unsigned long long)b->task_index[0],
+             (unsigned long long)g->task);
+  else if (b->seed != g->seed || b->stream_base != g->stream_base)
+    snprintf(why, cap, "seed: not the seed the server chose");
+  else if (p->temperature != q->temperature || p->top_k != q->top_k || p->top_p != q->top_p ||
+           p->min_p != q->min_p)
+    snprintf(why, cap, "sampling: other sampling parameters than leased");
+  else if (b->max_new != g->max_new)
+    snprintf(why, cap, "max_new: %d, leased %d", b->max_new, g->max_new);
+  else if (b->version > v)
+    snprintf(why, cap, "version: %lld, not published yet (newest %lld)", (long long)b->version,
+             (long long)v);
+  else if (b->version < g->min_version)
+    snprintf(why, cap, "version: %lld, older than the lease's %lld", (long long)b->version,
+             (long long)g->min_version);
+  else if (!b->group_ok[0])
+    snprintf(why, cap, "group: marked failed");
+  else {
+    for (int j = 0; j < b->group_size; j++) {
+      const int32_t *t = b->tokens + b->seq_start[j];
+      if (b->prompt_len[j] != g->prompt_len ||
+          memcmp(t, g->prompt, (size_t)g->prompt_len * sizeof *t)) {
+        snprintf(why, cap, "prompt: completion %d does not start with the leased prompt", j);
+        return false;
+      }
+      if (b->seq_start[j + 1] - b->seq_start[j] - b->prompt_len[j] > g->max_new) {
+        snprintf(why, cap, "max_new: completion %d is longer than %d tokens", j, g->max_new);
+        return false;
+      }
+    }
+    return true;
+  }
+  return false;
+}
+
+static void answer_state(lh_http_response *res, const lh_ledger_group *g) {
+  if (g->state == LH_GROUP_REJECTED) {
+    lh_http_respond_error(res, 422, "rejected", "group %lld was rejected: %s", (long long)g->id,
+                          g->reason);
+    return;
+  }
+  json_t *o =
+      json_pack("{s:I,s:s}", "group", (json_int_t)g->id, "state", lh_group_state_name(g->state));
+  lh_http_respond_json(res, 202, o);
+  json_decref(o);
+}
+
+static void reject(server *s, lh_http_response *res, int64_t group, uint64_t task, int64_t version,
+                   const char *why) {
+  if (lh_ledger_group_reject(s->ledger, group, version, why, now_ms())) {
+    lh_http_respond_error(res, 500, "ledger", "%s", lh_last_error());
+    return;
+  }
+  pthread_mutex_lock(&s->mu);
+  s->rejected++;
+  reissue_push(s, task);
+  pthread_mutex_unlock(&s->mu);
+  lh_http_respond_error(res, 422, "rejected", "group %lld: %s", (long long)group, why);
+}
+
+static void h_rollout(server *s, const lh_http_request *req, lh_http_response *res) {
+  lh_sync_public_key pk;
+  if (!authenticate(s, req, res, false, &pk)) return;
+  char lease_s[24], group_s[24], gen_s[24] = "0";
+  char *end1 = NULL, *end2 = NULL;
+  if (lh_http_query_get(req->query, "lease", lease_s, sizeof lease_s) ||
+      lh_http_query_get(req->query, "group", group_s, sizeof group_s)) {
+    lh_http_respond_error(res, 400, "bad_query", "POST /v1/rollouts?lease=L&group=G");
+    return;
+  }
+  lh_http_query_get(req->query, "gen_ms", gen_s, sizeof gen_s);
+  long long lease = strtoll(lease_s, &end1, 10), gid = strtoll(group_s, &end2, 10);
+  if (*end1 || *end2 || lease < 1 || gid < 1) {
+    lh_http_respond_error(res, 400, "bad_query", "lease and group must be positive integers");
+    return;
+  }
+  lh_ledger_group g;
+  lh_err e = lh_ledger_group_get(s->ledger, gid, &g);
+  if (e == LH_ERR_NOTFOUND) {
+    lh_http_respond_error(res, 404, "unknown_group", "no group %lld was leased", gid);
+    return;
+  }
+  if (e) {
+    lh_http_respond_error(res, 500, "ledger", "%s", lh_last_error());
+    return;
+  }
+  if (g.lease != lease || memcmp(g.worker, pk.bytes, sizeof pk.bytes)) {
+    lh_http_respond_error(res, 403, "not_your_group",
+                          "group %lld was not leased to this key in lease %lld", gid, lease);
+    goto out;
+  }
+  if (g.state != LH_GROUP_LEASED && g.state != LH_GROUP_EXPIRED) { /* a repeat */
+    pthread_mutex_lock(&s->mu);
+    s->repeats++;
+    pthread_mutex_unlock(&s->mu);
+    answer_state(res, &g);
+    goto out;
+  }
+  lh_node_group spec;
+  if (lh_node_group_parse(g.spec, g.spec_len, s->vocab, "ledger spec", &spec)) {
+    lh_http_respond_error(res, 500, "ledger", "%s", lh_last_error());
+    goto out;
+  }
+  lh_rollout_limits lim = lh_rollout_default_limits();
+  lim.max_groups = 1;
+  lim.vocab = s->vocab;
+  lim.max_tokens = (int64_t)spec.group_size * (spec.prompt_len + spec.max_new);
+  lh_rollout_batch b;
+  char why[256];
+  if (lh_rollout_decode(req->body, req->body_len, &lim, "rollout body", &b)) {
+    snprintf(why, sizeof why, "bad_body: %s", lh_last_error());
+    reject(s, res, gid, g.task_index, -1, why);
+  } else if (!matches_lease(s, &b, &spec, why, sizeof why)) {
+    reject(s, res, gid, g.task_index, b.version, why);
+  } else {
+    free(b.old); /* never the worker's */
+    b.old = NULL;
+    pthread_mutex_lock(&s->env_mu);
+    e = lh_rollout_score(s->tok, s->env, NULL, &b); /* the rewards are the server's */
+    pthread_mutex_unlock(&s->env_mu);
+    uint8_t *body = NULL;
+    size_t len = 0;
+    char meta[96];
+    snprintf(meta, sizeof meta, "{\"gen_ms\":%lld}", atoll(gen_s));
+    if (e) {
+      lh_http_respond_error(res, 500, "scoring", "%s", lh_last_error());
+    } else if (!b.group_ok[0]) {
+      reject(s, res, gid, g.task_index, b.version, "task: the environment failed to score it");
+    } else if ((e = lh_rollout_encode(&b, &body, &len)) ||
+               (e = lh_ledger_group_accept(s->ledger, gid, b.version, body, len, meta, now_ms()))) {
+      lh_http_respond_error(res, 500, "ledger", "%s", lh_last_error());
+    } else {
+      queued q = {gid, b.version, now_ms(), b};
+      memset(&b, 0, sizeof b);
+      pthread_mutex_lock(&s->mu);
+      queue_push(s, &q);
+      s->accepted++;
+      pthread_cond_signal(&s->queue_cv);
+      pthread_mutex_unlock(&s->mu);
+      json_t *o = json_pack("{s:I,s:s}", "group", (json_int_t)gid, "state", "accepted");
+      lh_http_respond_json(res, 202, o);
+      json_decref(o);
+    }
+    free(body);
+  }
+  lh_rollout_batch_free(&b);
+  lh_node_group_clear(&spec);
+out:
+  lh_ledger_group_clear(&g);
+}
+
+static void h_policy(server *s, const lh_http_request *req, lh_http_response *res) {
+  char after_s[24] = "-1", wait_s[24] = "0";
+  lh_http_query_get(req->query, "after", after_s, sizeof after_s);
+  lh_http_query_get(req->query, "wait", wait_s, sizeof wait_s);
+  char *end = NULL;
+  long long after = strtoll(after_s, &end, 10);
+  double wait = atof(wait_s);
+  if (*end || after < -1 || !(wait >= 0)) {
+    lh_http_respond_error(res, 400, "bad_query", "GET /v1/policy?after=V&wait=SECONDS");
+    return;
+  }
+  if (wait > POLL_WAIT_MAX_S) wait = POLL_WAIT_MAX_S;
+  double deadline = lh_time_now() + wait;
+  pthread_mutex_lock(&s->mu);
+  while (s->version <= after && !s->stopping && !lh_http_request_stopping(req)) {
+    double left = deadline - lh_time_now();
+    if (left <= 0) break;
+    if (left > 0.1) left = 0.1;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    long ns = ts.tv_nsec + (long)(left * 1e9);
+    ts.tv_sec += ns / 1000000000L;
+    ts.tv_nsec = ns % 1000000000L;
+    pthread_cond_timedwait(&s->published_cv, &s->mu, &ts);
+  }
+  if (s->version > after) {
+    lh_http_respond_bytes(res, 200, "application/json", s->manifest, s->manifest_len);
+    lh_http_response_header(res, "Cache-Control", "no-store");
+  } else {
+    res->status = 204;
+    lh_http_response_header(res, "Cache-Control", "no-store");
+  }
+  pthread_mutex_unlock(&s->mu);
+}
+
+static void h_manifest(server *s, const char *arg, lh_http_response *res) {
+  char *end = NULL;
+  long long v = strtoll(arg, &end, 10);
+  char *text = NULL;
+  size_t len = 0;
+  if (*end || v < 0 || lh_ledger_version_get(s->ledger, v, &text, &len)) {
+    lh_http_respond_error(res, 404, "unknown_version", "no version %s is published", arg);
+    return;
+  }
+  lh_http_respond_bytes(res, 200, "application/json", text, len);
+  free(text);
+}
+
+static void h_blob(server *s, const lh_http_request *req, const char *arg, lh_http_response *res) {
+  uint8_t h[LH_HASH_BYTES];
+  if (lh_sync_hash_parse(arg, strlen(arg), "blob", h)) {
+    lh_http_respond_error(res, 404, "unknown_blob", "a blob is named by 64 lowercase hex digits");
+    return;
+  }
+  lh_ledger_blob b;
+  bool model_file = !memcmp(h, s->h_config, LH_HASH_BYTES) ||
+                    (s->has_tok && !memcmp(h, s->h_tok, LH_HASH_BYTES)) ||
+                    (s->has_gen && !memcmp(h, s->h_gen, LH_HASH_BYTES));
+  if (!model_file && lh_ledger_blob_find(s->ledger, h, &b, NULL)) {
+    lh_http_respond_error(res, 404, "unknown_blob", "no published version has blob %s", arg);
+    return;
+  }
+  char *path = lh_sync_blob_path(s->blob_dir, h);
+  if (lh_http_respond_file(res, path, arg, CACHE_IMMUTABLE)) {
+    lh_http_respond_error(res, 404, "unknown_blob", "blob %s is not in the store", arg);
+  } else if (strcmp(req->method, "HEAD")) {
+    uint64_t start = 0, len = 0;
+    lh_http_range r =
+        lh_http_parse_range(lh_http_request_header(req, "Range"), res->file_size, &start, &len);
+    pthread_mutex_lock(&s->mu);
+    s->bytes_shipped += r == LH_HTTP_RANGE_UNSATISFIABLE ? 0 : len;
+    s->bytes_snapshots += model_file ? 0 : len;
+    pthread_mutex_unlock(&s->mu);
+  }
+  free(path);
+}
+
+static json_t *status_json(server *s) {
+  lh_ledger_stats_result st;
+  if (lh_ledger_stats(s->ledger, &st)) return NULL;
+  pthread_mutex_lock(&s->mu);
+  double el = lh_time_now() - s->t_start;
+  json_t *reasons = json_array();
+  for (int i = 0; i < st.n_reasons; i++)
+    json_array_append_new(reasons, json_pack("{s:s,s:I}", "reason", st.rejected[i].reason, "count",
+                                             (json_int_t)st.rejected[i].count));
+  json_t *hist = json_array();
+  for (int i = 0; i <= 64; i++)
+    json_array_append_new(hist, json_integer(s->stale_hist[i]));
+  json_t *o = json_pack(
+      "{s:I,s:I,s:I,s:f,s:{s:i,s:I,s:I,s:I,s:I,s:I,s:I,s:o},s:I,s:{s:I,s:I},s:f,s:f,s:o,s:f}",
+      "version", (json_int_t)s->version, "steps", (json_int_t)s->rl.steps, "versions_published",
+      (json_int_t)s->versions_published, "elapsed_s", el, "groups", "queued", s->q_len, "leased",
+      (json_int_t)st.groups[LH_GROUP_LEASED], "accepted", (json_int_t)st.groups[LH_GROUP_ACCEPTED],
+      "rejected", (json_int_t)st.groups[LH_GROUP_REJECTED], "trained",
+      (json_int_t)st.groups[LH_GROUP_TRAINED], "dropped", (json_int_t)st.groups[LH_GROUP_DROPPED],
+      "expired", (json_int_t)st.groups[LH_GROUP_EXPIRED], "rejected_by_reason", reasons, "workers",
+      (json_int_t)st.workers, "bytes", "shipped", (json_int_t)s->bytes_shipped, "blobs",
+      (json_int_t)st.blob_bytes, "groups_per_s", el > 0 ? (double)s->trained / el : 0.0, "busy",
+      el > 0 ? s->busy_s / el : 0.0, "staleness_histogram", hist, "staleness_last",
+      s->last_staleness);
+  pthread_mutex_unlock(&s->mu);
+  return o;
+}
+
+static void h_metrics(server *s, lh_http_response *res) {
+  lh_ledger_stats_result st;
+  if (lh_ledger_stats(s->ledger, &st)) {
+    lh_http_respond_error(res, 500, "ledger", "%s", lh_last_error());
+    return;
+  }
+  static const char *const states[] = {"leased",  "accepted", "rejected",
+                                       "trained", "dropped",  "expired"};
+  static const lh_group_state ids[] = {LH_GROUP_LEASED,  LH_GROUP_ACCEPTED, LH_GROUP_REJECTED,
+                                       LH_GROUP_TRAINED, LH_GROUP_DROPPED,  LH_GROUP_EXPIRED};
+  char *buf = lh_xmalloc(8192);
+  size_t at = 0, cap = 8192;
+#define PUT(...) at += (size_t)snprintf(buf + at, cap - at, __VA_ARGS__)
+  pthread_mutex_lock(&s->mu);
+  PUT("# HELP longhaul_policy_version The newest published policy version.\n"
+      "# TYPE longhaul_policy_version gauge\nlonghaul_policy_version %lld\n",
+      (long long)s->version);
+  PUT("# HELP longhaul_groups Prompt groups in the ledger, by state.\n"
+      "# TYPE longhaul_groups gauge\n");
+  for (int i = 0; i < 6; i++)
+    PUT("longhaul_groups{state=\"%s\"} %lld\n", states[i], (long long)st.groups[ids[i]]);
+  PUT("# HELP longhaul_queue_groups Groups waiting for the trainer.\n"
+      "# TYPE longhaul_queue_groups gauge\nlonghaul_queue_groups %d\n",
+      s->q_len);
+  PUT("# HELP longhaul_workers Registered workers.\n# TYPE longhaul_workers gauge\n"
+      "longhaul_workers %lld\n",
+      (long long)st.workers);
+  PUT("# HELP longhaul_blob_bytes_shipped_total Blob bytes served.\n"
+      "# TYPE longhaul_blob_bytes_shipped_total counter\n"
+      "longhaul_blob_bytes_shipped_total %llu\n",
+      (unsigned long long)s->bytes_shipped);
+  PUT("# HELP longhaul_repeats_total Rollout submissions answered as before.\n"
+      "# TYPE longhaul_repeats_total counter\nlonghaul_repeats_total %lld\n",
+      (long long)s->repeats);
+  PUT("# HELP longhaul_trainer_busy_seconds_total Time the training thread spent training.\n"
+      "# TYPE longhaul_trainer_busy_seconds_total counter\n"
+      "longhaul_trainer_busy_seconds_total %.3f\n",
+      s->busy_s);
+  pthread_mutex_unlock(&s->mu);
+#undef PUT
+  lh_http_respond_bytes(res, 200, "text/plain; version=0.0.4; charset=utf-8", buf, at);
+  free(buf);
+}
+
+static void handler(void *ud, const lh_http_request *req, lh_http_response *res) {
+  server *s = ud;
+  const char *p = req->path;
+  bool get = !strcmp(req->method, "GET") || !strcmp(req->method, "HEAD");
+  bool post = !strcmp(req->method, "POST");
+  if (post && !strcmp(p, "/v1/workers")) {
+    h_register(s, req, res);
+  } else if (post && !strcmp(p, "/v1/leases")) {
+    h_lease(s, req, res);
+  } else if (post && !strcmp(p, "/v1/rollouts")) {
+    h_rollout(s, req, res);
+  } else if (get && !strcmp(p, "/v1/policy")) {
+    h_policy(s, req, res);
+  } else if (get && !strncmp(p, "/v1/manifests/", 14)) {
+    h_manifest(s, p + 14, res);
+  } else if (get && !strncmp(p, "/v1/blobs/", 10)) {
+    h_blob(s, req, p + 10, res);
+  } else if (get && !strcmp(p, "/v1/status")) {
+    json_t *o = status_json(s);
+    if (o)
+      lh_http_respond_json(res, 200, o);
+    else
+      lh_http_respond_error(res, 500, "ledger", "%s", lh_last_error());
+    json_decref(o);
+  } else if (get && !strcmp(p, "/metrics")) {
+    h_metrics(s, res);
+  } else if (!strncmp(p, "/v1/", 4) || !strcmp(p, "/metrics")) {
+    lh_http_respond_error(res, 405, "method_not_allowed", "%s is not allowed on %s", req->method,
+                          p);
+  } else {
+    lh_http_respond_error(res, 404, "not_found", "no endpoint %s (see docs/PROTOCOL.md)", p);
+  }
+}
+
+static size_t max_body(void *ud, const char *method, const char *path) {
+  (void)ud;
+  if (strcmp(method, "POST")) return 0;
+  return !strcmp(path, "/v1/rollouts") ? ROLLOUT_BODY_MAX : SMALL_BODY_MAX;
+}
+
+static void on_stop(void *ud) {
+  server *s = ud;
+  pthread_mutex_lock(&s->mu);
+  s->stopping = true;
+  pthread_cond_broadcast(&s->published_cv);
+  pthread_cond_broadcast(&s->queue_cv);
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* ---------------------------------------------------------------- the training thread */
+
+static int by_freshness(const void *a, const void *b) {
+  const queued *x = a, *y = b;
+  if (x->version != y->version) return x->version > y->version ? -1 : 1;
+  return x->group < y->group ? -1 : x->group > y->group;
+}
+
+static bool should_stop(server *s) {
+  const lh_serve_config *c = s->c;
+  if (c->rl.stop && *c->rl.stop) return true;
+  if (c->max_wall_s > 0 && lh_time_now() - s->t_start >= c->max_wall_s) return true;
+  return false;
+}
+
+/* Leases that expired: their tasks are leased again. */
+static lh_err expire_leases(server *s) {
+  int64_t *ids = NULL;
+  int n = 0;
+  lh_err e = lh_ledger_expire(s->ledger, now_ms(), &ids, &n);
+  for (int i = 0; !e && i < n; i++) {
+    lh_ledger_group g;
+    if ((e = lh_ledger_group_get(s->ledger, ids[i], &g))) break;
+    pthread_mutex_lock(&s->mu);
+    reissue_push(s, g.task_index);
+    pthread_mutex_unlock(&s->mu);
+    lh_ledger_group_clear(&g);
+  }
+  free(ids);
+  return e;
+}
+
+/* One update: waits for enough groups, trains, publishes. *idle is set when no update was
+ * possible yet. */
+static lh_err train_once(server *s, bool *idle) {
+  *idle = true;
+  int P = s->rl.prompts, K = s->rl.staleness;
+  queued *take = lh_xcalloc((size_t)P, sizeof *take);
+  int64_t *dropped = NULL;
+  int n_dropped = 0;
+  pthread_mutex_lock(&s->mu);
+  int64_t v = s->version;
+  /* drop what is beyond the bound, whatever else happens */
+  for (int i = 0; i < s->q_len;) {
+    if (v - s->q[i].version > K) {
+      dropped = lh_xrealloc(dropped, (size_t)(n_dropped + 1) * sizeof *dropped);
+      dropped[n_dropped++] = s->q[i].group;
+      lh_rollout_batch_free(&s->q[i].b);
+      s->q[i] = s->q[--s->q_len];
+    } else {
+      i++;
+    }
+  }
+  if (s->q_len < P && n_dropped == 0) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 200 * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    pthread_cond_timedwait(&s->queue_cv, &s->mu, &ts);
+    pthread_mutex_unlock(&s->mu);
+    free(take);
+    return LH_ERR_OK;
+  }
+  int n_take = 0;
+  if (s->q_len >= P) {
+    qsort(s->q, (size_t)s->q_len, sizeof *s->q, by_freshness);
+    memcpy(take, s->q, (size_t)P * sizeof *take);
+    memmove(s->q, s->q + P, (size_t)(s->q_len - P) * sizeof *s->q);
+    s->q_len -= P;
+    n_take = P;
+  }
+  pthread_mutex_unlock(&s->mu);
+  lh_err e = LH_ERR_OK;
+  if (n_take == 0) { /* only drops: record them now */
+    if (n_dropped > 0) e = lh_ledger_train(s->ledger, v, NULL, 0, dropped, n_dropped);
+    if (!e) {
+      pthread_mutex_lock(&s->mu);
+      s->dropped += n_dropped;
+      pthread_mutex_unlock(&s->mu);
+    }
+    free(dropped);
+    free(take);
+    return e;
+  }
+  *idle = false;
+  double t0 = lh_time_now();
+  /* behaviour log-probs under each group's own version */
+  const lh_rollout_batch **parts = lh_xmalloc((size_t)n_take * sizeof *parts);
+  int64_t *trained = lh_xmalloc((size_t)n_take * sizeof *trained);
+  double stale = 0;
+  for (int i = 0; !e && i < n_take; i++) {
+    pthread_mutex_lock(&s->mu);
+    const uint16_t *slab = kept_slab(s, take[i].version);
+    pthread_mutex_unlock(&s->mu);
+    if (!slab)
+      e = lh_errorf(LH_ERR_NOTFOUND, "serve: the weights of version %lld are not kept",
+                    (long long)take[i].version);
+    else
+      e = lh_trainer_recompute(s->tr, slab, s->n_params, &take[i].b);
+    parts[i] = &take[i].b;
+    trained[i] = take[i].group;
+    stale += (double)(v - take[i].version);
+  }
+  lh_rollout_batch all;
+  memset(&all, 0, sizeof all);
+  lh_trainer_step_stats st;
+  if (!e) e = lh_rollout_concat(parts, n_take, &all);
+  lh_rollout_summary sum = {0};
+  if (!e) {
+    sum = lh_rollout_summarise(&all);
+    e = lh_trainer_submit(s->tr, &all);
+  }
+  if (!e) e = lh_trainer_step(s->tr, &st);
+  uint16_t *prev = NULL;
+  if (!e) {
+    pthread_mutex_lock(&s->mu);
+    const uint16_t *p = kept_slab(s, v);
+    if (p) {
+      prev = lh_xmalloc(s->n_params * sizeof *prev);
+      memcpy(prev, p, s->n_params * sizeof *prev);
+    }
+    pthread_mutex_unlock(&s->mu);
+  }
+  int64_t nv = lh_trainer_version(s->tr);
+  lh_sync_blob_ref blobs[2];
+  int n_blobs = 0;
+  size_t np = 0;
+  const uint16_t *slab = e ? NULL : lh_infer_bf16(lh_trainer_policy(s->tr), &np);
+  if (!e) e = make_blobs(s, nv, prev, slab, blobs, &n_blobs);
+  if (!e) e = publish(s, nv, slab, blobs, n_blobs, trained, n_take, dropped, n_dropped);
+  double dt = lh_time_now() - t0;
+  if (!e) {
+    pthread_mutex_lock(&s->mu);
+    s->trained += n_take;
+    s->dropped += n_dropped;
+    s->busy_s += dt;
+    s->last_staleness = stale / n_take;
+    for (int i = 0; i < n_take; i++) {
+      int64_t k = v - take[i].version;
+      s->stale_hist[k > 64 ? 64 : k]++;
+    }
+    pthread_mutex_unlock(&s->mu);
+    json_t *line =
+        json_pack("{s:I,s:f,s:f,s:f,s:f,s:i,s:i,s:f,s:f}", "step", (json_int_t)nv, "reward",
+                  sum.reward_mean, "accuracy", sum.accuracy, "loss", st.update.loss.loss,
+                  "staleness", stale / n_take, "groups", n_take, "dropped", n_dropped, "train_s",
+                  dt, "elapsed_s", lh_time_now() - s->t_start);
+    if (line) e = lh_rundir_metrics_append(s->rd, line);
+    json_decref(line);
+    if (s->c->progress) {
+      lh_serve_progress pr = {0};
+      pthread_mutex_lock(&s->mu);
+      pr.version = nv;
+      pr.steps = s->rl.steps;
+      pr.elapsed_s = lh_time_now() - s->t_start;
+      pr.reward = sum.reward_mean;
+      pr.accuracy = sum.accuracy;
+      pr.groups_accepted = s->accepted;
+      pr.groups_rejected = s->rejected;
+      pr.groups_trained = s->trained;
+      pr.groups_dropped = s->dropped;
+      pr.groups_per_s = pr.elapsed_s > 0 ? (double)s->trained / pr.elapsed_s : 0;
+      pr.staleness_mean = stale / n_take;
+      pr.bytes_shipped = s->bytes_shipped;
+      pr.busy = pr.elapsed_s > 0 ? s->busy_s / pr.elapsed_s : 0;
+      pthread_mutex_unlock(&s->mu);
+      s->c->progress(&pr, s->c->progress_ud);
+    }
+  }
+  for (int i = 0; i < n_take; i++)
+    lh_rollout_batch_free(&take[i].b);
+  lh_rollout_batch_free(&all);
+  free(prev);
+  free(parts);
+  free(trained);
+  free(dropped);
+  free(take);
+  return e;
+}
+
+/* ---------------------------------------------------------------- setup */
+
+lh_serve_config lh_serve_defaults(void) {
+  lh_serve_config c;
+  memset(&c, 0, sizeof c);
+  c.rl = lh_rl_run_defaults();
+  c.rl.staleness = 4;
+  c.rl.keep = 3;
+  c.listen = "127.0.0.1:0";
+  c.keyframe_every = 20;
+  c.lease_ms = 120000;
+  return c;
+}
+
+/* Puts a model file into the blob store (it is served by its hash). */
+static lh_err put_file(server *s, const char *data, size_t len, uint8_t h[LH_HASH_BYTES],
+                       bool *has) {
+  *has = data != NULL;
+  if (!data) return LH_ERR_OK;
+  return lh_sync_blob_put(s->blob_dir, data, len, h);
+}
+
+static lh_err parse_listen(const char *listen, char *host, size_t cap, int *port) {
+  const char *colon = strrchr(listen, ':');
+  char *end = NULL;
+  long p = colon ? strtol(colon + 1, &end, 10) : -1;
+  if (!colon || colon == listen || (size_t)(colon - listen) >= cap || !end || *end || p < 0 ||
+      p > 65535)
+    return lh_errorf(LH_ERR_USAGE, "--listen %s: expected HOST:PORT (port 0: a free one)", listen);
+  memcpy(host, listen, (size_t)(colon - listen));
+  host[colon - listen] = '\0';
+  *port = (int)p;
+  return LH_ERR_OK;
+}
+
+lh_err lh_serve_run(const lh_serve_config *c) {
+  server *s = lh_xcalloc(1, sizeof *s);
+  s->c = c;
+  s->rl = c->rl;
+  s->start_ms = now_ms();
+  s->t_start = lh_time_now();
+  s->version = -1;
+  s->last_keyframe = LH_SYNC_NONE;
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_mutex_init(&s->env_mu, NULL);
+  pthread_cond_init(&s->published_cv, NULL);
+  pthread_cond_init(&s->queue_cv, NULL);
+  s->nonces = lh_xcalloc(NONCE_SLOTS, sizeof *s->nonces);
+  lh_env_config ecfg;
+  lh_model *m = NULL;
+  json_t *was = NULL;
+  char *src = NULL, *ledger_path = NULL, *tokpath = NULL;
+  int64_t step0 = 0;
+  char host[256];
+  int port = 0;
+  lh_err e;
+  if (c->rl.group < 2 || c->rl.prompts < 1 || c->rl.max_new < 1 || c->rl.staleness < 0 ||
+      c->rl.staleness > 64 || c->lease_ms < 1000 || c->keyframe_every < 0) {
+    e = lh_errorf(LH_ERR_USAGE, "group >= 2, prompts, max_new >= 1, staleness 0 .. 64, lease "
+                                "of at least 1000 ms, keyframe_every >= 0 required");
+    goto out;
+  }
+  if ((e = parse_listen(c->listen, host, sizeof host, &port))) goto out;
+  if ((e = lh_sync_secret_key_load(c->key_path, &s->sk))) goto out;
+  lh_sync_key_public(&s->sk, &s->pk);
+  /* the run directory: a new run, or the one there resumed with its own settings */
+  {
+    char *runjson = lh_path_join(c->rl.out_dir, "run.json");
+    struct stat st;
+    bool resume = stat(runjson, &st) == 0;
+    free(runjson);
+    if ((e = lh_rundir_open(c->rl.out_dir, resume ? LH_RUNDIR_RESUME : LH_RUNDIR_CREATE, &s->rd)))
+      goto out;
+    if (resume) {
+      if ((e = lh_rundir_read_settings(s->rd, &was)) ||
+          (e = lh_rl_settings_read(was, c->rl.out_dir, &s->rl)))
+        goto out;
+      s->rl.steps = c->rl.steps; /* may grow on resume */
+      e = lh_rundir_latest(c->rl.out_dir, &step0, &src);
+      if (e == LH_ERR_NOTFOUND) { /* stopped before its first checkpoint: start it again */
+        step0 = -1;
+        src = lh_xstrdup(s->rl.model_dir);
+        e = LH_ERR_OK;
+      }
+      if (e) goto out;
+    } else {
+      if (!c->rl.model_dir || !c->rl.env_spec) {
+        e = lh_errorf(LH_ERR_USAGE, "a new run needs --model and --env");
+        goto out;
+      }
+      json_t *now = lh_rl_settings_json(&s->rl);
+      e = now ? lh_rundir_write_settings(s->rd, now, c->rl.argc, c->rl.argv)
+              : lh_errorf(LH_ERR_NOMEM, "cannot encode the run settings");
+      json_decref(now);
+      if (e) goto out;
+      src = lh_xstrdup(c->rl.model_dir);
+    }
+  }
+  if ((e = lh_env_config_parse(s->rl.env_spec, &ecfg)) || (e = lh_env_create(&ecfg, &s->env)))
+    goto out;
+  tokpath = lh_path_join(src, "tokenizer.json");
+  if ((e = lh_model_load(src, &m)) || (e = lh_tokenizer_load(tokpath, &s->tok)) ||
+      (e = lh_model_files_read(src, &s->files)))
+    goto out;
+  if ((long)s->rl.max_prompt + s->rl.max_new > m->cfg.max_positions) {
+    e = lh_errorf(LH_ERR_LIMIT, "--max-prompt %d and --max-new %d exceed the context of %d",
+                  s->rl.max_prompt, s->rl.max_new, m->cfg.max_positions);
+    goto out;
+  }
+  s->vocab = m->cfg.vocab_size;
+  s->n_params = m->n_params;
+  s->n_sections = lh_patch_sections(&m->cfg, NULL, 0);
+  s->sections = lh_xmalloc((size_t)s->n_sections * sizeof *s->sections);
+  lh_patch_sections(&m->cfg, s->sections, s->n_sections);
+  {
+    lh_trainer_config tc = lh_trainer_defaults();
+    tc.loss = s->rl.loss;
+    tc.adv = s->rl.adv;
+    tc.opt = s->rl.opt;
+    tc.minibatches = s->rl.minibatches;
+    tc.max_staleness = s->rl.staleness;
+    tc.max_seq = s->rl.max_prompt + s->rl.max_new;
+    tc.ref_dir = s->rl.loss.kl_beta > 0.0f ? s->rl.model_dir : NULL;
+    e = lh_trainer_create(m, &tc, &s->tr);
+    m = NULL;
+    if (e) goto out;
+  }
+  if (step0 > 0) {
+    char *state = lh_path_join(src, "trainer_state.safetensors");
+    e = lh_trainer_load(s->tr, state, step0);
+    free(state);
+    if (e) goto out;
+  }
+  if ((e = lh_rundir_metrics_open(s->rd, step0 > 0 ? step0 : 0))) goto out;
+  s->blob_dir = lh_rundir_file(s->rd, "blobs");
+  {
+    char *cfgpath = lh_path_join(src, "config.json");
+    char *cfg = NULL;
+    size_t cfg_len = 0;
+    e = lh_file_read(cfgpath, (size_t)16 << 20, &cfg, &cfg_len);
+    free(cfgpath);
+    bool has = false;
+    if (!e) e = put_file(s, cfg, cfg_len, s->h_config, &has);
+    free(cfg);
+    if (e ||
+        (e = put_file(s, s->files.tokenizer_json, s->files.tokenizer_len, s->h_tok, &s->has_tok)) ||
+        (e = put_file(s, s->files.generation_config, s->files.generation_len, s->h_gen,
+                      &s->has_gen)))
+      goto out;
+  }
+  /* the ledger, back to the checkpoint */
+  ledger_path = lh_rundir_file(s->rd, "ledger.sqlite");
+  if ((e = lh_ledger_open(ledger_path, &s->ledger))) goto out;
+  int64_t back = 0;
+  if ((e = lh_ledger_rewind(s->ledger, step0, &back))) goto out;
+  if (back > 0)
+    lh_log(LH_LOG_INFO,
+           "serve: %lld groups trained after the checkpoint of step %lld go back "
+           "to the queue",
+           (long long)back, (long long)step0);
+  s->n_kept = s->rl.staleness + 1;
+  s->kept = lh_xcalloc((size_t)s->n_kept, sizeof *s->kept);
+  for (int i = 0; i < s->n_kept; i++)
+    s->kept[i].version = -1;
+  {
+    int64_t latest = -1;
+    e = lh_ledger_latest_version(s->ledger, &latest);
+    if (e == LH_ERR_NOTFOUND) { /* a new run: version 0 is the starting policy */
+      size_t np = 0;
+      const uint16_t *slab = lh_infer_bf16(lh_trainer_policy(s->tr), &np);
+      lh_sync_blob_ref blobs[2];
+      int n_blobs = 0;
+      if ((e = make_blobs(s, 0, NULL, slab, blobs, &n_blobs)) ||
+          (e = publish(s, 0, slab, blobs, n_blobs, NULL, 0, NULL, 0)))
+        goto out;
+    } else if (e) {
+      goto out;
+    } else {
+      /* the versions of the staleness window, and the newest's manifest */
+      for (int64_t v = latest - s->rl.staleness > 0 ? latest - s->rl.staleness : 0; v <= latest;
+           v++) {
+        uint16_t *slab = NULL;
+        if ((e = rebuild_slab(s, v, &slab))) goto out;
+        keep_slab(s, v, slab);
+        free(slab);
+      }
+      size_t np = 0;
+      const uint16_t *cur = lh_infer_bf16(lh_trainer_policy(s->tr), &np);
+      if (memcmp(cur, kept_slab(s, latest), np * sizeof *cur)) {
+        e = lh_errorf(LH_ERR_MISMATCH,
+                      "serve: the checkpoint of step %lld does not give the published version "
+                      "%lld's weights",
+                      (long long)step0, (long long)latest);
+        goto out;
+      }
+      if ((e = lh_ledger_version_get(s->ledger, latest, &s->manifest, &s->manifest_len))) goto out;
+      s->version = latest;
+      lh_ledger_blob *lb = NULL;
+      int nb = 0;
+      /* the keyframe state: the newest snapshot at or before latest */
+      for (int64_t v = latest; v >= 0 && s->last_keyframe == LH_SYNC_NONE; v--) {
+        if ((e = lh_ledger_version_blobs(s->ledger, v, &lb, &nb))) goto out;
+        for (int i = 0; i < nb; i++)
+          if (lb[i].kind == 0) {
+            s->last_keyframe = v;
+            s->snapshot_bytes = lb[i].size;
+          }
+        if (s->last_keyframe == LH_SYNC_NONE)
+          for (int i = 0; i < nb; i++)
+            s->chain_bytes += lb[i].size;
+        free(lb);
+        lb = NULL;
+      }
+    }
+  }
+  /* the queue: every accepted group not yet trained */
+  {
+    int64_t *ids = NULL;
+    int n = 0;
+    if ((e = lh_ledger_accepted(s->ledger, &ids, &n))) goto out;
+    lh_rollout_limits lim = lh_rollout_default_limits();
+    lim.vocab = s->vocab;
+    for (int i = 0; !e && i < n; i++) {
+      void *body = NULL;
+      size_t len = 0;
+      queued q = {ids[i], 0, 0, {0}};
+      if (!(e = lh_ledger_group_body(s->ledger, ids[i], &body, &len)) &&
+          !(e = lh_rollout_decode(body, len, &lim, "ledger body", &q.b))) {
+        q.version = q.b.version;
+        queue_push(s, &q);
+      }
+      free(body);
+    }
+    free(ids);
+    if (e) goto out;
+    lh_ledger_stats_result st;
+    if ((e = lh_ledger_stats(s->ledger, &st))) goto out;
+    if ((e = lh_ledger_next_task(s->ledger, &s->next_task))) goto out;
+  }
+  {
+    lh_http_server_config hc = {0};
+    hc.host = host;
+    hc.port = port;
+    hc.max_body = max_body;
+    hc.max_connections = 256;
+    hc.max_per_ip = 0;
+    hc.timeout_s = 30;
+    hc.handler = handler;
+    hc.ud = s;
+    hc.on_stop = on_stop;
+    if ((e = lh_http_server_start(&hc, &s->http))) goto out;
+  }
+  lh_log(LH_LOG_INFO, "serve: listening on http://%s:%d, version %lld, %d groups queued", host,
+         lh_http_server_port(s->http), (long long)s->version, s->q_len);
+  if (c->port_file) {
+    char text[16];
+    int n = snprintf(text, sizeof text, "%d\n", lh_http_server_port(s->http));
+    if ((e = lh_file_write_atomic(c->port_file, text, (size_t)n))) goto out;
+  }
+  while (lh_trainer_version(s->tr) < s->rl.steps && !should_stop(s)) {
+    bool idle = true;
+    if ((e = expire_leases(s)) || (e = train_once(s, &idle))) break;
+  }
+out:
+  lh_http_server_stop(s->http);
+  lh_ledger_close(s->ledger);
+  lh_trainer_free(s->tr);
+  lh_model_free(m);
+  lh_tokenizer_free(s->tok);
+  lh_env_free(s->env);
+  lh_model_files_free(&s->files);
+  lh_rundir_close(s->rd, false);
+  json_decref(was);
+  for (int i = 0; i < s->q_len; i++)
+    lh_rollout_batch_free(&s->q[i].b);
+  free(s->q);
+  for (int i = 0; i < s->n_kept; i++)
+    free(s->kept[i].slab);
+  free(s->kept);
+  free(s->reissue);
+  free(s->nonces);
+  free(s->sections);
+  free(s->manifest);
+  free(s->blob_dir);
+  free(src);
+  free(tokpath);
+  free(ledger_path);
+  lh_sync_secret_key_wipe(&s->sk);
+  pthread_mutex_destroy(&s->mu);
+  pthread_mutex_destroy(&s->env_mu);
+  pthread_cond_destroy(&s->published_cv);
+  pthread_cond_destroy(&s->queue_cv);
+  free(s);
+  return e;
+}

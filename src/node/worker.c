@@ -1,0 +1,719 @@
+/* `longhaul worker` (node.h): syncs the policy from the server's signed manifests and blobs,
+ * leases prompt groups ahead, generates them with the rollout engine and submits them. Two
+ * threads: the network thread (leases, submissions, policy sync, with backoff through server
+ * restarts and dropped connections) and the calling thread, which generates. A generated group
+ * is written to DIR/pending before it is submitted and removed only once the server has given
+ * its final answer, so a group is never lost (a restarted worker submits it again) and never
+ * trained twice (the server answers a repeat as before). The worker only dials out. */
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "longhaul/gen.h"
+#include "longhaul/http.h"
+#include "longhaul/infer.h"
+#include "longhaul/node.h"
+#include "longhaul/patch.h"
+#include "longhaul/rollout.h"
+
+#define REPLY_MAX     ((size_t)16 << 20)
+#define BLOB_MAX      ((uint64_t)16 << 30)
+#define TIMEOUT_MS    60000
+#define BACKOFF_MIN_S 0.2
+#define BACKOFF_MAX_S 10.0
+
+typedef struct done_group {
+  int64_t lease, group;
+  uint8_t *body;
+  size_t len;
+  double gen_ms;
+} done_group;
+
+typedef struct ready_group {
+  int64_t lease;
+  lh_node_group g;
+} ready_group;
+
+typedef struct worker {
+  const lh_worker_config *c;
+  lh_worker_result *res;
+  lh_sync_secret_key sk;
+  lh_sync_public_key trust;
+  lh_http_client *http; /* the network thread's */
+  char *blob_dir, *pending_dir, *policy_dir;
+  int64_t clock_offset_ms; /* server - local, learned from stale_time answers */
+
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool stop;
+  lh_err net_error; /* a failure the network thread cannot retry past */
+  /* the policy: the network thread stages a new version, the generator swaps it in */
+  int64_t version; /* the generator's current version, -1 before the first */
+  uint16_t *staged;
+  int64_t staged_version;
+  size_t n;
+  lh_config cfg;
+  bool have_cfg;
+  /* leased groups waiting to be generated, and generated ones waiting to be sent */
+  ready_group *ready;
+  int n_ready, ready_cap;
+  done_group *done;
+  int n_done, done_cap;
+  int64_t submitted, in_flight;
+} worker;
+
+static int64_t now_ms(const worker *w) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + w->clock_offset_ms;
+}
+
+static bool stopping(worker *w) {
+  pthread_mutex_lock(&w->mu);
+  bool s = w->stop || (w->c->stop && *w->c->stop);
+  pthread_mutex_unlock(&w->mu);
+  return s;
+}
+
+/* Sleeps for the backoff of attempt k (exponential with full jitter), waking when stopping. */
+static void backoff(worker *w, int k) {
+  double cap = BACKOFF_MIN_S * (double)(1u << (k < 6 ? k : 6));
+  if (cap > BACKOFF_MAX_S) cap = BACKOFF_MAX_S;
+  double d = cap * (0.5 + 0.5 * (double)randombytes_uniform(1000) / 1000.0);
+  for (double t = 0; t < d && !stopping(w); t += 0.05) {
+    struct timespec ts = {0, 50 * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+}
+
+/* ---------------------------------------------------------------- signed requests */
+
+/* A signed request; a stale_time answer corrects the clock and retries once. */
+static lh_err call(worker *w, const char *method, const char *path, const void *body, size_t len,
+                   lh_http_reply *out) {
+  for (int attempt = 0;; attempt++) {
+    lh_node_auth_text a;
+    lh_node_sign(&w->sk, method, path, body, len, now_ms(w), &a);
+    lh_http_header h[5] = {{LH_NODE_HDR_KEY, a.key},
+                           {LH_NODE_HDR_TIME, a.time},
+                           {LH_NODE_HDR_NONCE, a.nonce},
+                           {LH_NODE_HDR_SIGNATURE, a.signature},
+                           {"Content-Type", "application/octet-stream"}};
+    lh_err e =
+        lh_http_client_request(w->http, method, path, h, 5, body, len, REPLY_MAX, TIMEOUT_MS, out);
+    if (e) return e;
+    if (out->status == 401 && attempt == 0 && out->body) {
+      json_t *o = json_loadb((const char *)out->body, out->len, 0, NULL);
+      const json_t *t = o ? json_object_get(o, "server_time_ms") : NULL;
+      if (json_is_integer(t)) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        int64_t local = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+        w->clock_offset_ms = json_integer_value(t) - local + 1;
+        json_decref(o);
+        lh_http_reply_free(out);
+        continue;
+      }
+      json_decref(o);
+    }
+    return LH_ERR_OK;
+  }
+}
+
+/* The error code of a JSON error answer ("" when none). */
+static void error_code(const lh_http_reply *r, char *code, size_t cap) {
+  code[0] = '\0';
+  json_t *o = r->body ? json_loadb((const char *)r->body, r->len, 0, NULL) : NULL;
+  const json_t *c = o ? json_object_get(json_object_get(o, "error"), "code") : NULL;
+  if (json_is_string(c)) snprintf(code, cap, "%s", json_string_value(c));
+  json_decref(o);
+}
+
+static lh_err register_worker(worker *w) {
+  char host[256] = "";
+  gethostname(host, sizeof host - 1);
+  json_t *o =
+      json_pack("{s:s,s:{s:s,s:i,s:i}}", "name", w->c->name ? w->c->name : host, "hardware", "host",
+                host, "cpus", (int)sysconf(_SC_NPROCESSORS_ONLN), "threads", w->c->threads);
+  char *body = json_dumps(o, JSON_COMPACT);
+  json_decref(o);
+  lh_http_reply r;
+  lh_err e = call(w, "POST", "/v1/workers", body, strlen(body), &r);
+  free(body);
+  if (e) return e;
+  if (r.status != 200 && r.status != 201) {
+    char code[64];
+    error_code(&r, code, sizeof code);
+    e = lh_errorf(r.status >= 500 ? LH_ERR_IO : LH_ERR_INVAL, "register: HTTP %ld %s", r.status,
+                  code);
+  }
+  lh_http_reply_free(&r);
+  return e;
+}
+
+/* ---------------------------------------------------------------- policy sync */
+
+/* A verified manifest: the newest after `after` (NOTFOUND: none newer within wait_s), or a
+ * given version (wait_s < 0). */
+static lh_err get_manifest(worker *w, int64_t after, int64_t version, double wait_s,
+                           lh_sync_manifest *m) {
+  char path[96];
+  if (version >= 0)
+    snprintf(path, sizeof path, "/v1/manifests/%lld", (long long)version);
+  else
+    snprintf(path, sizeof path, "/v1/policy?after=%lld&wait=%.1f", (long long)after, wait_s);
+  lh_http_reply r;
+  lh_err e = lh_http_client_request(w->http, "GET", path, NULL, 0, NULL, 0,
+                                    LH_SYNC_MANIFEST_MAX_BYTES, TIMEOUT_MS, &r);
+  if (e) return e;
+  if (r.status == 204)
+    e = LH_ERR_NOTFOUND;
+  else if (r.status != 200)
+    e = lh_errorf(LH_ERR_IO, "GET %s: HTTP %ld", path, r.status);
+  else
+    e = lh_sync_manifest_verify(r.body, r.len, &w->trust, path, m);
+  lh_http_reply_free(&r);
+  return e;
+}
+
+/* Fetches a blob into the worker's store (resuming a partial download) and reads it back
+ * verified. */
+static lh_err fetch_blob(worker *w, const uint8_t hash[LH_HASH_BYTES], uint64_t size,
+                         uint8_t **data, size_t *len) {
+  if (!lh_sync_blob_has(w->blob_dir, hash)) {
+    char hx[2 * LH_HASH_BYTES + 1], path[128];
+    lh_hash_hex(hash, hx);
+    snprintf(path, sizeof path, "/v1/blobs/%s", hx);
+    char *dest = lh_sync_blob_path(w->blob_dir, hash);
+    lh_err e =
+        lh_http_client_download(w->http, path, dest, size ? size : BLOB_MAX, TIMEOUT_MS, NULL);
+    free(dest);
+    if (e) return e;
+    pthread_mutex_lock(&w->mu);
+    w->res->bytes_downloaded += size;
+    pthread_mutex_unlock(&w->mu);
+  }
+  lh_err e = lh_sync_blob_get(w->blob_dir, hash, size ? (size_t)size : (size_t)BLOB_MAX, data, len);
+  if (e == LH_ERR_MISMATCH) { /* a corrupted file: fetch it again next time */
+    char *p = lh_sync_blob_path(w->blob_dir, hash);
+    unlink(p);
+    free(p);
+  }
+  return e;
+}
+
+/* The model files of the first manifest: config.json (and generation_config.json's eos ids) into
+ * w->cfg; all three written to the policy directory. */
+static lh_err fetch_model_files(worker *w, const lh_sync_manifest *m) {
+  uint8_t *cfg = NULL, *tok = NULL, *gen = NULL;
+  size_t cfg_len = 0, tok_len = 0, gen_len = 0;
+  lh_err e = fetch_blob(w, m->config, 0, &cfg, &cfg_len);
+  if (!e && m->has_tokenizer) e = fetch_blob(w, m->tokenizer, 0, &tok, &tok_len);
+  if (!e && m->has_generation) e = fetch_blob(w, m->generation, 0, &gen, &gen_len);
+  lh_config c;
+  if (!e) e = lh_config_parse((const char *)cfg, cfg_len, "config.json blob", &c);
+  if (!e && gen)
+    e = lh_config_parse_generation((const char *)gen, gen_len, "generation_config.json blob", &c);
+  if (!e && lh_config_n_params(&c) != m->elements)
+    e = lh_errorf(LH_ERR_MISMATCH, "the config has %zu parameters, the manifest %llu",
+                  lh_config_n_params(&c), (unsigned long long)m->elements);
+  if (!e) {
+    pthread_mutex_lock(&w->mu);
+    w->cfg = c;
+    w->have_cfg = true;
+    pthread_mutex_unlock(&w->mu);
+  }
+  free(cfg);
+  free(tok);
+  free(gen);
+  return e;
+}
+
+/* Brings *slab (version *have, -1: none) to the newest published version: manifests back from
+ * the newest until the version held or a snapshot, the cheapest route through them, every blob
+ * checked, and the result checked against the manifest's slab hash. */
+static lh_err sync_policy(worker *w, uint16_t **slab, int64_t *have, double wait_s) {
+  lh_sync_manifest newest;
+  lh_err e = get_manifest(w, *have, -1, wait_s, &newest);
+  if (e) return e;
+  if (!w->have_cfg && (e = fetch_model_files(w, &newest))) return e;
+  int cap = 16, n = 1;
+  lh_sync_manifest *ms = lh_xmalloc((size_t)cap * sizeof *ms);
+  ms[0] = newest;
+  for (int64_t v = newest.version - 1; v >= 0 && v > *have; v--) {
+    bool snap = false;
+    for (int i = 0; i < ms[n - 1].n_blobs; i++)
+      snap = snap || ms[n - 1].blobs[i].kind == LH_SYNC_SNAPSHOT;
+    if (snap && *have < 0) break;
+    if (n == cap) ms = lh_xrealloc(ms, (size_t)(cap *= 2) * sizeof *ms);
+    if ((e = get_manifest(w, -1, v, 0, &ms[n]))) goto out;
+    n++;
+  }
+  lh_sync_route route = {0};
+  if ((e = lh_sync_plan(ms, n, *have >= 0 ? *have : LH_SYNC_NONE, newest.version, &route)))
+    goto out;
+  uint16_t *cur = *slab;
+  for (int i = 0; !e && i < route.n; i++) {
+    const lh_sync_blob_ref *b = &ms[route.steps[i].manifest].blobs[route.steps[i].blob];
+    uint8_t *data = NULL;
+    size_t len = 0, cnt = 0;
+    if ((e = fetch_blob(w, b->hash, b->size, &data, &len))) break;
+    if (b->kind == LH_SYNC_SNAPSHOT) {
+      uint16_t *fresh = NULL;
+      if (!(e = lh_sync_snapshot_decode(data, len, (size_t)newest.elements, "snapshot", &fresh,
+                                        &cnt))) {
+        free(cur);
+        cur = fresh;
+      }
+    } else if (!cur) {
+      e = lh_errorf(LH_ERR_FORMAT, "a patch before any snapshot");
+    } else {
+      e = lh_patch_apply(cur, newest.elements, data, len, NULL);
+    }
+    free(data);
+    if (!e) {
+      pthread_mutex_lock(&w->mu);
+      w->res->versions_applied++;
+      pthread_mutex_unlock(&w->mu);
+    }
+  }
+  lh_sync_route_free(&route);
+  if (!e) {
+    uint8_t h[LH_HASH_BYTES];
+    lh_sync_slab_hash(cur, (size_t)newest.elements, h);
+    if (memcmp(h, newest.slab, LH_HASH_BYTES))
+      e = lh_errorf(LH_ERR_MISMATCH, "version %lld: the weights do not hash to the manifest's",
+                    (long long)newest.version);
+  }
+  *slab = cur;
+  if (!e) *have = newest.version;
+out:
+  free(ms);
+  return e;
+}
+
+/* ---------------------------------------------------------------- pending groups on disk */
+
+static char *pending_path(const worker *w, int64_t lease, int64_t group) {
+  char name[64];
+  snprintf(name, sizeof name, "%lld-%lld.lhrb", (long long)lease, (long long)group);
+  return lh_path_join(w->pending_dir, name);
+}
+
+static void done_push(worker *w, done_group *d) {
+  if (w->n_done == w->done_cap) {
+    w->done_cap = w->done_cap ? 2 * w->done_cap : 16;
+    w->done = lh_xrealloc(w->done, (size_t)w->done_cap * sizeof *w->done);
+  }
+  w->done[w->n_done++] = *d;
+}
+
+/* Groups generated before a restart and not yet answered. */
+static lh_err load_pending(worker *w) {
+  DIR *d = opendir(w->pending_dir);
+  if (!d) return lh_errorf(LH_ERR_IO, "%s: %s", w->pending_dir, strerror(errno));
+  struct dirent *ent;
+  lh_err e = LH_ERR_OK;
+  while (!e && (ent = readdir(d))) {
+    long long lease, group;
+    int used = 0;
+    if (sscanf(ent->d_name, "%lld-%lld.lhrb%n", &lease, &group, &used) != 2 || ent->d_name[used])
+      continue;
+    char *path = lh_path_join(w->pending_dir, ent->d_name);
+    char *data = NULL;
+    size_t len = 0;
+    e = lh_file_read(path, (size_t)64 << 20, &data, &len);
+    free(path);
+    if (e) break;
+    done_group g = {lease, group, (uint8_t *)data, len, 0};
+    done_push(w, &g);
+  }
+  closedir(d);
+  return e;
+}
+
+/* ---------------------------------------------------------------- the network thread */
+
+static lh_err submit(worker *w, done_group *d, bool *final) {
+  *final = false;
+  char path[128];
+  snprintf(path, sizeof path, "/v1/rollouts?lease=%lld&group=%lld&gen_ms=%lld", (long long)d->lease,
+           (long long)d->group, (long long)d->gen_ms);
+  lh_http_reply r;
+  lh_err e = call(w, "POST", path, d->body, d->len, &r);
+  if (e) return e;
+  if (r.status == 202) {
+    *final = true;
+    pthread_mutex_lock(&w->mu);
+    w->res->groups_submitted++;
+    pthread_mutex_unlock(&w->mu);
+  } else if (r.status >= 400 && r.status < 500 && r.status != 429 && r.status != 409 &&
+             r.status != 401) {
+    char code[64];
+    error_code(&r, code, sizeof code);
+    lh_log(LH_LOG_WARN, "worker: group %lld refused: HTTP %ld %s: %.*s", (long long)d->group,
+           r.status, code, (int)(r.len < 300 ? r.len : 300), r.body ? (char *)r.body : "");
+    *final = true;
+    pthread_mutex_lock(&w->mu);
+    w->res->groups_refused++;
+    pthread_mutex_unlock(&w->mu);
+  } else {
+    e = lh_errorf(LH_ERR_IO, "submit group %lld: HTTP %ld: %.*s", (long long)d->group, r.status,
+                  (int)(r.len < 300 ? r.len : 300), r.body ? (char *)r.body : "");
+  }
+  lh_http_reply_free(&r);
+  if (*final) {
+    char *p = pending_path(w, d->lease, d->group);
+    unlink(p);
+    free(p);
+  }
+  return e;
+}
+
+static lh_err lease(worker *w, int want, int64_t version) {
+  char body[64];
+  int n = snprintf(body, sizeof body, "{\"groups\":%d,\"version\":%lld}", want, (long long)version);
+  lh_http_reply r;
+  lh_err e = call(w, "POST", "/v1/leases", body, (size_t)n, &r);
+  if (e) return e;
+  if (r.status == 200) {
+    lh_node_lease l;
+    pthread_mutex_lock(&w->mu);
+    int vocab = w->cfg.vocab_size;
+    pthread_mutex_unlock(&w->mu);
+    if (!(e = lh_node_lease_parse(r.body, r.len, vocab, &l))) {
+      pthread_mutex_lock(&w->mu);
+      for (int i = 0; i < l.n_groups; i++) {
+        if (w->n_ready == w->ready_cap) {
+          w->ready_cap = w->ready_cap ? 2 * w->ready_cap : 16;
+          w->ready = lh_xrealloc(w->ready, (size_t)w->ready_cap * sizeof *w->ready);
+        }
+        w->ready[w->n_ready++] = (ready_group){l.lease, l.groups[i]};
+        memset(&l.groups[i], 0, sizeof l.groups[i]);
+      }
+      pthread_cond_broadcast(&w->cv);
+      pthread_mutex_unlock(&w->mu);
+      lh_node_lease_clear(&l);
+    }
+  } else if (r.status >= 500 || r.status == 429) {
+    e = lh_errorf(LH_ERR_IO, "lease: HTTP %ld", r.status);
+  } else {
+    char code[64];
+    error_code(&r, code, sizeof code);
+    e = lh_errorf(LH_ERR_INVAL, "lease: HTTP %ld %s", r.status, code);
+  }
+  lh_http_reply_free(&r);
+  return e;
+}
+
+/* How many groups to hold leased ahead of the generator: enough to fill its slots twice. */
+static int lease_target(const worker *w, int group_size) {
+  int per = w->c->slots / (group_size > 0 ? group_size : 1);
+  return per < 1 ? 2 : 2 * per;
+}
+
+static void *net_thread(void *ud) {
+  worker *w = ud;
+  uint16_t *slab = NULL; /* the network thread's copy of the newest version */
+  int64_t have = -1;
+  int fails = 0;
+  bool registered = false;
+  int group_size = 0;
+  while (!stopping(w)) {
+    lh_err e = LH_ERR_OK;
+    bool worked = false;
+    if (!registered) {
+      if (!(e = register_worker(w))) registered = true;
+    }
+    /* the policy: a newer version is staged for the generator */
+    if (!e && registered) {
+      pthread_mutex_lock(&w->mu);
+      bool idle = w->n_done == 0 && w->n_ready >= lease_target(w, group_size);
+      pthread_mutex_unlock(&w->mu);
+      e = sync_policy(w, &slab, &have, idle && have >= 0 ? 1.0 : 0.0);
+      if (e == LH_ERR_NOTFOUND) {
+        e = LH_ERR_OK;
+      } else if (!e) {
+        worked = true;
+        pthread_mutex_lock(&w->mu);
+        w->n = (size_t)lh_config_n_params(&w->cfg);
+        w->staged = lh_xrealloc(w->staged, w->n * sizeof *w->staged);
+        memcpy(w->staged, slab, w->n * sizeof *w->staged);
+        w->staged_version = have;
+        pthread_cond_broadcast(&w->cv);
+        pthread_mutex_unlock(&w->mu);
+      }
+    }
+    /* submissions first: they are finished work */
+    while (!e && !stopping(w)) {
+      pthread_mutex_lock(&w->mu);
+      if (w->n_done == 0) {
+        pthread_mutex_unlock(&w->mu);
+        break;
+      }
+      done_group d = w->done[0];
+      pthread_mutex_unlock(&w->mu);
+      bool final = false;
+      e = submit(w, &d, &final);
+      if (final) {
+        pthread_mutex_lock(&w->mu);
+        free(w->done[0].body);
+        memmove(w->done, w->done + 1, (size_t)(w->n_done - 1) * sizeof *w->done);
+        w->n_done--;
+        w->submitted++;
+        pthread_cond_broadcast(&w->cv);
+        pthread_mutex_unlock(&w->mu);
+        worked = true;
+      }
+    }
+    /* leases ahead of the generator */
+    if (!e && have >= 0) {
+      pthread_mutex_lock(&w->mu);
+      int target = lease_target(w, group_size), held = w->n_ready + (int)w->in_flight;
+      bool enough = w->c->max_groups > 0 && w->submitted + w->n_done + held >= w->c->max_groups;
+      pthread_mutex_unlock(&w->mu);
+      if (held < target && !enough) {
+        int want = target - held;
+        if (want > LH_NODE_MAX_LEASE_GROUPS) want = LH_NODE_MAX_LEASE_GROUPS;
+        e = lease(w, want, have);
+        if (!e) {
+          worked = true;
+          pthread_mutex_lock(&w->mu);
+          if (w->n_ready > 0) group_size = w->ready[0].g.group_size;
+          pthread_mutex_unlock(&w->mu);
+        }
+      }
+    }
+    if (e == LH_ERR_IO) { /* the server is away: back off and try again */
+      lh_log(LH_LOG_DEBUG, "worker: %s", lh_last_error());
+      backoff(w, fails++);
+      continue;
+    }
+    if (e) {
+      lh_log(LH_LOG_WARN, "worker: %s", lh_last_error());
+      backoff(w, fails++);
+      if (fails > 20) {
+        pthread_mutex_lock(&w->mu);
+        w->net_error = e;
+        w->stop = true;
+        pthread_cond_broadcast(&w->cv);
+        pthread_mutex_unlock(&w->mu);
+      }
+      continue;
+    }
+    fails = 0;
+    pthread_mutex_lock(&w->mu);
+    bool finished = w->c->max_groups > 0 && w->submitted >= w->c->max_groups;
+    if (finished) {
+      w->stop = true;
+      pthread_cond_broadcast(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+    if (!worked && have >= 0) { /* nothing to do: wait for the generator */
+      pthread_mutex_lock(&w->mu);
+      struct timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts);
+      ts.tv_nsec += 100 * 1000000L;
+      if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+      if (w->n_done == 0) pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+      pthread_mutex_unlock(&w->mu);
+    }
+  }
+  free(slab);
+  return NULL;
+}
+
+/* ---------------------------------------------------------------- the generator */
+
+/* Writes the first version as a model directory and loads it for inference. */
+static lh_err load_policy(worker *w, const uint16_t *slab, lh_infer **inf) {
+  lh_err e = lh_model_dir_save_bf16(&w->cfg, slab, w->policy_dir, NULL);
+  if (!e) e = lh_infer_load(w->policy_dir, inf);
+  if (!e) {
+    size_t n = 0;
+    const uint16_t *got = lh_infer_bf16(*inf, &n);
+    if (n != w->n || memcmp(got, slab, n * sizeof *got))
+      e = lh_errorf(LH_ERR_MISMATCH, "%s: the policy did not load bit for bit", w->policy_dir);
+  }
+  return e;
+}
+
+lh_worker_config lh_worker_defaults(void) {
+  lh_worker_config c;
+  memset(&c, 0, sizeof c);
+  c.dir = "longhaul-worker";
+  c.threads = 0;
+  c.slots = 16;
+  return c;
+}
+
+lh_err lh_worker_run(const lh_worker_config *c, lh_worker_result *res) {
+  lh_worker_result local;
+  res = res ? res : &local;
+  memset(res, 0, sizeof *res);
+  worker *w = lh_xcalloc(1, sizeof *w);
+  w->c = c;
+  w->res = res;
+  w->version = -1;
+  w->staged_version = -1;
+  pthread_mutex_init(&w->mu, NULL);
+  pthread_cond_init(&w->cv, NULL);
+  lh_infer *inf = NULL;
+  lh_generator *gen = NULL;
+  pthread_t net;
+  bool net_started = false;
+  lh_err e;
+  struct stat st;
+  if (stat(c->key_path, &st) != 0 && errno == ENOENT) { /* a new worker makes its key */
+    if ((e = lh_sync_keygen(&w->sk)) || (e = lh_sync_keys_write(c->key_path, &w->sk, false)))
+      goto out;
+    lh_log(LH_LOG_INFO, "worker: made a new key %s", c->key_path);
+  } else if ((e = lh_sync_secret_key_load(c->key_path, &w->sk))) {
+    goto out;
+  }
+  if ((e = lh_sync_public_key_load(c->trust_path, &w->trust))) goto out;
+  w->blob_dir = lh_path_join(c->dir, "blobs");
+  w->pending_dir = lh_path_join(c->dir, "pending");
+  w->policy_dir = lh_path_join(c->dir, "policy");
+  if ((mkdir(c->dir, 0755) && errno != EEXIST) || (mkdir(w->blob_dir, 0755) && errno != EEXIST) ||
+      (mkdir(w->pending_dir, 0755) && errno != EEXIST)) {
+    e = lh_errorf(LH_ERR_IO, "%s: cannot create: %s", c->dir, strerror(errno));
+    goto out;
+  }
+  if ((e = load_pending(w))) goto out;
+  if (w->n_done > 0)
+    lh_log(LH_LOG_INFO, "worker: %d groups generated before a restart will be sent", w->n_done);
+  if ((e = lh_http_client_create(c->server, &w->http))) goto out;
+  if (pthread_create(&net, NULL, net_thread, w)) {
+    e = lh_errorf(LH_ERR_NOMEM, "worker: cannot start the network thread");
+    goto out;
+  }
+  net_started = true;
+  int slots = c->slots;
+  while (true) {
+    pthread_mutex_lock(&w->mu);
+    while (!w->stop && !(c->stop && *c->stop) && w->staged_version <= w->version &&
+           (w->n_ready == 0 || w->version < 0)) {
+      struct timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts);
+      ts.tv_nsec += 100 * 1000000L;
+      if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+      pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+    }
+    if (w->stop || (c->stop && *c->stop)) {
+      pthread_mutex_unlock(&w->mu);
+      break;
+    }
+    /* a newer version: swap it in between groups */
+    if (w->staged_version > w->version) {
+      if (!inf) {
+        pthread_mutex_unlock(&w->mu);
+        e = load_policy(w, w->staged, &inf);
+        pthread_mutex_lock(&w->mu);
+        if (!e) {
+          int max_seq = w->cfg.max_positions < 4096 ? w->cfg.max_positions : 4096;
+          e = lh_generator_create(inf, slots, max_seq, 0, &gen);
+        }
+      } else {
+        e = lh_infer_set_range(inf, 0, w->staged, w->n);
+      }
+      if (e) {
+        pthread_mutex_unlock(&w->mu);
+        break;
+      }
+      w->version = w->staged_version;
+      pthread_mutex_unlock(&w->mu);
+      continue;
+    }
+    ready_group rg = w->ready[0];
+    memmove(w->ready, w->ready + 1, (size_t)(w->n_ready - 1) * sizeof *w->ready);
+    w->n_ready--;
+    w->in_flight++;
+    int64_t version = w->version;
+    pthread_mutex_unlock(&w->mu);
+    if (version < rg.g.min_version) { /* wait for the version the lease asks for */
+      pthread_mutex_lock(&w->mu);
+      w->in_flight--;
+      w->ready = lh_xrealloc(w->ready, (size_t)(w->n_ready + 1) * sizeof *w->ready);
+      memmove(w->ready + 1, w->ready, (size_t)w->n_ready * sizeof *w->ready);
+      w->ready[0] = rg;
+      w->n_ready++;
+      struct timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts);
+      ts.tv_nsec += 100 * 1000000L;
+      if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+      pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+      pthread_mutex_unlock(&w->mu);
+      continue;
+    }
+    lh_gen_config gc = lh_gen_defaults();
+    gc.sample = rg.g.sample;
+    gc.seed = rg.g.seed;
+    gc.max_new = rg.g.max_new;
+    lh_rollout_batch b;
+    double t0 = lh_time_now();
+    const int32_t *prompt = rg.g.prompt;
+    e = lh_rollout_generate_ids(gen, &gc, LH_SPLIT_TRAIN, &rg.g.task, &prompt, &rg.g.prompt_len, 1,
+                                rg.g.group_size, rg.g.stream_base, &b);
+    uint8_t *body = NULL;
+    size_t len = 0;
+    if (!e) {
+      b.version = version;
+      e = lh_rollout_encode(&b, &body, &len);
+    }
+    lh_rollout_batch_free(&b);
+    char *path = pending_path(w, rg.lease, rg.g.group);
+    if (!e) e = lh_file_write_atomic(path, body, len);
+    free(path);
+    done_group d = {rg.lease, rg.g.group, body, len, 1000.0 * (lh_time_now() - t0)};
+    lh_node_group_clear(&rg.g);
+    pthread_mutex_lock(&w->mu);
+    w->in_flight--;
+    if (!e) done_push(w, &d);
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    if (e) {
+      free(body);
+      if (e == LH_ERR_LIMIT) { /* a prompt that does not fit this worker: skip it */
+        lh_log(LH_LOG_WARN, "worker: %s", lh_last_error());
+        e = LH_ERR_OK;
+        continue;
+      }
+      break;
+    }
+  }
+out:
+  pthread_mutex_lock(&w->mu);
+  w->stop = true;
+  pthread_cond_broadcast(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+  if (net_started) pthread_join(net, NULL);
+  if (!e && w->net_error) e = w->net_error;
+  lh_generator_free(gen);
+  lh_infer_free(inf);
+  lh_http_client_free(w->http);
+  for (int i = 0; i < w->n_ready; i++)
+    lh_node_group_clear(&w->ready[i].g);
+  free(w->ready);
+  for (int i = 0; i < w->n_done; i++)
+    free(w->done[i].body);
+  free(w->done);
+  free(w->staged);
+  free(w->blob_dir);
+  free(w->pending_dir);
+  free(w->policy_dir);
+  lh_sync_secret_key_wipe(&w->sk);
+  pthread_mutex_destroy(&w->mu);
+  pthread_cond_destroy(&w->cv);
+  free(w);
+  return e;
+}
