@@ -130,9 +130,9 @@ lh_err lh_http_respond_error(lh_http_response *res, int status, const char *code
 lh_err lh_http_respond_file(lh_http_response *res, const char *path, const char *etag,
                             const char *cache_control);
 /* Adds a header (copied). At most LH_HTTP_MAX_EXTRA_HEADERS (LH_ERR_LIMIT); a name that is not
- * an HTTP token, an empty value or one with a control byte, and the headers the server writes itself
- * (Content-Type, Content-Length, Transfer-Encoding, Connection, ETag, Date) are LH_ERR_INVAL.
- * A file's Content-Range is the server's too: set one only with a body of bytes. */
+ * an HTTP token, an empty value or one with a control byte, and the headers the server writes
+ * itself (Content-Type, Content-Length, Transfer-Encoding, Connection, ETag, Date) are
+ * LH_ERR_INVAL. A file's Content-Range is the server's too: set one only with a body of bytes. */
 lh_err lh_http_response_header(lh_http_response *res, const char *name, const char *value);
 
 typedef void (*lh_http_handler)(void *ud, const lh_http_request *req, lh_http_response *res);
