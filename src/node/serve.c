@@ -864,7 +864,9 @@ static void handler(void *ud, const lh_http_request *req, lh_http_response *res)
     json_decref(o);
   } else if (get && !strcmp(p, "/metrics")) {
     h_metrics(s, res);
-  } else if (!strncmp(p, "/v1/", 4) || !strcmp(p, "/metrics")) {
+  } else if (!strcmp(p, "/v1/workers") || !strcmp(p, "/v1/leases") || !strcmp(p, "/v1/rollouts") ||
+             !strcmp(p, "/v1/policy") || !strcmp(p, "/v1/status") || !strcmp(p, "/metrics") ||
+             !strncmp(p, "/v1/manifests/", 14) || !strncmp(p, "/v1/blobs/", 10)) {
     lh_http_respond_error(res, 405, "method_not_allowed", "%s is not allowed on %s", req->method,
                           p);
   } else {
@@ -888,6 +890,11 @@ static void on_stop(void *ud) {
 }
 
 /* ---------------------------------------------------------------- the training thread */
+
+/* A number, or null when it is not finite (JSON has no NaN). */
+static void put_num(json_t *o, const char *key, double v) {
+  json_object_set_new(o, key, isfinite(v) ? json_real(v) : json_null());
+}
 
 static int by_freshness(const void *a, const void *b) {
   const queued *x = a, *y = b;
@@ -1029,11 +1036,17 @@ static lh_err train_once(server *s, bool *idle) {
       s->stale_hist[k > 64 ? 64 : k]++;
     }
     pthread_mutex_unlock(&s->mu);
-    json_t *line =
-        json_pack("{s:I,s:f,s:f,s:f,s:f,s:i,s:i,s:f,s:f}", "step", (json_int_t)nv, "reward",
-                  sum.reward_mean, "accuracy", sum.accuracy, "loss", st.update.loss.loss,
-                  "staleness", stale / n_take, "groups", n_take, "dropped", n_dropped, "train_s",
-                  dt, "elapsed_s", lh_time_now() - s->t_start);
+    json_t *line = json_object();
+    json_object_set_new(line, "step", json_integer(nv));
+    json_object_set_new(line, "time", json_real(lh_time_now() - s->t_start));
+    put_num(line, "reward", sum.reward_mean);
+    put_num(line, "accuracy", sum.accuracy);
+    put_num(line, "loss", st.update.loss.loss);
+    put_num(line, "staleness", stale / n_take);
+    json_object_set_new(line, "groups", json_integer(n_take));
+    json_object_set_new(line, "groups_skipped", json_integer(st.groups_skipped));
+    json_object_set_new(line, "dropped", json_integer(n_dropped));
+    put_num(line, "train_s", dt);
     if (line) e = lh_rundir_metrics_append(s->rd, line);
     json_decref(line);
     if (s->c->progress) {
