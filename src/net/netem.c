@@ -499,7 +499,10 @@ static void *loop(void *arg) {
     int polled = n->n_conns; /* accept_all appends after these */
     for (int i = 0; i < polled; i++)
       if (!n->conns[i]->dead) handle_events(n, n->conns[i], &n->pfd[2 + 2 * i], now);
-    if (n->pfd[1].revents) accept_all(n, now);
+    if (n->pfd[1].revents) {
+      sweep(n); /* the places of connections just closed are free again */
+      accept_all(n, now);
+    }
   }
   for (int i = 0; i < n->n_conns; i++)
     close_conn(n, n->conns[i], false);
