@@ -149,8 +149,14 @@ static lh_err check_config(const lh_netem_config *c) {
 
 /* ---------------------------------------------------------------- connections */
 
+/* Counters change before the sockets close: a client that sees its connection end may read
+ * them at once. */
 static void close_conn(lh_netem *n, conn *c, bool rst) {
   if (c->dead) return;
+  c->dead = true;
+  pthread_mutex_lock(&n->mu);
+  n->stats.active--;
+  pthread_mutex_unlock(&n->mu);
   for (int s = 0; s < 2; s++) {
     if (c->fd[s] < 0) continue;
     if (rst) {
@@ -160,10 +166,6 @@ static void close_conn(lh_netem *n, conn *c, bool rst) {
     close(c->fd[s]);
     c->fd[s] = -1;
   }
-  c->dead = true;
-  pthread_mutex_lock(&n->mu);
-  n->stats.active--;
-  pthread_mutex_unlock(&n->mu);
 }
 
 static void free_conn(conn *c) {
@@ -229,8 +231,8 @@ static void accept_all(lh_netem *n, int64_t now) {
       return;
     }
     if (n->n_conns >= n->max_conns) {
+      COUNT(n, refused, 1); /* counted first: the client may look at the counters once closed */
       close(fd);
-      COUNT(n, refused, 1);
       continue;
     }
     open_conn(n, fd);
@@ -356,8 +358,8 @@ static void write_due(lh_netem *n, conn *c, int k, int64_t now) {
     n->stats.bytes_down += (uint64_t)w;
   pthread_mutex_unlock(&n->mu);
   if (n->reset_after && c->forwarded >= n->reset_after) {
-    close_conn(n, c, true);
     COUNT(n, reset, 1);
+    close_conn(n, c, true);
   }
 }
 
