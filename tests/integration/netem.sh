@@ -186,6 +186,15 @@ run help "$BIN" netem --help
 for f in listen upstream delay jitter rate drop reset-after seed max-connections window; do
   grep -q -- "--$f " "$TMP/help.out" && pass || fail "help: --$f is not described"
 done
+# and names no flag that is not one
+while read -r f; do
+  case "$f" in
+  --help | --listen | --upstream | --delay | --jitter | --rate | --drop | --reset-after | --seed | \
+    --max-connections | --window) pass ;;
+  *) fail "help: mentions $f, which is not a flag of netem" ;;
+  esac
+done < <(grep -oE -- '--[a-z][a-z-]*' "$TMP/help.out" | sort -u)
+[ -s "$TMP/help.err" ] && fail "help: wrote to stderr: $(cat "$TMP/help.err")"
 run top-help "$BIN" --help
 grep -q '^  netem ' "$TMP/top-help.out" && pass || fail "longhaul --help does not list netem"
 
