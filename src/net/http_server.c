@@ -406,7 +406,8 @@ static struct MHD_Response *file_response(req_state *st, const char *method, lh_
     struct MHD_Response *m =
         MHD_create_response_from_buffer(res->body_len, res->body, MHD_RESPMEM_MUST_FREE);
     if (m) res->body = NULL;
-    if (m && !add_header(m, "Content-Range", cr)) MHD_destroy_response(m), m = NULL;
+    if (m && (!add_header(m, "Content-Range", cr) || !add_header(m, "Accept-Ranges", "bytes")))
+      MHD_destroy_response(m), m = NULL;
     return m;
   }
   struct MHD_Response *m = MHD_create_response_from_fd_at_offset64(len, res->file_fd, start);

@@ -601,6 +601,7 @@ static void test_files(void **state) {
       snprintf(cr, sizeof cr, "bytes */%d", FILE_SIZE);
       assert_string_equal(lh_http_reply_header(&r, "content-range"), cr);
       expect_error_body(&r, 416, "range_not_satisfiable");
+      assert_string_equal(lh_http_reply_header(&r, "accept-ranges"), "bytes");
     } else {
       assert_int_equal(r.len, cases[i].len);
       assert_memory_equal(r.body, F.content + cases[i].start, cases[i].len);
