@@ -91,10 +91,10 @@ bool lh_http_request_stopping(const lh_http_request *r);
 #define LH_HTTP_MAX_EXTRA_HEADERS 8
 
 /* What the handler answers. The server hands the handler a zeroed response (file_fd -1); the
- * helpers below fill it and return LH_ERR_NOMEM, LH_ERR_INVAL or LH_ERR_LIMIT on failure (the
- * response is then unchanged, except that respond_* always sets the status). Every response
- * carries a Content-Type (application/octet-stream when content_type is NULL); a status left
- * at 0 is sent as a 500 error. */
+ * helpers below fill it and return LH_ERR_NOMEM, LH_ERR_INVAL or LH_ERR_LIMIT on failure, the
+ * response then unchanged (so a handler that ignores a failed respond_* leaves the status at 0).
+ * Every response carries a Content-Type (application/octet-stream when content_type is NULL); a
+ * status left at 0 (or outside 100 .. 599) is sent as a 500 error. */
 typedef struct lh_http_response {
   int status;         /* 100 .. 599 */
   char *content_type; /* malloc'd, or NULL */

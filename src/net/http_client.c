@@ -465,28 +465,23 @@ static bool complete_416(const xfer *x) {
 }
 
 /* One GET of path into part (resuming it): 1 when the part file is complete, 0 when it must
- * start again from zero (a 416 that does not match it), or an error (negated lh_err). */
+ * start again from zero (a 416 that does not match it), -1 with *err set on failure. */
 static int download_once(lh_http_client *c, const char *path, const char *part, uint64_t max_bytes,
                          long timeout_ms, lh_http_reply *meta, lh_err *err) {
   int fd = -1;
   uint64_t have = 0;
   lh_err e = open_part(part, &fd, &have);
   if (e) return *err = e, -1;
-  if (have > max_bytes) {
-    if (ftruncate(fd, 0) != 0 || lseek(fd, 0, SEEK_SET) != 0)
-      have = UINT64_MAX;
-    else
-      have = 0;
-  }
+  int r = -1;
+  bool too_long = have > max_bytes; /* not a prefix of what we may take: start again */
+  if (too_long && (ftruncate(fd, 0) != 0 || lseek(fd, 0, SEEK_SET) != 0))
+    e = lh_errorf(LH_ERR_IO, "%s: cannot truncate: %s", part, strerror(errno));
+  if (too_long) have = 0;
   xfer x = {.download = true, .fd = fd, .resume_from = have, .max_file = max_bytes};
   char range[64];
   snprintf(range, sizeof range, "bytes=%llu-", (unsigned long long)have);
   lh_http_header h = {"Range", range};
-  int r = -1;
-  if (have == UINT64_MAX) {
-    e = lh_errorf(LH_ERR_IO, "%s: cannot truncate: %s", part, strerror(errno));
-    goto out;
-  }
+  if (e) goto out;
   e = perform(c, "GET", path, &h, have ? 1 : 0, NULL, 0, timeout_ms, &x);
   if (e) goto out;
   if (x.status == 206 && x.total != UINT64_MAX && x.written != x.total) {

@@ -112,7 +112,6 @@ static lh_err set_content_type(lh_http_response *res, const char *content_type) 
 
 lh_err lh_http_respond_bytes(lh_http_response *res, int status, const char *content_type,
                              const void *data, size_t len) {
-  res->status = status;
   uint8_t *copy = malloc(len ? len : 1);
   if (!copy) return lh_errorf(LH_ERR_NOMEM, "http response: cannot allocate %zu bytes", len);
   lh_err e = set_content_type(res, content_type);
@@ -122,13 +121,13 @@ lh_err lh_http_respond_bytes(lh_http_response *res, int status, const char *cont
   }
   if (len) memcpy(copy, data, len);
   response_clear_body(res);
+  res->status = status;
   res->body = copy;
   res->body_len = len;
   return LH_ERR_OK;
 }
 
 lh_err lh_http_respond_json(lh_http_response *res, int status, const json_t *v) {
-  res->status = status;
   char *text = v ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
   if (!text) return lh_errorf(LH_ERR_INVAL, "http response: the JSON value cannot be encoded");
   lh_err e = lh_http_respond_bytes(res, status, "application/json", text, strlen(text));
@@ -144,7 +143,6 @@ lh_err lh_http_respond_error(lh_http_response *res, int status, const char *code
   int n = vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
   size_t len = n < 0 ? 0 : (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1;
-  res->status = status;
   json_t *m = lh_json_text(msg, len), *c = lh_json_text(code, strlen(code));
   json_t *v = m && c ? json_pack("{s:{s:o,s:o}}", "error", "code", c, "message", m) : NULL;
   if (!v) {
