@@ -81,4 +81,65 @@ echo "== 7. eval: held-out pass@1 of the rl policy against its starting point (p
 "$BIN" eval --model "$DIR/sort-rl" --env sort:count=4,digits=1 --n 500 \
   --compare "$DIR/sort-base"
 
-echo "demo finished: models, inputs, scores, samples and the rl run are in $DIR/"
+echo
+echo "== 8. the networked loop: serve + 3 workers behind emulated WAN links (50, 150, 300 ms round"
+echo "     trip, the last with 1% drops), from the same base; at most ${DEMO_NET_SECONDS:-240} s"
+"$BIN" keygen --out "$DIR/trainer.key" >/dev/null
+# five processes share the cores: OpenMP threads must sleep, not spin, at their barriers
+export OMP_WAIT_POLICY=PASSIVE
+PIDS=()
+stop_all() { for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap stop_all EXIT
+"$BIN" serve --run "$DIR/net-run" --model "$DIR/sort-base" --env sort:count=4,digits=1 \
+  --key "$DIR/trainer.key" --port-file "$DIR/port" --steps 300 --lr 2e-4 --max-new 16 \
+  --max-staleness 4 --max-wall "${DEMO_NET_SECONDS:-240}" --log-every 25 &
+SERVE=$!
+for _ in $(seq 1 200); do [ -s "$DIR/port" ] && break; sleep 0.1; done
+PORT=$(cat "$DIR/port")
+i=0
+for link in "25 0" "75 0" "150 0.01"; do
+  set -- $link
+  "$BIN" netem --listen 127.0.0.1:0 --upstream "127.0.0.1:$PORT" --delay "$1" --drop "$2" \
+    >"$DIR/netem$i.out" 2>"$DIR/netem$i.log" &
+  PIDS+=("$!")
+  for _ in $(seq 1 100); do grep -qs listening "$DIR/netem$i.out" && break; sleep 0.05; done
+  NPORT=$(sed -n 's/.*127\.0\.0\.1:\([0-9]*\) ->.*/\1/p' "$DIR/netem$i.out")
+  "$BIN" worker --server "http://127.0.0.1:$NPORT" --key "$DIR/worker$i.key" \
+    --trust-key "$DIR/trainer.key.pub" --dir "$DIR/worker$i" --name "worker$i-rtt$((2 * $1))ms" \
+    --slots 16 --threads 1 >"$DIR/worker$i.log" 2>&1 &
+  PIDS+=("$!")
+  i=$((i + 1))
+done
+wait "$SERVE"
+curl -s "http://127.0.0.1:$PORT/v1/status" >/dev/null 2>&1 || true
+stop_all
+trap - EXIT
+echo
+echo "== 9. eval: held-out pass@1 of the networked policy against the same base (paired)"
+"$BIN" eval --model "$DIR/net-run" --env sort:count=4,digits=1 --n 500 --compare "$DIR/sort-base"
+python3 - "$DIR/net-run" <<'PY'
+import json, sqlite3, sys
+run = sys.argv[1]
+db = sqlite3.connect(f"file:{run}/ledger.sqlite?mode=ro", uri=True)
+names = ["leased", "accepted", "rejected", "trained", "dropped", "expired"]
+states = dict(db.execute("SELECT state, count(*) FROM groups GROUP BY state").fetchall())
+print("groups: " + ", ".join(f"{names[k]} {v}" for k, v in sorted(states.items())))
+nv, blob = db.execute("SELECT count(*), 0 FROM versions").fetchone()
+rows = db.execute("SELECT kind, count(*), sum(size) FROM blobs GROUP BY kind").fetchall()
+for kind, n, size in rows:
+    print(f"{'snapshots' if kind == 0 else 'patches'}: {n}, {size / 1e6:.2f} MB")
+snap = db.execute("SELECT avg(size) FROM blobs WHERE kind = 0").fetchone()[0] or 0
+pat = db.execute("SELECT avg(size) FROM blobs WHERE kind = 1").fetchone()[0] or 0
+if pat:
+    print(f"versions published: {nv}; a patch is {pat / 1e3:.1f} kB against a {snap / 1e3:.1f} kB snapshot ({snap / pat:.0f}x smaller)")
+hist = {}
+for line in open(f"{run}/metrics.jsonl"):
+    m = json.loads(line)
+    s = round(m.get("staleness") or 0)
+    hist[s] = hist.get(s, 0) + 1
+print("mean staleness of updates: " + ", ".join(f"{k}: {v}" for k, v in sorted(hist.items())))
+for key, name, n in db.execute("SELECT hex(w.key), w.name, count(g.id) FROM workers w LEFT JOIN leases l ON l.worker = w.id LEFT JOIN groups g ON g.lease = l.id AND g.state = 3 GROUP BY w.id"):
+    print(f"worker {name}: {n} groups trained")
+PY
+echo "the networked run is in $DIR/net-run (ledger.sqlite, blobs/, checkpoints/, metrics.jsonl)"
+echo "demo finished: models, inputs, scores, samples, the rl run and the networked run are in $DIR/"
