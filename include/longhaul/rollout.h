@@ -65,13 +65,16 @@ lh_err lh_rollout_generate(lh_generator *g, const lh_gen_config *gc, const lh_to
                            uint64_t seq_base, lh_rollout_batch *out);
 /* Generates from prompts given as token ids, without scoring (a worker: the server leases the
  * prompt tokens and recomputes the rewards itself). Group t is task task_index[t] of split with
- * the prompt prompts[t][0 .. prompt_len[t]); every group is ok and every reward 0. A prompt of
- * no tokens, or of more than leave room for gc->max_new (lh_generator_max_seq), is LH_ERR_LIMIT
- * before anything is generated. Streams and provenance as lh_rollout_generate. */
+ * the prompt prompts[t][0 .. prompt_len[t]); completion j of group t uses sampler stream
+ * stream_base[t] + j under gc->seed. All groups are generated together (sharing the generator's
+ * slots), and out[0 .. n_groups) receives one batch of one group each, ok, rewards 0, with its
+ * own stream_base and the provenance of gc (version 0: the caller sets it). A prompt of no
+ * tokens, or of more than leave room for gc->max_new (lh_generator_max_seq), is LH_ERR_LIMIT
+ * before anything is generated. */
 lh_err lh_rollout_generate_ids(lh_generator *g, const lh_gen_config *gc, lh_split split,
                                const uint64_t *task_index, const int32_t *const *prompts,
-                               const int *prompt_len, int n_groups, int group_size,
-                               uint64_t seq_base, lh_rollout_batch *out);
+                               const int *prompt_len, const uint64_t *stream_base, int n_groups,
+                               int group_size, lh_rollout_batch *out);
 /* Recomputes the rewards of a batch from its tokens: each ok group's task (tasks[t], or task
  * task_index[t] of b->split fetched here when tasks is NULL) scores the decoded completions, as
  * lh_rollout_generate does. A group whose sequences do not start with their task's prompt (as

@@ -444,9 +444,11 @@ static bool make_group(server *s, uint64_t task, int64_t min_version, lh_node_gr
   g->prompt_len = (int)n;
   g->task = task;
   g->group_size = s->rl.group;
-  randombytes_buf(&g->seed, sizeof g->seed);
-  g->seed &= ((uint64_t)1 << 53) - 1; /* the server chooses every seed */
-  g->stream_base = 0;
+  /* The server chooses every group's sampler streams: the run's seed, and a random base of
+   * 52 bits (so base + j stays below 2^53), so a worker can generate many groups together. */
+  g->seed = s->rl.seed;
+  randombytes_buf(&g->stream_base, sizeof g->stream_base);
+  g->stream_base &= ((uint64_t)1 << 52) - 1;
   g->max_new = s->rl.max_new;
   g->sample = lh_sample_defaults();
   g->min_version = min_version;

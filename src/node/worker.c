@@ -25,11 +25,12 @@
 #include "longhaul/patch.h"
 #include "longhaul/rollout.h"
 
-#define REPLY_MAX     ((size_t)16 << 20)
-#define BLOB_MAX      ((uint64_t)16 << 30)
-#define TIMEOUT_MS    60000
-#define BACKOFF_MIN_S 0.2
-#define BACKOFF_MAX_S 10.0
+#define REPLY_MAX        ((size_t)16 << 20)
+#define BLOB_MAX         ((uint64_t)16 << 30)
+#define TIMEOUT_MS       60000
+#define BACKOFF_MIN_S    0.2
+#define BACKOFF_MAX_S    10.0
+#define MAX_BATCH_GROUPS 64 /* groups generated together at most */
 
 typedef struct done_group {
   int64_t lease, group;
@@ -634,19 +635,28 @@ lh_err lh_worker_run(const lh_worker_config *c, lh_worker_result *res) {
       pthread_mutex_unlock(&w->mu);
       continue;
     }
-    ready_group rg = w->ready[0];
-    memmove(w->ready, w->ready + 1, (size_t)(w->n_ready - 1) * sizeof *w->ready);
-    w->n_ready--;
-    w->in_flight++;
+    /* the groups to generate together: those like the first (seed, sampling, length, size)
+     * that this version may generate, as many as the slots hold */
     int64_t version = w->version;
-    pthread_mutex_unlock(&w->mu);
-    if (version < rg.g.min_version) { /* wait for the version the lease asks for */
-      pthread_mutex_lock(&w->mu);
-      w->in_flight--;
-      w->ready = lh_xrealloc(w->ready, (size_t)(w->n_ready + 1) * sizeof *w->ready);
-      memmove(w->ready + 1, w->ready, (size_t)w->n_ready * sizeof *w->ready);
-      w->ready[0] = rg;
-      w->n_ready++;
+    int cap = slots / (w->ready[0].g.group_size > 0 ? w->ready[0].g.group_size : 1);
+    if (cap < 1) cap = 1;
+    if (cap > MAX_BATCH_GROUPS) cap = MAX_BATCH_GROUPS;
+    ready_group take[MAX_BATCH_GROUPS];
+    int n_take = 0;
+    for (int i = 0; i < w->n_ready && n_take < cap;) {
+      const lh_node_group *x = &w->ready[i].g, *f = n_take ? &take[0].g : x;
+      bool alike = x->seed == f->seed && x->max_new == f->max_new &&
+                   x->group_size == f->group_size &&
+                   !memcmp(&x->sample, &f->sample, sizeof x->sample);
+      if (alike && x->min_version <= version) {
+        take[n_take++] = w->ready[i];
+        memmove(w->ready + i, w->ready + i + 1, (size_t)(w->n_ready - i - 1) * sizeof *w->ready);
+        w->n_ready--;
+      } else {
+        i++;
+      }
+    }
+    if (n_take == 0) { /* every group asks for a newer version: wait for it */
       struct timespec ts;
       clock_gettime(CLOCK_REALTIME, &ts);
       ts.tv_nsec += 100 * 1000000L;
@@ -655,41 +665,55 @@ lh_err lh_worker_run(const lh_worker_config *c, lh_worker_result *res) {
       pthread_mutex_unlock(&w->mu);
       continue;
     }
-    lh_gen_config gc = lh_gen_defaults();
-    gc.sample = rg.g.sample;
-    gc.seed = rg.g.seed;
-    gc.max_new = rg.g.max_new;
-    lh_rollout_batch b;
-    double t0 = lh_time_now();
-    const int32_t *prompt = rg.g.prompt;
-    e = lh_rollout_generate_ids(gen, &gc, LH_SPLIT_TRAIN, &rg.g.task, &prompt, &rg.g.prompt_len, 1,
-                                rg.g.group_size, rg.g.stream_base, &b);
-    uint8_t *body = NULL;
-    size_t len = 0;
-    if (!e) {
-      b.version = version;
-      e = lh_rollout_encode(&b, &body, &len);
-    }
-    lh_rollout_batch_free(&b);
-    char *path = pending_path(w, rg.lease, rg.g.group);
-    if (!e) e = lh_file_write_atomic(path, body, len);
-    free(path);
-    done_group d = {rg.lease, rg.g.group, body, len, 1000.0 * (lh_time_now() - t0)};
-    lh_node_group_clear(&rg.g);
-    pthread_mutex_lock(&w->mu);
-    w->in_flight--;
-    if (!e) done_push(w, &d);
-    pthread_cond_broadcast(&w->cv);
+    w->in_flight += n_take;
     pthread_mutex_unlock(&w->mu);
-    if (e) {
-      free(body);
-      if (e == LH_ERR_LIMIT) { /* a prompt that does not fit this worker: skip it */
-        lh_log(LH_LOG_WARN, "worker: %s", lh_last_error());
-        e = LH_ERR_OK;
-        continue;
-      }
-      break;
+    lh_gen_config gc = lh_gen_defaults();
+    gc.sample = take[0].g.sample;
+    gc.seed = take[0].g.seed;
+    gc.max_new = take[0].g.max_new;
+    uint64_t tasks[MAX_BATCH_GROUPS], bases[MAX_BATCH_GROUPS];
+    const int32_t *prompts[MAX_BATCH_GROUPS];
+    int plen[MAX_BATCH_GROUPS];
+    for (int i = 0; i < n_take; i++) {
+      tasks[i] = take[i].g.task;
+      bases[i] = take[i].g.stream_base;
+      prompts[i] = take[i].g.prompt;
+      plen[i] = take[i].g.prompt_len;
     }
+    lh_rollout_batch b[MAX_BATCH_GROUPS];
+    double t0 = lh_time_now();
+    e = lh_rollout_generate_ids(gen, &gc, LH_SPLIT_TRAIN, tasks, prompts, plen, bases, n_take,
+                                take[0].g.group_size, b);
+    double gen_ms = 1000.0 * (lh_time_now() - t0) / n_take;
+    for (int i = 0; i < n_take; i++) {
+      uint8_t *body = NULL;
+      size_t len = 0;
+      lh_err ei = e;
+      if (!ei) {
+        b[i].version = version;
+        ei = lh_rollout_encode(&b[i], &body, &len);
+      }
+      lh_rollout_batch_free(&b[i]);
+      char *path = pending_path(w, take[i].lease, take[i].g.group);
+      if (!ei) ei = lh_file_write_atomic(path, body, len);
+      free(path);
+      done_group d = {take[i].lease, take[i].g.group, body, len, gen_ms};
+      lh_node_group_clear(&take[i].g);
+      pthread_mutex_lock(&w->mu);
+      w->in_flight--;
+      if (!ei)
+        done_push(w, &d);
+      else
+        free(body);
+      pthread_cond_broadcast(&w->cv);
+      pthread_mutex_unlock(&w->mu);
+      if (ei && !e) e = ei;
+    }
+    if (e == LH_ERR_LIMIT) { /* a prompt that does not fit this worker: skip those groups */
+      lh_log(LH_LOG_WARN, "worker: %s", lh_last_error());
+      e = LH_ERR_OK;
+    }
+    if (e) break;
   }
 out:
   pthread_mutex_lock(&w->mu);

@@ -155,10 +155,11 @@ static void batch_alloc(const lh_gen_config *gc, int n_groups, int group_size, u
 
 /* Generates the completions of the groups marked ok in out->group_ok from their prompts
  * (prompts[t], plen[t] tokens) and packs prompt + completion per sequence into out (allocated by
- * batch_alloc). Completion j of group t uses stream seq_base + t * group_size + j. */
+ * batch_alloc). Completion j of group t uses stream bases[t] + j, or without bases
+ * out->stream_base + t * group_size + j. */
 static lh_err generate_groups(lh_generator *g, const lh_gen_config *gc,
                               const int32_t *const *prompts, const size_t *plen,
-                              lh_rollout_batch *out) {
+                              const uint64_t *bases, lh_rollout_batch *out) {
   int n_groups = out->n_groups, group_size = out->group_size, max_new = gc->max_new;
   int n = n_groups * group_size;
   lh_gen_request *reqs = lh_xcalloc((size_t)n, sizeof *reqs);
@@ -174,7 +175,8 @@ static lh_err generate_groups(lh_generator *g, const lh_gen_config *gc,
       lh_gen_request *r = &reqs[n_req];
       r->prompt = prompts[t];
       r->prompt_len = (int)plen[t];
-      r->seq_index = out->stream_base + (uint64_t)t * group_size + j;
+      r->seq_index = bases ? bases[t] + (uint64_t)j
+                           : out->stream_base + (uint64_t)t * group_size + (uint64_t)j;
       lh_gen_output *o = &outs[t * group_size + j];
       o->tokens = gtok + (size_t)(t * group_size + j) * max_new;
       o->logprobs = glp + (size_t)(t * group_size + j) * max_new;
@@ -268,7 +270,7 @@ lh_err lh_rollout_generate(lh_generator *g, const lh_gen_config *gc, const lh_to
     }
     out->group_ok[t] = 1;
   }
-  e = generate_groups(g, gc, (const int32_t *const *)prompts, plen, out);
+  e = generate_groups(g, gc, (const int32_t *const *)prompts, plen, NULL, out);
   if (!e) e = score_groups(tok, env, task, out);
 
 done:
@@ -283,11 +285,45 @@ done:
   return e;
 }
 
+/* Group t of `all` as a batch of its own (copies), with its stream base. */
+static void take_group(const lh_rollout_batch *all, int t, uint64_t stream_base,
+                       lh_rollout_batch *one) {
+  int G = all->group_size, s0 = t * G, a = all->seq_start[s0], N = all->seq_start[s0 + G] - a;
+  memset(one, 0, sizeof *one);
+  one->n_groups = 1;
+  one->group_size = G;
+  one->version = all->version;
+  one->split = all->split;
+  one->seed = all->seed;
+  one->stream_base = stream_base;
+  one->sample = all->sample;
+  one->max_new = all->max_new;
+  one->task_index = lh_xmalloc(sizeof *one->task_index);
+  one->task_index[0] = all->task_index[t];
+  one->group_ok = lh_xmalloc(1);
+  one->group_ok[0] = all->group_ok[t];
+  one->seq_start = lh_xmalloc(((size_t)G + 1) * sizeof *one->seq_start);
+  for (int j = 0; j <= G; j++)
+    one->seq_start[j] = all->seq_start[s0 + j] - a;
+  one->prompt_len = lh_xmalloc((size_t)G * sizeof *one->prompt_len);
+  memcpy(one->prompt_len, all->prompt_len + s0, (size_t)G * sizeof *one->prompt_len);
+  one->tokens = lh_xmalloc((size_t)(N ? N : 1) * sizeof *one->tokens);
+  memcpy(one->tokens, all->tokens + a, (size_t)N * sizeof *one->tokens);
+  one->mu = lh_xmalloc((size_t)(N ? N : 1) * sizeof *one->mu);
+  memcpy(one->mu, all->mu + a, (size_t)N * sizeof *one->mu);
+  one->reward = lh_xcalloc((size_t)G, sizeof *one->reward);
+  one->correct = lh_xcalloc((size_t)G, 1);
+  one->well_formed = lh_xcalloc((size_t)G, 1);
+  one->finish = lh_xmalloc((size_t)G);
+  memcpy(one->finish, all->finish + s0, (size_t)G);
+}
+
 lh_err lh_rollout_generate_ids(lh_generator *g, const lh_gen_config *gc, lh_split split,
                                const uint64_t *task_index, const int32_t *const *prompts,
-                               const int *prompt_len, int n_groups, int group_size,
-                               uint64_t seq_base, lh_rollout_batch *out) {
-  memset(out, 0, sizeof *out);
+                               const int *prompt_len, const uint64_t *stream_base, int n_groups,
+                               int group_size, lh_rollout_batch *out) {
+  for (int t = 0; t < n_groups; t++)
+    memset(&out[t], 0, sizeof out[t]);
   if (n_groups < 1 || group_size < 1 || gc->max_new < 1)
     return lh_errorf(LH_ERR_INVAL, "rollout: %d groups of %d, max_new %d: all must be >= 1",
                      n_groups, group_size, gc->max_new);
@@ -299,15 +335,19 @@ lh_err lh_rollout_generate_ids(lh_generator *g, const lh_gen_config *gc, lh_spli
                        "tokens",
                        t, prompt_len[t], room, gc->max_new);
   size_t *plen = lh_xmalloc((size_t)n_groups * sizeof *plen);
-  batch_alloc(gc, n_groups, group_size, seq_base, split, out);
+  lh_rollout_batch all;
+  memset(&all, 0, sizeof all);
+  batch_alloc(gc, n_groups, group_size, 0, split, &all);
   for (int t = 0; t < n_groups; t++) {
-    out->task_index[t] = task_index[t];
-    out->group_ok[t] = 1;
+    all.task_index[t] = task_index[t];
+    all.group_ok[t] = 1;
     plen[t] = (size_t)prompt_len[t];
   }
-  lh_err e = generate_groups(g, gc, prompts, plen, out);
+  lh_err e = generate_groups(g, gc, prompts, plen, stream_base, &all);
   free(plen);
-  if (e) lh_rollout_batch_free(out);
+  for (int t = 0; !e && t < n_groups; t++)
+    take_group(&all, t, stream_base[t], &out[t]);
+  lh_rollout_batch_free(&all);
   return e;
 }
 

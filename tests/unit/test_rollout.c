@@ -324,33 +324,44 @@ static void test_generate_ids(void **state) {
   assert_int_equal(lh_generator_create(inf, 4, 48, 0, &g), LH_ERR_OK);
   lh_gen_config gc = {.sample = lh_sample_defaults(), .seed = 9, .max_new = 6};
   uint64_t tasks[2] = {4, 11};
-  lh_rollout_batch a, b;
+  lh_rollout_batch a;
   assert_int_equal(lh_rollout_generate(g, &gc, tok, env, LH_SPLIT_TRAIN, tasks, NULL, 2, 3, 60, &a),
                    LH_ERR_OK);
   int32_t *prompts[2];
   int plen[2];
+  uint64_t bases[2] = {60, 63}; /* the streams lh_rollout_generate gave each group */
   for (int t = 0; t < 2; t++) {
     plen[t] = a.prompt_len[t * 3];
     prompts[t] = a.tokens + a.seq_start[t * 3];
   }
+  lh_rollout_batch b[2];
   assert_int_equal(lh_rollout_generate_ids(g, &gc, LH_SPLIT_TRAIN, tasks,
-                                           (const int32_t *const *)prompts, plen, 2, 3, 60, &b),
+                                           (const int32_t *const *)prompts, plen, bases, 2, 3, b),
                    LH_ERR_OK);
-  assert_true(b.seed == a.seed && b.stream_base == a.stream_base && b.max_new == a.max_new);
-  for (int s = 0; s <= 6; s++)
-    assert_int_equal(a.seq_start[s], b.seq_start[s]);
-  assert_memory_equal(a.tokens, b.tokens, (size_t)a.seq_start[6] * sizeof *a.tokens);
-  assert_memory_equal(a.mu, b.mu, (size_t)a.seq_start[6] * sizeof *a.mu);
-  for (int s = 0; s < 6; s++)
-    assert_true(b.reward[s] == 0.0f && b.finish[s] == a.finish[s]);
-  lh_rollout_batch_free(&b);
+  for (int t = 0; t < 2; t++) {
+    const lh_rollout_batch *o = &b[t];
+    assert_true(o->n_groups == 1 && o->group_size == 3 && o->task_index[0] == tasks[t]);
+    assert_true(o->seed == a.seed && o->stream_base == bases[t] && o->max_new == a.max_new);
+    int off = a.seq_start[3 * t], N = a.seq_start[3 * t + 3] - off;
+    for (int s = 0; s <= 3; s++)
+      assert_int_equal(o->seq_start[s], a.seq_start[3 * t + s] - off);
+    assert_memory_equal(o->tokens, a.tokens + off, (size_t)N * sizeof *o->tokens);
+    assert_memory_equal(o->mu, a.mu + off, (size_t)N * sizeof *o->mu);
+    for (int s = 0; s < 3; s++)
+      assert_true(o->reward[s] == 0.0f && o->finish[s] == a.finish[3 * t + s]);
+    lh_rollout_limits lim = limits();
+    lim.vocab = lh_tokenizer_vocab_size(tok);
+    assert_int_equal(lh_rollout_validate(o, &lim, "one group"), LH_ERR_OK);
+    lh_rollout_batch_free(&b[t]);
+  }
   /* prompts that leave no room, or are empty, are refused before anything runs */
   int too_long[2] = {plen[0], 48 - 6 + 1}, empty[2] = {0, plen[1]};
   assert_int_equal(lh_rollout_generate_ids(g, &gc, LH_SPLIT_TRAIN, tasks,
-                                           (const int32_t *const *)prompts, too_long, 2, 3, 60, &b),
+                                           (const int32_t *const *)prompts, too_long, bases, 2, 3,
+                                           b),
                    LH_ERR_LIMIT);
   assert_int_equal(lh_rollout_generate_ids(g, &gc, LH_SPLIT_TRAIN, tasks,
-                                           (const int32_t *const *)prompts, empty, 2, 3, 60, &b),
+                                           (const int32_t *const *)prompts, empty, bases, 2, 3, b),
                    LH_ERR_LIMIT);
   lh_rollout_batch_free(&a);
   lh_generator_free(g);
