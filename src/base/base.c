@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -192,16 +193,20 @@ const char *lh_escape(const char *s, size_t n, char *buf, size_t cap) {
   return buf;
 }
 
-static int log_level = -1;
+/* Read once, on the first message of any thread (services log from their own threads). */
+static int log_level = LH_LOG_INFO, log_tty;
+static pthread_once_t log_once = PTHREAD_ONCE_INIT;
+
+static void log_init(void) {
+  const char *e = getenv("LONGHAUL_LOG");
+  if (e && !strcmp(e, "error")) log_level = LH_LOG_ERROR;
+  if (e && !strcmp(e, "warn")) log_level = LH_LOG_WARN;
+  if (e && !strcmp(e, "debug")) log_level = LH_LOG_DEBUG;
+  log_tty = isatty(2);
+}
 
 void lh_log(lh_log_level level, const char *fmt, ...) {
-  if (log_level < 0) {
-    const char *e = getenv("LONGHAUL_LOG");
-    log_level = LH_LOG_INFO;
-    if (e && !strcmp(e, "error")) log_level = LH_LOG_ERROR;
-    if (e && !strcmp(e, "warn")) log_level = LH_LOG_WARN;
-    if (e && !strcmp(e, "debug")) log_level = LH_LOG_DEBUG;
-  }
+  pthread_once(&log_once, log_init);
   if ((int)level > log_level) return;
   static const char *const names[] = {"error", "warn", "info", "debug"};
   char buf[2048];
@@ -211,9 +216,7 @@ void lh_log(lh_log_level level, const char *fmt, ...) {
   va_end(ap);
   /* on a terminal, a progress line may be open (drawn with \r): clear it first, so the message
    * starts its own line; the progress line is redrawn after the next step */
-  static int tty = -1;
-  if (tty < 0) tty = isatty(2);
-  fprintf(stderr, "%slonghaul: %s: %s\n", tty ? "\r\033[K" : "", names[level], buf);
+  fprintf(stderr, "%slonghaul: %s: %s\n", log_tty ? "\r\033[K" : "", names[level], buf);
 }
 
 double lh_time_now(void) {

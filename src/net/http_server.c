@@ -25,8 +25,8 @@
 
 #define ERROR_MESSAGE_MAX 1024
 #define WATCH_TICK_MS     100
-#define CUT_LINGER_S      1.0
-#define CUT_LINGER_BYTES  ((size_t)1 << 20)
+#define LINGER_S          1.0
+#define LINGER_BYTES      ((size_t)8 << 20)
 
 /* A connection the watchdog may cut off: its socket and the time by which what it is sending now
  * (headers, or a body) must have arrived; 0: no deadline (a handler runs or a response goes). */
@@ -59,6 +59,7 @@ typedef struct req_state {
   uint8_t *body;
   size_t len, cap, limit;
   bool started, too_big, no_memory;
+  bool lingered; /* what the client still sent after a 413 was read and dropped */
   char peer[INET6_ADDRSTRLEN + 16];
 } req_state;
 
@@ -318,10 +319,37 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn) {
   return st;
 }
 
+/* A 413 answered before its body was read ends the connection, and closing a socket with unread
+ * bytes resets it: the client, still sending, may see "broken pipe" before it reads the 413. So
+ * the server first stops writing and reads and drops what arrives until the client closes, for
+ * LINGER_S and LINGER_BYTES at most. On the connection's own thread, before libmicrohttpd
+ * closes the socket (in its completion notification, or before the answer to the handler
+ * call). */
+static void linger(req_state *st) {
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(st->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+  if (!ci || st->lingered) return;
+  st->lingered = true;
+  int fd = ci->connect_fd;
+  shutdown(fd, SHUT_WR);
+  double deadline = lh_time_now() + LINGER_S;
+  char sink[4096];
+  size_t dropped = 0;
+  while (dropped < LINGER_BYTES) {
+    int left = (int)((deadline - lh_time_now()) * 1000);
+    struct pollfd p = {fd, POLLIN, 0};
+    if (left <= 0 || poll(&p, 1, left) <= 0) break;
+    ssize_t r = recv(fd, sink, sizeof sink, 0);
+    if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) break;
+    if (r > 0) dropped += (size_t)r;
+  }
+}
+
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
   lh_http_server *s = cls;
   req_state *st = *con_cls;
+  if (st && st->too_big && toe == MHD_REQUEST_TERMINATED_COMPLETED_OK) linger(st);
   if (st) {
     free(st->path);
     free(st->body);
@@ -558,9 +586,8 @@ static bool send_all(int fd, const char *buf, size_t n, double deadline) {
 
 /* A body that grew past its limit while it was read (chunked): libmicrohttpd 0.9.75 queues no
  * response in the middle of a body, so the 413 is written here, on the connection's own thread
- * before libmicrohttpd has written anything of its own, and the connection is closed. What the
- * client still sends is read and dropped for a moment (CUT_LINGER_S, CUT_LINGER_BYTES), so that
- * closing with unread bytes does not reset the connection before the client reads the 413. */
+ * before libmicrohttpd has written anything of its own, and the connection is closed after a
+ * linger (below). */
 static enum MHD_Result cut_off(req_state *st, const char *method) {
   const union MHD_ConnectionInfo *ci =
       MHD_get_connection_info(st->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -582,20 +609,8 @@ static enum MHD_Result cut_off(req_state *st, const char *method) {
                    "HTTP/1.1 413 Payload Too Large\r\nContent-Type: application/json\r\n"
                    "Content-Length: %zu\r\nConnection: close\r\n\r\n",
                    n);
-  double deadline = lh_time_now() + CUT_LINGER_S;
-  if (send_all(fd, head, (size_t)h, deadline) && send_all(fd, body, n, deadline)) {
-    shutdown(fd, SHUT_WR);
-    char sink[4096];
-    size_t dropped = 0;
-    while (dropped < CUT_LINGER_BYTES) {
-      int left = (int)((deadline - lh_time_now()) * 1000);
-      struct pollfd p = {fd, POLLIN, 0};
-      if (left <= 0 || poll(&p, 1, left) <= 0) break;
-      ssize_t r = recv(fd, sink, sizeof sink, 0);
-      if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) break;
-      if (r > 0) dropped += (size_t)r;
-    }
-  }
+  double deadline = lh_time_now() + LINGER_S;
+  if (send_all(fd, head, (size_t)h, deadline) && send_all(fd, body, n, deadline)) linger(st);
   return MHD_NO; /* libmicrohttpd closes the connection */
 }
 
