@@ -31,6 +31,7 @@
 #define BACKOFF_MIN_S    0.2
 #define BACKOFF_MAX_S    10.0
 #define MAX_BATCH_GROUPS 64 /* groups generated together at most */
+#define SUBMITTERS       4  /* submissions in flight at once */
 
 typedef struct done_group {
   int64_t lease, group;
@@ -70,6 +71,7 @@ typedef struct worker {
   done_group *done;
   int n_done, done_cap;
   int64_t submitted, in_flight;
+  int sending; /* groups a submitting thread holds */
 } worker;
 
 static int64_t now_ms(const worker *w) {
@@ -78,9 +80,11 @@ static int64_t now_ms(const worker *w) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + w->clock_offset_ms;
 }
 
+/* Whether to stop. The caller's stop flag (set by a signal handler on the main thread) is read
+ * only by the main thread, which passes it on in w->stop. */
 static bool stopping(worker *w) {
   pthread_mutex_lock(&w->mu);
-  bool s = w->stop || (w->c->stop && *w->c->stop);
+  bool s = w->stop;
   pthread_mutex_unlock(&w->mu);
   return s;
 }
@@ -99,8 +103,8 @@ static void backoff(worker *w, int k) {
 /* ---------------------------------------------------------------- signed requests */
 
 /* A signed request; a stale_time answer corrects the clock and retries once. */
-static lh_err call(worker *w, const char *method, const char *path, const void *body, size_t len,
-                   lh_http_reply *out) {
+static lh_err call(worker *w, lh_http_client *c, const char *method, const char *path,
+                   const void *body, size_t len, lh_http_reply *out) {
   for (int attempt = 0;; attempt++) {
     lh_node_auth_text a;
     lh_node_sign(&w->sk, method, path, body, len, now_ms(w), &a);
@@ -109,8 +113,7 @@ static lh_err call(worker *w, const char *method, const char *path, const void *
                            {LH_NODE_HDR_NONCE, a.nonce},
                            {LH_NODE_HDR_SIGNATURE, a.signature},
                            {"Content-Type", "application/octet-stream"}};
-    lh_err e =
-        lh_http_client_request(w->http, method, path, h, 5, body, len, REPLY_MAX, TIMEOUT_MS, out);
+    lh_err e = lh_http_client_request(c, method, path, h, 5, body, len, REPLY_MAX, TIMEOUT_MS, out);
     if (e) return e;
     if (out->status == 401 && attempt == 0 && out->body) {
       json_t *o = json_loadb((const char *)out->body, out->len, 0, NULL);
@@ -148,7 +151,7 @@ static lh_err register_worker(worker *w) {
   char *body = json_dumps(o, JSON_COMPACT);
   json_decref(o);
   lh_http_reply r;
-  lh_err e = call(w, "POST", "/v1/workers", body, strlen(body), &r);
+  lh_err e = call(w, w->http, "POST", "/v1/workers", body, strlen(body), &r);
   free(body);
   if (e) return e;
   if (r.status != 200 && r.status != 201) {
@@ -344,13 +347,13 @@ static lh_err load_pending(worker *w) {
 
 /* ---------------------------------------------------------------- the network thread */
 
-static lh_err submit(worker *w, done_group *d, bool *final) {
+static lh_err submit(worker *w, lh_http_client *c, done_group *d, bool *final) {
   *final = false;
   char path[128];
   snprintf(path, sizeof path, "/v1/rollouts?lease=%lld&group=%lld&gen_ms=%lld", (long long)d->lease,
            (long long)d->group, (long long)d->gen_ms);
   lh_http_reply r;
-  lh_err e = call(w, "POST", path, d->body, d->len, &r);
+  lh_err e = call(w, c, "POST", path, d->body, d->len, &r);
   if (e) return e;
   if (r.status == 202) {
     *final = true;
@@ -384,7 +387,7 @@ static lh_err lease(worker *w, int want, int64_t version) {
   char body[64];
   int n = snprintf(body, sizeof body, "{\"groups\":%d,\"version\":%lld}", want, (long long)version);
   lh_http_reply r;
-  lh_err e = call(w, "POST", "/v1/leases", body, (size_t)n, &r);
+  lh_err e = call(w, w->http, "POST", "/v1/leases", body, (size_t)n, &r);
   if (e) return e;
   if (r.status == 200) {
     lh_node_lease l;
@@ -416,10 +419,24 @@ static lh_err lease(worker *w, int want, int64_t version) {
   return e;
 }
 
-/* How many groups to hold leased ahead of the generator: enough to fill its slots twice. */
+/* DIR/version: "VERSION HASH" of the newest version synced (for people and tests). */
+static void write_version(const worker *w, int64_t v, const uint16_t *slab) {
+  uint8_t h[LH_HASH_BYTES];
+  char hx[2 * LH_HASH_BYTES + 1], text[128];
+  lh_sync_slab_hash(slab, w->n, h);
+  lh_hash_hex(h, hx);
+  int n = snprintf(text, sizeof text, "%lld %s\n", (long long)v, hx);
+  char *path = lh_path_join(w->c->dir, "version");
+  if (lh_file_write_atomic(path, text, (size_t)n))
+    lh_log(LH_LOG_WARN, "worker: %s", lh_last_error());
+  free(path);
+}
+
+/* How many groups to hold leased ahead of the generator: enough to fill its slots three times
+ * (one batch generating, the next ready, one more for the round trip of the lease). */
 static int lease_target(const worker *w, int group_size) {
   int per = w->c->slots / (group_size > 0 ? group_size : 1);
-  return per < 1 ? 2 : 2 * per;
+  return per < 1 ? 3 : 3 * per;
 }
 
 static void *net_thread(void *ud) {
@@ -452,35 +469,15 @@ static void *net_thread(void *ud) {
         w->staged_version = have;
         pthread_cond_broadcast(&w->cv);
         pthread_mutex_unlock(&w->mu);
-      }
-    }
-    /* submissions first: they are finished work */
-    while (!e && !stopping(w)) {
-      pthread_mutex_lock(&w->mu);
-      if (w->n_done == 0) {
-        pthread_mutex_unlock(&w->mu);
-        break;
-      }
-      done_group d = w->done[0];
-      pthread_mutex_unlock(&w->mu);
-      bool final = false;
-      e = submit(w, &d, &final);
-      if (final) {
-        pthread_mutex_lock(&w->mu);
-        free(w->done[0].body);
-        memmove(w->done, w->done + 1, (size_t)(w->n_done - 1) * sizeof *w->done);
-        w->n_done--;
-        w->submitted++;
-        pthread_cond_broadcast(&w->cv);
-        pthread_mutex_unlock(&w->mu);
-        worked = true;
+        write_version(w, have, slab);
       }
     }
     /* leases ahead of the generator */
     if (!e && have >= 0) {
       pthread_mutex_lock(&w->mu);
       int target = lease_target(w, group_size), held = w->n_ready + (int)w->in_flight;
-      bool enough = w->c->max_groups > 0 && w->submitted + w->n_done + held >= w->c->max_groups;
+      bool enough =
+          w->c->max_groups > 0 && w->submitted + w->n_done + w->sending + held >= w->c->max_groups;
       pthread_mutex_unlock(&w->mu);
       if (held < target && !enough) {
         int want = target - held;
@@ -533,6 +530,51 @@ static void *net_thread(void *ud) {
   return NULL;
 }
 
+/* A submitting thread: takes generated groups in order and sends each until the server gives
+ * its final answer (several run at once, so a long round trip does not serialise them). */
+static void *submit_thread(void *ud) {
+  worker *w = ud;
+  lh_http_client *c = NULL;
+  if (lh_http_client_create(w->c->server, &c)) {
+    lh_log(LH_LOG_WARN, "worker: %s", lh_last_error());
+    return NULL;
+  }
+  while (!stopping(w)) {
+    pthread_mutex_lock(&w->mu);
+    if (w->n_done == 0) {
+      struct timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts);
+      ts.tv_nsec += 100 * 1000000L;
+      if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+      pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+      pthread_mutex_unlock(&w->mu);
+      continue;
+    }
+    done_group d = w->done[0];
+    memmove(w->done, w->done + 1, (size_t)(w->n_done - 1) * sizeof *w->done);
+    w->n_done--;
+    w->sending++;
+    pthread_mutex_unlock(&w->mu);
+    bool final = false;
+    for (int k = 0; !final && !stopping(w); k++) {
+      lh_err e = submit(w, c, &d, &final);
+      if (e && !final) {
+        lh_log(LH_LOG_DEBUG, "worker: %s", lh_last_error());
+        backoff(w, k);
+      }
+    }
+    free(d.body); /* unsent at a stop: still in DIR/pending for the next start */
+    pthread_mutex_lock(&w->mu);
+    w->sending--;
+    if (final) w->submitted++;
+    if (w->c->max_groups > 0 && w->submitted >= w->c->max_groups) w->stop = true;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+  }
+  lh_http_client_free(c);
+  return NULL;
+}
+
 /* ---------------------------------------------------------------- the generator */
 
 /* Writes the first version as a model directory and loads it for inference. */
@@ -570,8 +612,9 @@ lh_err lh_worker_run(const lh_worker_config *c, lh_worker_result *res) {
   pthread_cond_init(&w->cv, NULL);
   lh_infer *inf = NULL;
   lh_generator *gen = NULL;
-  pthread_t net;
+  pthread_t net, senders[SUBMITTERS];
   bool net_started = false;
+  int n_senders = 0;
   lh_err e;
   struct stat st;
   if (stat(c->key_path, &st) != 0 && errno == ENOENT) { /* a new worker makes its key */
@@ -599,6 +642,8 @@ lh_err lh_worker_run(const lh_worker_config *c, lh_worker_result *res) {
     goto out;
   }
   net_started = true;
+  for (; n_senders < SUBMITTERS; n_senders++)
+    if (pthread_create(&senders[n_senders], NULL, submit_thread, w)) break;
   int slots = c->slots;
   while (true) {
     pthread_mutex_lock(&w->mu);
@@ -610,7 +655,9 @@ lh_err lh_worker_run(const lh_worker_config *c, lh_worker_result *res) {
       if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
       pthread_cond_timedwait(&w->cv, &w->mu, &ts);
     }
-    if (w->stop || (c->stop && *c->stop)) {
+    if (c->stop && *c->stop) w->stop = true;
+    if (w->stop) {
+      pthread_cond_broadcast(&w->cv);
       pthread_mutex_unlock(&w->mu);
       break;
     }
@@ -721,6 +768,8 @@ out:
   pthread_cond_broadcast(&w->cv);
   pthread_mutex_unlock(&w->mu);
   if (net_started) pthread_join(net, NULL);
+  for (int i = 0; i < n_senders; i++)
+    pthread_join(senders[i], NULL);
   if (!e && w->net_error) e = w->net_error;
   lh_generator_free(gen);
   lh_infer_free(inf);
