@@ -127,6 +127,8 @@ typedef struct lh_serve_config {
   int keyframe_every;    /* a snapshot every K versions (and when a chain costs more) */
   int lease_ms;          /* a lease expires after this */
   double max_wall_s;     /* stop after this long (0: at --steps only) */
+  double linger_s;       /* after the last update, keep serving this long (workers still
+                          * fetching the last version); a stop signal ends it */
   bool sync_mode;        /* --sync: leases only for the current version's update */
   void (*progress)(const lh_serve_progress *p, void *ud);
   void *progress_ud;

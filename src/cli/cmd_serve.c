@@ -33,6 +33,8 @@ static const lh__flag flags[] = {
     {"lease-s", "S", false, "seconds a lease lasts before its task is leased again (default 120)"},
     {"keep", "N", false, "keep the newest N checkpoints (default 3; 0: all)"},
     {"max-wall", "S", false, "stop after S seconds (default 0: at --steps)"},
+    {"linger", "S", false,
+     "after the last update, keep serving S seconds for workers still syncing (default 0)"},
     {"sync", NULL, false, "synchronous mode: groups only for the current version (a baseline)"},
     {"log-every", "N", false, "progress line every N updates when stderr is not a terminal"},
     {"threads", "K", false, "training threads (default: all cores)"},
@@ -68,7 +70,7 @@ int lh__cmd_serve(int argc, char **argv) {
   if (rc != LH__ARGS_CONTINUE) return rc;
   lh_serve_config c = lh_serve_defaults();
   long steps, group, prompts, max_new, max_prompt, stale, kf, keep, log_every, threads;
-  double lr, lease_s, max_wall;
+  double lr, lease_s, max_wall, linger;
   int loss_i;
   char *model = NULL;
   if ((rc = lh__args_int(&a, "steps", 1, 1 << 24, c.rl.steps, &steps)) != LH__ARGS_CONTINUE ||
@@ -88,6 +90,7 @@ int lh__cmd_serve(int argc, char **argv) {
       (rc = lh__args_double(&a, "lease-s", 1, 86400, c.lease_ms / 1000.0, &lease_s)) !=
           LH__ARGS_CONTINUE ||
       (rc = lh__args_double(&a, "max-wall", 0, 1e9, 0, &max_wall)) != LH__ARGS_CONTINUE ||
+      (rc = lh__args_double(&a, "linger", 0, 1e9, 0, &linger)) != LH__ARGS_CONTINUE ||
       (rc = lh__args_u64(&a, "seed", LH__SEED_MAX, c.rl.seed, &c.rl.seed)) != LH__ARGS_CONTINUE ||
       (rc = lh__args_choice(&a, "loss", lh_loss_kind_names, (int)c.rl.loss.kind, &loss_i)) !=
           LH__ARGS_CONTINUE)
@@ -113,6 +116,7 @@ int lh__cmd_serve(int argc, char **argv) {
   c.keyframe_every = (int)kf;
   c.lease_ms = (int)(lease_s * 1000.0);
   c.max_wall_s = max_wall;
+  c.linger_s = linger;
   c.sync_mode = lh__args_has(&a, "sync");
   char **cmdline = lh_xcalloc((size_t)argc + 2, sizeof *cmdline);
   cmdline[0] = "longhaul";

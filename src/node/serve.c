@@ -1345,6 +1345,16 @@ lh_err lh_serve_run(const lh_serve_config *c) {
     bool idle = true;
     if ((e = expire_leases(s)) || (e = train_once(s, &idle))) break;
   }
+  /* the last version stays available to workers that are still syncing */
+  if (!e && c->linger_s > 0 && !should_stop(s)) {
+    lh_log(LH_LOG_INFO, "serve: version %lld is the last; serving it for %g s more",
+           (long long)s->version, c->linger_s);
+    double until = lh_time_now() + c->linger_s;
+    while (lh_time_now() < until && !(c->rl.stop && *c->rl.stop)) {
+      struct timespec ts = {0, 100 * 1000000L};
+      nanosleep(&ts, NULL);
+    }
+  }
 out:
   lh_http_server_stop(s->http);
   lh_ledger_close(s->ledger);
