@@ -30,6 +30,7 @@
 #define NONCE_PROBES     64
 #define MAX_OUTSTANDING  256 /* leased, unanswered groups per worker at most */
 #define POLL_WAIT_MAX_S  30  /* a long poll waits at most this */
+#define CHAIN_MAX        64  /* manifests one chain=1 answer holds at most */
 #define ROLLOUT_BODY_MAX ((size_t)32 << 20)
 #define SMALL_BODY_MAX   ((size_t)64 << 10)
 #define CACHE_IMMUTABLE  "public, max-age=31536000, immutable"
@@ -692,9 +693,10 @@ out:
 }
 
 static void h_policy(server *s, const lh_http_request *req, lh_http_response *res) {
-  char after_s[24] = "-1", wait_s[24] = "0";
+  char after_s[24] = "-1", wait_s[24] = "0", chain_s[8] = "0";
   lh_http_query_get(req->query, "after", after_s, sizeof after_s);
   lh_http_query_get(req->query, "wait", wait_s, sizeof wait_s);
+  lh_http_query_get(req->query, "chain", chain_s, sizeof chain_s);
   char *end = NULL;
   long long after = strtoll(after_s, &end, 10);
   double wait = atof(wait_s);
@@ -716,14 +718,39 @@ static void h_policy(server *s, const lh_http_request *req, lh_http_response *re
     ts.tv_nsec = ns % 1000000000L;
     pthread_cond_timedwait(&s->published_cv, &s->mu, &ts);
   }
-  if (s->version > after) {
+  int64_t newest = s->version, keyframe = s->last_keyframe;
+  bool newer = newest > after, chain = !strcmp(chain_s, "1");
+  if (newer && !chain) {
     lh_http_respond_bytes(res, 200, "application/json", s->manifest, s->manifest_len);
     lh_http_response_header(res, "Cache-Control", "no-store");
-  } else {
+  } else if (!newer) {
     res->status = 204;
     lh_http_response_header(res, "Cache-Control", "no-store");
   }
   pthread_mutex_unlock(&s->mu);
+  if (!newer || !chain) return;
+  /* chain=1: the manifests after `after`, from the newest keyframe on at most, one per line */
+  int64_t first = after + 1 > keyframe ? after + 1 : keyframe;
+  if (newest - first + 1 > CHAIN_MAX) first = newest - CHAIN_MAX + 1;
+  size_t cap = 0, len = 0;
+  char *body = NULL;
+  for (int64_t v = first; v <= newest; v++) {
+    char *text = NULL;
+    size_t n = 0;
+    if (lh_ledger_version_get(s->ledger, v, &text, &n)) {
+      free(body);
+      lh_http_respond_error(res, 500, "ledger", "%s", lh_last_error());
+      return;
+    }
+    if (len + n + 1 > cap) body = lh_xrealloc(body, cap = 2 * (len + n + 1));
+    memcpy(body + len, text, n);
+    len += n;
+    body[len++] = '\n';
+    free(text);
+  }
+  lh_http_respond_bytes(res, 200, "application/x-ndjson", body, len);
+  lh_http_response_header(res, "Cache-Control", "no-store");
+  free(body);
 }
 
 static void h_manifest(server *s, const char *arg, lh_http_response *res) {

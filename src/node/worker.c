@@ -32,6 +32,7 @@
 #define BACKOFF_MAX_S    10.0
 #define MAX_BATCH_GROUPS 64 /* groups generated together at most */
 #define SUBMITTERS       4  /* submissions in flight at once */
+#define CHAIN_MAX        64 /* manifests of one chain answer at most (as the server) */
 
 typedef struct done_group {
   int64_t lease, group;
@@ -166,29 +167,6 @@ static lh_err register_worker(worker *w) {
 
 /* ---------------------------------------------------------------- policy sync */
 
-/* A verified manifest: the newest after `after` (NOTFOUND: none newer within wait_s), or a
- * given version (wait_s < 0). */
-static lh_err get_manifest(worker *w, int64_t after, int64_t version, double wait_s,
-                           lh_sync_manifest *m) {
-  char path[96];
-  if (version >= 0)
-    snprintf(path, sizeof path, "/v1/manifests/%lld", (long long)version);
-  else
-    snprintf(path, sizeof path, "/v1/policy?after=%lld&wait=%.1f", (long long)after, wait_s);
-  lh_http_reply r;
-  lh_err e = lh_http_client_request(w->http, "GET", path, NULL, 0, NULL, 0,
-                                    LH_SYNC_MANIFEST_MAX_BYTES, TIMEOUT_MS, &r);
-  if (e) return e;
-  if (r.status == 204)
-    e = LH_ERR_NOTFOUND;
-  else if (r.status != 200)
-    e = lh_errorf(LH_ERR_IO, "GET %s: HTTP %ld", path, r.status);
-  else
-    e = lh_sync_manifest_verify(r.body, r.len, &w->trust, path, m);
-  lh_http_reply_free(&r);
-  return e;
-}
-
 /* Fetches a blob into the worker's store (resuming a partial download) and reads it back
  * verified. */
 static lh_err fetch_blob(worker *w, const uint8_t hash[LH_HASH_BYTES], uint64_t size,
@@ -242,26 +220,63 @@ static lh_err fetch_model_files(worker *w, const lh_sync_manifest *m) {
   return e;
 }
 
-/* Brings *slab (version *have, -1: none) to the newest published version: manifests back from
- * the newest until the version held or a snapshot, the cheapest route through them, every blob
- * checked, and the result checked against the manifest's slab hash. */
-static lh_err sync_policy(worker *w, uint16_t **slab, int64_t *have, double wait_s) {
-  lh_sync_manifest newest;
-  lh_err e = get_manifest(w, *have, -1, wait_s, &newest);
+/* The manifests after `have` in one round trip (GET /v1/policy?chain=1: from the newest keyframe
+ * on at most, one per line, the newest last), each verified. LH_ERR_NOTFOUND: nothing newer
+ * within wait_s. */
+static lh_err get_chain(worker *w, int64_t have, double wait_s, lh_sync_manifest **out, int *n) {
+  *out = NULL;
+  *n = 0;
+  char path[96];
+  snprintf(path, sizeof path, "/v1/policy?after=%lld&wait=%.1f&chain=1", (long long)have, wait_s);
+  lh_http_reply r;
+  lh_err e = lh_http_client_request(w->http, "GET", path, NULL, 0, NULL, 0,
+                                    (size_t)CHAIN_MAX * LH_SYNC_MANIFEST_MAX_BYTES, TIMEOUT_MS, &r);
   if (e) return e;
-  if (!w->have_cfg && (e = fetch_model_files(w, &newest))) return e;
-  int cap = 16, n = 1;
-  lh_sync_manifest *ms = lh_xmalloc((size_t)cap * sizeof *ms);
-  ms[0] = newest;
-  for (int64_t v = newest.version - 1; v >= 0 && v > *have; v--) {
-    bool snap = false;
-    for (int i = 0; i < ms[n - 1].n_blobs; i++)
-      snap = snap || ms[n - 1].blobs[i].kind == LH_SYNC_SNAPSHOT;
-    if (snap && *have < 0) break;
-    if (n == cap) ms = lh_xrealloc(ms, (size_t)(cap *= 2) * sizeof *ms);
-    if ((e = get_manifest(w, -1, v, 0, &ms[n]))) goto out;
-    n++;
+  if (r.status == 204) {
+    e = LH_ERR_NOTFOUND;
+  } else if (r.status != 200) {
+    e = lh_errorf(LH_ERR_IO, "GET %s: HTTP %ld", path, r.status);
+  } else {
+    const char *p = (const char *)r.body, *end = p + r.len;
+    lh_sync_manifest *ms = NULL;
+    int k = 0;
+    while (!e && p < end) {
+      const char *nl = memchr(p, '\n', (size_t)(end - p));
+      if (!nl || k == CHAIN_MAX) {
+        e = lh_errorf(LH_ERR_FORMAT, "GET %s: not manifests one per line", path);
+        break;
+      }
+      ms = lh_xrealloc(ms, (size_t)(k + 1) * sizeof *ms);
+      if (!(e = lh_sync_manifest_verify(p, (size_t)(nl - p), &w->trust, path, &ms[k]))) k++;
+      p = nl + 1;
+    }
+    for (int i = 1; !e && i < k; i++)
+      if (ms[i].version != ms[i - 1].version + 1)
+        e = lh_errorf(LH_ERR_FORMAT, "GET %s: versions %lld and %lld in a row", path,
+                      (long long)ms[i - 1].version, (long long)ms[i].version);
+    if (!e && (k == 0 || ms[k - 1].version <= have))
+      e = lh_errorf(LH_ERR_FORMAT, "GET %s: no newer manifest in the chain", path);
+    if (e) {
+      free(ms);
+    } else {
+      *out = ms;
+      *n = k;
+    }
   }
+  lh_http_reply_free(&r);
+  return e;
+}
+
+/* Brings *slab (version *have, -1: none) to the newest published version: the chain of
+ * manifests since the version held (or since the newest keyframe), the cheapest route through
+ * them, every blob checked, and the result checked against the manifest's slab hash. */
+static lh_err sync_policy(worker *w, uint16_t **slab, int64_t *have, double wait_s) {
+  lh_sync_manifest *ms = NULL;
+  int n = 0;
+  lh_err e = get_chain(w, *have, wait_s, &ms, &n);
+  if (e) return e;
+  lh_sync_manifest newest = ms[n - 1];
+  if (!w->have_cfg && (e = fetch_model_files(w, &newest))) goto out;
   lh_sync_route route = {0};
   if ((e = lh_sync_plan(ms, n, *have >= 0 ? *have : LH_SYNC_NONE, newest.version, &route)))
     goto out;
