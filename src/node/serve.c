@@ -95,6 +95,8 @@ typedef struct server {
   uint64_t *reissue; /* tasks of expired or rejected groups, to lease again */
   int n_reissue, reissue_cap;
   nonce_slot *nonces;
+  int64_t sync_version;   /* --sync: the version whose groups are being leased, */
+  int sync_issued;        /* and how many of them are out */
   pthread_mutex_t env_mu; /* scoring: an environment is used by one thread at a time */
   bool stopping;
   /* counters */
@@ -479,12 +481,21 @@ static void h_lease(server *s, const lh_http_request *req, lh_http_response *res
   }
   int want = lr.groups;
   if (want > MAX_OUTSTANDING - outstanding) want = (int)(MAX_OUTSTANDING - outstanding);
-  lh_node_group *gs = lh_xcalloc((size_t)want, sizeof *gs);
-  int n = 0;
   pthread_mutex_lock(&s->mu);
   int64_t v = s->version;
   bool full = s->q_len >= 8 * s->rl.prompts + MAX_OUTSTANDING;
+  if (s->c->sync_mode) { /* only the groups of the current version's update */
+    if (s->sync_version != v) s->sync_version = v, s->sync_issued = 0;
+    if (want > s->rl.prompts - s->sync_issued) want = s->rl.prompts - s->sync_issued;
+    s->sync_issued += want;
+  }
   pthread_mutex_unlock(&s->mu);
+  if (want <= 0) { /* --sync: this version's groups are out; ask again after the next */
+    res->status = 204;
+    return;
+  }
+  lh_node_group *gs = lh_xcalloc((size_t)want, sizeof *gs);
+  int n = 0;
   int64_t min_version = v - s->rl.staleness > 0 ? v - s->rl.staleness : 0;
   if (s->c->sync_mode) min_version = v;
   for (int tries = 0; !full && n < want && tries < 4 * want; tries++) {
@@ -492,6 +503,11 @@ static void h_lease(server *s, const lh_http_request *req, lh_http_response *res
     uint64_t task = s->n_reissue > 0 ? s->reissue[--s->n_reissue] : s->next_task++;
     pthread_mutex_unlock(&s->mu);
     if (make_group(s, task, min_version, &gs[n])) n++;
+  }
+  if (s->c->sync_mode && n < want) {
+    pthread_mutex_lock(&s->mu);
+    if (s->sync_version == v) s->sync_issued -= want - n;
+    pthread_mutex_unlock(&s->mu);
   }
   if (n == 0) {
     free(gs);

@@ -72,7 +72,8 @@ typedef struct worker {
   done_group *done;
   int n_done, done_cap;
   int64_t submitted, in_flight;
-  int sending; /* groups a submitting thread holds */
+  int sending;     /* groups a submitting thread holds */
+  bool lease_wait; /* the last lease had nothing: wait for a new version before the next */
 } worker;
 
 static int64_t now_ms(const worker *w) {
@@ -404,7 +405,11 @@ static lh_err lease(worker *w, int want, int64_t version) {
   lh_http_reply r;
   lh_err e = call(w, w->http, "POST", "/v1/leases", body, (size_t)n, &r);
   if (e) return e;
-  if (r.status == 200) {
+  if (r.status == 204) { /* nothing to lease until the next version (the server's --sync) */
+    pthread_mutex_lock(&w->mu);
+    w->lease_wait = true;
+    pthread_mutex_unlock(&w->mu);
+  } else if (r.status == 200) {
     lh_node_lease l;
     pthread_mutex_lock(&w->mu);
     int vocab = w->cfg.vocab_size;
@@ -470,7 +475,7 @@ static void *net_thread(void *ud) {
     /* the policy: a newer version is staged for the generator */
     if (!e && registered) {
       pthread_mutex_lock(&w->mu);
-      bool idle = w->n_done == 0 && w->n_ready >= lease_target(w, group_size);
+      bool idle = (w->n_done == 0 && w->n_ready >= lease_target(w, group_size)) || w->lease_wait;
       pthread_mutex_unlock(&w->mu);
       e = sync_policy(w, &slab, &have, idle && have >= 0 ? 1.0 : 0.0);
       if (e == LH_ERR_NOTFOUND) {
@@ -478,6 +483,7 @@ static void *net_thread(void *ud) {
       } else if (!e) {
         worked = true;
         pthread_mutex_lock(&w->mu);
+        w->lease_wait = false;
         w->n = (size_t)lh_config_n_params(&w->cfg);
         w->staged = lh_xrealloc(w->staged, w->n * sizeof *w->staged);
         memcpy(w->staged, slab, w->n * sizeof *w->staged);
@@ -493,8 +499,9 @@ static void *net_thread(void *ud) {
       int target = lease_target(w, group_size), held = w->n_ready + (int)w->in_flight;
       bool enough =
           w->c->max_groups > 0 && w->submitted + w->n_done + w->sending + held >= w->c->max_groups;
+      bool waiting = w->lease_wait;
       pthread_mutex_unlock(&w->mu);
-      if (held < target && !enough) {
+      if (held < target && !enough && !waiting) {
         int want = target - held;
         if (want > LH_NODE_MAX_LEASE_GROUPS) want = LH_NODE_MAX_LEASE_GROUPS;
         e = lease(w, want, have);
