@@ -6,7 +6,7 @@ CMAKE_FLAGS ?=
 # make's "Entering directory" lines of the nested builds are noise
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all deps build test demo asan tsan noomp fuzz bench-train bench-generate results fixtures clean \
+.PHONY: all deps build test demo asan tsan noomp fuzz bench-train bench-generate results results-network fixtures clean \
 	format
 
 all: build
@@ -79,6 +79,11 @@ bench-generate: build
 # hours on 2 cores; outputs and summary.md in results/.
 results: build
 	@bash scripts/results.sh $(BUILD)/longhaul all
+
+# Only the networked runs of docs/RESULTS.md (serve + workers against rl, sort, 2 seeds): about
+# 30 minutes; resumable like the rest (finished runs are skipped).
+results-network: build
+	@bash scripts/results.sh $(BUILD)/longhaul network
 
 # Regenerates the reference fixtures in tests/fixtures: PyTorch parity (training), greedy
 # generation, the policy loss and one RL update (needs python3-torch), tokenizer ids from the

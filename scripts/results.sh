@@ -3,7 +3,7 @@
 # Qwen2-style preset (0.8M parameters) with the character tokenizer; each run's command, log,
 # metrics and eval JSON land in $RESULTS_DIR (default ./results), and summary.md collects the
 # tables. Runs two jobs at a time, one thread each (the machine has 2 cores). About 1.5 hours.
-# Usage: bash scripts/results.sh LONGHAUL_BIN [main|staleness|all|env:NAME]
+# Usage: bash scripts/results.sh LONGHAUL_BIN [main|staleness|network|all|env:NAME]
 # (env:NAME runs the main stage of one environment of ENVS, e.g. env:sort.)
 set -euo pipefail
 
@@ -101,6 +101,17 @@ stale_run() { # stale_run LOSS K SEED; LOSS decoupled_mb4 is decoupled PPO over 
 export -f stale_run
 export STALE_STEPS STALE_LR STALE_ENV
 
+# net_run SEED: the networked loop (serve + 2 workers behind 150 ms links) from sort-base, as
+# the staleness runs' TIS K=0 (500 updates, lr 2e-4), the default staleness bound of serve
+net_run() {
+  local seed=$1 name="net-s$1"
+  run "$name" bash "$HERE/net_run.sh" "$BIN" sort-base $STALE_ENV $STALE_STEPS $STALE_LR "$seed" \
+    "$name"
+  evaluate "$name" "$name/checkpoints/step-$(printf %06d $STALE_STEPS)" $STALE_ENV sort-base
+}
+export -f net_run
+export HERE
+
 if [ "$WHAT" = main ] || [ "$WHAT" = all ] || [ "${WHAT%%:*}" = env ]; then
   run "init" "$BIN" init-model --arch qwen2 --preset tiny --tokenizer chars --seed 2 --out init
   ONLY='[a-z]*'
@@ -113,6 +124,17 @@ if [ "$WHAT" = staleness ] || [ "$WHAT" = all ]; then
   for seed in 1 2; do for k in 0 2 8 16; do for loss in ${STALE_LOSSES:-ppo tis decoupled decoupled_mb4}; do
     echo "$loss $k $seed"
   done; done; done | xargs -P 2 -L 1 bash -c 'stale_run "$@"' _
+fi
+if [ "$WHAT" = network ] || [ "$WHAT" = all ]; then
+  # the base, as the main stage makes it (skipped when it did)
+  run "init" "$BIN" init-model --arch qwen2 --preset tiny --tokenizer chars --seed 2 --out init
+  run "sort-base" "$BIN" sft --force --model init --env $STALE_ENV --steps 110 --batch 32 \
+    --threads 1 --out sort-base
+  evaluate "sort-base" "sort-base" $STALE_ENV
+  # the single-process runs it is compared with (the staleness stage's TIS K=0), then the
+  # networked ones, one at a time: each uses both cores
+  for seed in 1 2; do stale_run tis 0 "$seed"; done
+  for seed in 1 2; do net_run "$seed"; done
 fi
 /usr/bin/python3 "$HERE/results_table.py" . >summary.md
 cat summary.md

@@ -89,3 +89,18 @@ if runs:
             t1 = [v["model"]["pass_at_1"]["mean"] for v in t1 if v]
             print(f"| {loss} | {k} | " + " | ".join(cells) + f" | {sum(got) / len(got):.3f} | "
                   + (f"{sum(t1) / len(t1):.3f}" if t1 else "-") + " |")
+
+nets = [(s, load(f"net-s{s}"), load(f"net-s{s}-t1")) for s in (1, 2, 3)]
+nets = [n for n in nets if n[1]]
+if nets:
+    print("\n## The networked loop against the single-process loop (sort, 500 updates)\n")
+    print("| run | seed | greedy pass@1 [95% CI] | paired vs base | T=1 pass@1 [95% CI] |")
+    print("|---|---|---|---|---|")
+    for s, e, t1 in nets:
+        rl, rl_t1 = load(f"stale-tis-k0-s{s}"), load(f"stale-tis-k0-s{s}-t1")
+        if rl:
+            print(f"| rl (tis, K = 0) | {s} | {ci(rl['model']['pass_at_1'])} | | "
+                  f"{ci(rl_t1['model']['pass_at_1']) if rl_t1 else '-'} |")
+        print(f"| serve + 2 workers, 150 ms links | {s} | {ci(e['model']['pass_at_1'])} | "
+              f"{diff(e['paired']['pass_at_1']) if e.get('paired') else '-'} | "
+              f"{ci(t1['model']['pass_at_1']) if t1 else '-'} |")

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Latency hiding (issue 17): `longhaul serve` with two workers, each behind its own `longhaul
+# netem` link, at round trips of 0, 150 and 300 ms, asynchronous (the default: workers lease
+# ahead and generate with the newest version they hold, groups up to --max-staleness versions
+# old are trained) against `serve --sync` (workers wait for every new version before
+# generating), all in one run of this script on one machine. For each run: updates, groups
+# trained per second, and the training thread's busy fraction (its time in updates over the
+# wall time), and per mode the throughput at each round trip over its own 0 ms throughput.
+# Writes OUT/serve-bench.jsonl (resumable: finished runs are kept) and prints the table.
+# Usage: bench/serve.sh LONGHAUL_BIN OUT_DIR [SECONDS]   (default 60 s per run)
+set -euo pipefail
+BIN=$(realpath "${1:?usage: bench/serve.sh LONGHAUL_BIN OUT_DIR [SECONDS]}")
+OUT=${2:?usage: bench/serve.sh LONGHAUL_BIN OUT_DIR [SECONDS]}
+SECONDS_PER_RUN=${3:-60}
+mkdir -p "$OUT"
+OUT=$(realpath "$OUT")
+cd "$OUT"
+export OMP_WAIT_POLICY=PASSIVE
+ENV=sort:count=4,digits=1
+[ -d base ] || {
+  "$BIN" init-model --arch qwen2 --preset tiny --tokenizer chars --seed 2 --out init >/dev/null
+  "$BIN" sft --model init --env $ENV --steps 110 --batch 32 --log-every 110 --out base >/dev/null 2>&1
+}
+[ -f trainer.key ] || "$BIN" keygen --out trainer.key >/dev/null
+touch serve-bench.jsonl
+
+PIDS=()
+stop_all() {
+  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  PIDS=()
+}
+trap stop_all EXIT
+
+one_run() { # mode rtt_ms
+  local mode=$1 rtt=$2 name="run-$1-$2"
+  grep -q "\"name\":\"$name\"" serve-bench.jsonl && return 0
+  rm -rf "$name" "$name".port "$name"-w*
+  local flags=""
+  [ "$mode" = sync ] && flags="--sync"
+  "$BIN" serve --run "$name" --model base --env $ENV --key trainer.key --port-file "$name.port" \
+    --steps 100000 --lr 2e-4 --max-new 16 --max-staleness 8 --max-wall "$SECONDS_PER_RUN" \
+    $flags --log-every 1000 >"$name.serve.log" 2>&1 &
+  local serve=$!
+  for _ in $(seq 1 200); do [ -s "$name.port" ] && break; sleep 0.05; done
+  local port
+  port=$(cat "$name.port")
+  for i in 0 1; do
+    "$BIN" netem --listen 127.0.0.1:0 --upstream "127.0.0.1:$port" --delay $((rtt / 2)) \
+      >"$name-n$i.out" 2>"$name-n$i.log" &
+    PIDS+=("$!")
+    for _ in $(seq 1 100); do grep -qs listening "$name-n$i.out" && break; sleep 0.05; done
+    local np
+    np=$(sed -n 's/.*127\.0\.0\.1:\([0-9]*\) ->.*/\1/p' "$name-n$i.out")
+    "$BIN" worker --server "http://127.0.0.1:$np" --key "$name-w$i.key" \
+      --trust-key trainer.key.pub --dir "$name-w$i" --threads 1 --slots 32 >"$name-w$i.log" 2>&1 &
+    PIDS+=("$!")
+  done
+  wait "$serve"
+  stop_all
+  /usr/bin/python3 - "$name" "$mode" "$rtt" "$SECONDS_PER_RUN" >>serve-bench.jsonl <<'PY'
+import json, sys
+name, mode, rtt, wall = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+lines = [json.loads(l) for l in open(f"{name}/metrics.jsonl")]
+groups = sum(l["groups"] for l in lines)
+busy = sum(l["train_s"] for l in lines)
+stale = [l["staleness"] for l in lines if l.get("staleness") is not None]
+print(json.dumps({"name": name, "mode": mode, "rtt_ms": rtt, "wall_s": wall,
+                  "updates": len(lines), "groups": groups, "groups_per_s": groups / wall,
+                  "busy": busy / wall,
+                  "staleness_mean": sum(stale) / len(stale) if stale else None,
+                  "dropped": sum(l.get("dropped", 0) for l in lines)}))
+PY
+}
+
+for mode in async sync; do
+  for rtt in 0 150 300; do
+    one_run "$mode" "$rtt"
+  done
+done
+/usr/bin/python3 - serve-bench.jsonl <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+base = {r["mode"]: r["groups_per_s"] for r in rows if r["rtt_ms"] == 0}
+print(f"{'mode':<6} {'rtt ms':>6} {'updates':>7} {'groups/s':>8} {'vs 0 ms':>7} {'busy':>5} "
+      f"{'stale':>5} {'dropped':>7}")
+for r in sorted(rows, key=lambda r: (r["mode"], r["rtt_ms"])):
+    ratio = r["groups_per_s"] / base[r["mode"]] if base.get(r["mode"]) else float("nan")
+    st = r["staleness_mean"]
+    print(f"{r['mode']:<6} {r['rtt_ms']:>6} {r['updates']:>7} {r['groups_per_s']:>8.2f} "
+          f"{ratio:>7.2f} {r['busy']:>5.2f} {st if st is not None else float('nan'):>5.2f} "
+          f"{r['dropped']:>7}")
+print("groups/s: groups trained per second of wall time; vs 0 ms: over the same mode at 0 ms; "
+      "busy: the training thread's time in updates over the wall time; stale: mean staleness of "
+      "the trained groups (versions)")
+PY
