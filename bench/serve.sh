@@ -6,6 +6,9 @@
 # generating), all in one run of this script on one machine. For each run: updates, groups
 # trained per second, and the training thread's busy fraction (its time in updates over the
 # wall time), and per mode the throughput at each round trip over its own 0 ms throughput.
+# The trainer runs on CPU 0 and the workers and links on the others (taskset), as if they were
+# other machines: on a shared 2-core machine, workers generating ahead would otherwise take
+# the trainer's core and the comparison would measure contention, not latency.
 # Writes OUT/serve-bench.jsonl (resumable: finished runs are kept) and prints the table.
 # Usage: bench/serve.sh LONGHAUL_BIN OUT_DIR [SECONDS]   (default 60 s per run)
 set -euo pipefail
@@ -23,6 +26,10 @@ ENV=sort:count=4,digits=1
 }
 [ -f trainer.key ] || "$BIN" keygen --out trainer.key >/dev/null
 touch serve-bench.jsonl
+PIN_SERVE="" PIN_WORKERS=""
+if command -v taskset >/dev/null && [ "$(nproc)" -ge 2 ]; then
+  PIN_SERVE="taskset -c 0" PIN_WORKERS="taskset -c 1-$(($(nproc) - 1))"
+fi
 
 PIDS=()
 stop_all() {
@@ -38,7 +45,7 @@ one_run() { # mode rtt_ms
   rm -rf "$name" "$name".port "$name"-w*
   local flags=""
   [ "$mode" = sync ] && flags="--sync"
-  "$BIN" serve --run "$name" --model base --env $ENV --key trainer.key --port-file "$name.port" \
+  $PIN_SERVE "$BIN" serve --run "$name" --threads 1 --model base --env $ENV --key trainer.key --port-file "$name.port" \
     --steps 100000 --lr 2e-4 --max-new 16 --max-staleness 8 --max-wall "$SECONDS_PER_RUN" \
     $flags --log-every 1000 >"$name.serve.log" 2>&1 &
   local serve=$!
@@ -46,13 +53,13 @@ one_run() { # mode rtt_ms
   local port
   port=$(cat "$name.port")
   for i in 0 1; do
-    "$BIN" netem --listen 127.0.0.1:0 --upstream "127.0.0.1:$port" --delay $((rtt / 2)) \
+    $PIN_WORKERS "$BIN" netem --listen 127.0.0.1:0 --upstream "127.0.0.1:$port" --delay $((rtt / 2)) \
       >"$name-n$i.out" 2>"$name-n$i.log" &
     PIDS+=("$!")
     for _ in $(seq 1 100); do grep -qs listening "$name-n$i.out" && break; sleep 0.05; done
     local np
     np=$(sed -n 's/.*127\.0\.0\.1:\([0-9]*\) ->.*/\1/p' "$name-n$i.out")
-    "$BIN" worker --server "http://127.0.0.1:$np" --key "$name-w$i.key" \
+    $PIN_WORKERS "$BIN" worker --server "http://127.0.0.1:$np" --key "$name-w$i.key" \
       --trust-key trainer.key.pub --dir "$name-w$i" --threads 1 --slots 32 >"$name-w$i.log" 2>&1 &
     PIDS+=("$!")
   done

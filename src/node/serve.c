@@ -95,6 +95,7 @@ typedef struct server {
   uint64_t *reissue; /* tasks of expired or rejected groups, to lease again */
   int n_reissue, reissue_cap;
   nonce_slot *nonces;
+  int64_t outstanding;    /* groups leased and not yet answered or expired */
   int64_t sync_version;   /* --sync: the version whose groups are being leased, */
   int sync_issued;        /* and how many of them are out */
   pthread_mutex_t env_mu; /* scoring: an environment is used by one thread at a time */
@@ -483,7 +484,9 @@ static void h_lease(server *s, const lh_http_request *req, lh_http_response *res
   if (want > MAX_OUTSTANDING - outstanding) want = (int)(MAX_OUTSTANDING - outstanding);
   pthread_mutex_lock(&s->mu);
   int64_t v = s->version;
-  bool full = s->q_len >= 8 * s->rl.prompts + MAX_OUTSTANDING;
+  /* backpressure: no more groups out and queued than the trainer takes before they go stale */
+  int64_t out = s->outstanding > 0 ? s->outstanding : 0; /* (a race of expiry and accept) */
+  bool full = s->q_len + out >= (int64_t)s->rl.prompts * (s->rl.staleness / 2 + 2);
   if (s->c->sync_mode) { /* only the groups of the current version's update */
     if (s->sync_version != v) s->sync_version = v, s->sync_issued = 0;
     if (want > s->rl.prompts - s->sync_issued) want = s->rl.prompts - s->sync_issued;
@@ -536,6 +539,9 @@ static void h_lease(server *s, const lh_http_request *req, lh_http_response *res
   if (e) {
     lh_http_respond_error(res, 500, "ledger", "%s", lh_last_error());
   } else {
+    pthread_mutex_lock(&s->mu);
+    s->outstanding += n;
+    pthread_mutex_unlock(&s->mu);
     size_t len = 0;
     char *text = lh_node_lease_json(&l, &len);
     lh_http_respond_bytes(res, 200, "application/json", text, len);
@@ -604,15 +610,17 @@ static void answer_state(lh_http_response *res, const lh_ledger_group *g) {
   json_decref(o);
 }
 
-static void reject(server *s, lh_http_response *res, int64_t group, uint64_t task, int64_t version,
+static void reject(server *s, lh_http_response *res, const lh_ledger_group *g, int64_t version,
                    const char *why) {
+  int64_t group = g->id;
   if (lh_ledger_group_reject(s->ledger, group, version, why, now_ms())) {
     lh_http_respond_error(res, 500, "ledger", "%s", lh_last_error());
     return;
   }
   pthread_mutex_lock(&s->mu);
   s->rejected++;
-  reissue_push(s, task);
+  if (g->state == LH_GROUP_LEASED) s->outstanding--;
+  reissue_push(s, g->task_index);
   pthread_mutex_unlock(&s->mu);
   lh_http_respond_error(res, 422, "rejected", "group %lld: %s", (long long)group, why);
 }
@@ -668,9 +676,9 @@ static void h_rollout(server *s, const lh_http_request *req, lh_http_response *r
   char why[256];
   if (lh_rollout_decode(req->body, req->body_len, &lim, "rollout body", &b)) {
     snprintf(why, sizeof why, "bad_body: %s", lh_last_error());
-    reject(s, res, gid, g.task_index, -1, why);
+    reject(s, res, &g, -1, why);
   } else if (!matches_lease(s, &b, &spec, why, sizeof why)) {
-    reject(s, res, gid, g.task_index, b.version, why);
+    reject(s, res, &g, b.version, why);
   } else {
     free(b.old); /* never the worker's */
     b.old = NULL;
@@ -684,7 +692,7 @@ static void h_rollout(server *s, const lh_http_request *req, lh_http_response *r
     if (e) {
       lh_http_respond_error(res, 500, "scoring", "%s", lh_last_error());
     } else if (!b.group_ok[0]) {
-      reject(s, res, gid, g.task_index, b.version, "task: the environment failed to score it");
+      reject(s, res, &g, b.version, "task: the environment failed to score it");
     } else if ((e = lh_rollout_encode(&b, &body, &len)) ||
                (e = lh_ledger_group_accept(s->ledger, gid, b.version, body, len, meta, now_ms()))) {
       lh_http_respond_error(res, 500, "ledger", "%s", lh_last_error());
@@ -694,6 +702,7 @@ static void h_rollout(server *s, const lh_http_request *req, lh_http_response *r
       pthread_mutex_lock(&s->mu);
       queue_push(s, &q);
       s->accepted++;
+      if (g.state == LH_GROUP_LEASED) s->outstanding--;
       pthread_cond_signal(&s->queue_cv);
       pthread_mutex_unlock(&s->mu);
       json_t *o = json_pack("{s:I,s:s}", "group", (json_int_t)gid, "state", "accepted");
@@ -964,6 +973,7 @@ static lh_err expire_leases(server *s) {
     if ((e = lh_ledger_group_get(s->ledger, ids[i], &g))) break;
     pthread_mutex_lock(&s->mu);
     reissue_push(s, g.task_index);
+    if (s->outstanding > 0) s->outstanding--;
     pthread_mutex_unlock(&s->mu);
     lh_ledger_group_clear(&g);
   }
@@ -1362,6 +1372,7 @@ lh_err lh_serve_run(const lh_serve_config *c) {
     if (e) goto out;
     lh_ledger_stats_result st;
     if ((e = lh_ledger_stats(s->ledger, &st))) goto out;
+    s->outstanding = st.groups[LH_GROUP_LEASED];
     if ((e = lh_ledger_next_task(s->ledger, &s->next_task))) goto out;
   }
   {

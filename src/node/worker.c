@@ -31,7 +31,7 @@
 #define BACKOFF_MIN_S    0.2
 #define BACKOFF_MAX_S    10.0
 #define MAX_BATCH_GROUPS 64 /* groups generated together at most */
-#define SUBMITTERS       4  /* submissions in flight at once */
+#define SUBMITTERS       8  /* submissions in flight at once */
 #define CHAIN_MAX        64 /* manifests of one chain answer at most (as the server) */
 
 typedef struct done_group {
@@ -51,7 +51,8 @@ typedef struct worker {
   lh_worker_result *res;
   lh_sync_secret_key sk;
   lh_sync_public_key trust;
-  lh_http_client *http; /* the network thread's */
+  lh_http_client *http;       /* the policy thread's */
+  lh_http_client *lease_http; /* the lease thread's */
   char *blob_dir, *pending_dir, *policy_dir;
   int64_t clock_offset_ms; /* server - local, learned from stale_time answers */
 
@@ -153,7 +154,7 @@ static lh_err register_worker(worker *w) {
   char *body = json_dumps(o, JSON_COMPACT);
   json_decref(o);
   lh_http_reply r;
-  lh_err e = call(w, w->http, "POST", "/v1/workers", body, strlen(body), &r);
+  lh_err e = call(w, w->lease_http, "POST", "/v1/workers", body, strlen(body), &r);
   free(body);
   if (e) return e;
   if (r.status != 200 && r.status != 201) {
@@ -400,10 +401,11 @@ static lh_err submit(worker *w, lh_http_client *c, done_group *d, bool *final) {
 }
 
 static lh_err lease(worker *w, int want, int64_t version) {
+  lh_http_client *c = w->lease_http;
   char body[64];
   int n = snprintf(body, sizeof body, "{\"groups\":%d,\"version\":%lld}", want, (long long)version);
   lh_http_reply r;
-  lh_err e = call(w, w->http, "POST", "/v1/leases", body, (size_t)n, &r);
+  lh_err e = call(w, c, "POST", "/v1/leases", body, (size_t)n, &r);
   if (e) return e;
   if (r.status == 204) { /* nothing to lease until the next version (the server's --sync) */
     pthread_mutex_lock(&w->mu);
@@ -459,96 +461,89 @@ static int lease_target(const worker *w, int group_size) {
   return per < 1 ? 3 : 3 * per;
 }
 
-static void *net_thread(void *ud) {
+/* After a failed call: back off; an error other than the transport's, twenty times in a row,
+ * stops the worker (it is not going away by waiting). */
+static void failed(worker *w, lh_err e, int *fails) {
+  lh_log(e == LH_ERR_IO ? LH_LOG_DEBUG : LH_LOG_WARN, "worker: %s", lh_last_error());
+  backoff(w, (*fails)++);
+  if (e != LH_ERR_IO && *fails > 20) {
+    pthread_mutex_lock(&w->mu);
+    w->net_error = e;
+    w->stop = true;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+  }
+}
+
+/* Waits on the worker's condition for at most ms milliseconds. Caller holds mu. */
+static void wait_cv(worker *w, long ms) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_nsec += ms * 1000000L;
+  ts.tv_sec += ts.tv_nsec / 1000000000L;
+  ts.tv_nsec %= 1000000000L;
+  pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+}
+
+/* The policy thread: long-polls for a newer version and stages it for the generator. */
+static void *policy_thread(void *ud) {
   worker *w = ud;
-  uint16_t *slab = NULL; /* the network thread's copy of the newest version */
+  uint16_t *slab = NULL; /* this thread's copy of the newest version */
   int64_t have = -1;
   int fails = 0;
-  bool registered = false;
-  int group_size = 0;
   while (!stopping(w)) {
-    lh_err e = LH_ERR_OK;
-    bool worked = false;
-    if (!registered) {
-      if (!(e = register_worker(w))) registered = true;
-    }
-    /* the policy: a newer version is staged for the generator */
-    if (!e && registered) {
-      pthread_mutex_lock(&w->mu);
-      bool idle = (w->n_done == 0 && w->n_ready >= lease_target(w, group_size)) || w->lease_wait;
-      pthread_mutex_unlock(&w->mu);
-      e = sync_policy(w, &slab, &have, idle && have >= 0 ? 1.0 : 0.0);
-      if (e == LH_ERR_NOTFOUND) {
-        e = LH_ERR_OK;
-      } else if (!e) {
-        worked = true;
-        pthread_mutex_lock(&w->mu);
-        w->lease_wait = false;
-        w->n = (size_t)lh_config_n_params(&w->cfg);
-        w->staged = lh_xrealloc(w->staged, w->n * sizeof *w->staged);
-        memcpy(w->staged, slab, w->n * sizeof *w->staged);
-        w->staged_version = have;
-        pthread_cond_broadcast(&w->cv);
-        pthread_mutex_unlock(&w->mu);
-        write_version(w, have, slab);
-      }
-    }
-    /* leases ahead of the generator */
-    if (!e && have >= 0) {
-      pthread_mutex_lock(&w->mu);
-      int target = lease_target(w, group_size), held = w->n_ready + (int)w->in_flight;
-      bool enough =
-          w->c->max_groups > 0 && w->submitted + w->n_done + w->sending + held >= w->c->max_groups;
-      bool waiting = w->lease_wait;
-      pthread_mutex_unlock(&w->mu);
-      if (held < target && !enough && !waiting) {
-        int want = target - held;
-        if (want > LH_NODE_MAX_LEASE_GROUPS) want = LH_NODE_MAX_LEASE_GROUPS;
-        e = lease(w, want, have);
-        if (!e) {
-          worked = true;
-          pthread_mutex_lock(&w->mu);
-          if (w->n_ready > 0) group_size = w->ready[0].g.group_size;
-          pthread_mutex_unlock(&w->mu);
-        }
-      }
-    }
-    if (e == LH_ERR_IO) { /* the server is away: back off and try again */
-      lh_log(LH_LOG_DEBUG, "worker: %s", lh_last_error());
-      backoff(w, fails++);
-      continue;
-    }
+    lh_err e = sync_policy(w, &slab, &have, have >= 0 ? 5.0 : 0.0);
+    if (e == LH_ERR_NOTFOUND) continue; /* nothing newer within the poll */
     if (e) {
-      lh_log(LH_LOG_WARN, "worker: %s", lh_last_error());
-      backoff(w, fails++);
-      if (fails > 20) {
-        pthread_mutex_lock(&w->mu);
-        w->net_error = e;
-        w->stop = true;
-        pthread_cond_broadcast(&w->cv);
-        pthread_mutex_unlock(&w->mu);
-      }
+      failed(w, e, &fails);
       continue;
     }
     fails = 0;
     pthread_mutex_lock(&w->mu);
-    bool finished = w->c->max_groups > 0 && w->submitted >= w->c->max_groups;
-    if (finished) {
-      w->stop = true;
-      pthread_cond_broadcast(&w->cv);
-    }
+    w->lease_wait = false;
+    w->n = (size_t)lh_config_n_params(&w->cfg);
+    w->staged = lh_xrealloc(w->staged, w->n * sizeof *w->staged);
+    memcpy(w->staged, slab, w->n * sizeof *w->staged);
+    w->staged_version = have;
+    pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
-    if (!worked && have >= 0) { /* nothing to do: wait for the generator */
-      pthread_mutex_lock(&w->mu);
-      struct timespec ts;
-      clock_gettime(CLOCK_REALTIME, &ts);
-      ts.tv_nsec += 100 * 1000000L;
-      if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-      if (w->n_done == 0) pthread_cond_timedwait(&w->cv, &w->mu, &ts);
-      pthread_mutex_unlock(&w->mu);
-    }
+    write_version(w, have, slab);
   }
   free(slab);
+  return NULL;
+}
+
+/* The lease thread: registers, then keeps the generator's queue of leased groups full. */
+static void *lease_thread(void *ud) {
+  worker *w = ud;
+  int fails = 0, group_size = 0;
+  lh_err e;
+  while (!stopping(w) && (e = register_worker(w)))
+    failed(w, e, &fails);
+  fails = 0;
+  while (!stopping(w)) {
+    pthread_mutex_lock(&w->mu);
+    int64_t have = w->staged_version;
+    int target = lease_target(w, group_size), held = w->n_ready + (int)w->in_flight;
+    bool enough =
+        w->c->max_groups > 0 && w->submitted + w->n_done + w->sending + held >= w->c->max_groups;
+    if (have < 0 || held >= target || enough || w->lease_wait) {
+      wait_cv(w, 100);
+      pthread_mutex_unlock(&w->mu);
+      continue;
+    }
+    pthread_mutex_unlock(&w->mu);
+    int want = target - held;
+    if (want > LH_NODE_MAX_LEASE_GROUPS) want = LH_NODE_MAX_LEASE_GROUPS;
+    if ((e = lease(w, want, have))) {
+      failed(w, e, &fails);
+      continue;
+    }
+    fails = 0;
+    pthread_mutex_lock(&w->mu);
+    if (w->n_ready > 0) group_size = w->ready[0].g.group_size;
+    pthread_mutex_unlock(&w->mu);
+  }
   return NULL;
 }
 
@@ -634,8 +629,8 @@ lh_err lh_worker_run(const lh_worker_config *c, lh_worker_result *res) {
   pthread_cond_init(&w->cv, NULL);
   lh_infer *inf = NULL;
   lh_generator *gen = NULL;
-  pthread_t net, senders[SUBMITTERS];
-  bool net_started = false;
+  pthread_t net, leaser, senders[SUBMITTERS];
+  bool net_started = false, leaser_started = false;
   int n_senders = 0;
   lh_err e;
   struct stat st;
@@ -659,11 +654,17 @@ lh_err lh_worker_run(const lh_worker_config *c, lh_worker_result *res) {
   if (w->n_done > 0)
     lh_log(LH_LOG_INFO, "worker: %d groups generated before a restart will be sent", w->n_done);
   if ((e = lh_http_client_create(c->server, &w->http))) goto out;
-  if (pthread_create(&net, NULL, net_thread, w)) {
+  if ((e = lh_http_client_create(c->server, &w->lease_http))) goto out;
+  if (pthread_create(&net, NULL, policy_thread, w)) {
     e = lh_errorf(LH_ERR_NOMEM, "worker: cannot start the network thread");
     goto out;
   }
   net_started = true;
+  if (pthread_create(&leaser, NULL, lease_thread, w)) {
+    e = lh_errorf(LH_ERR_NOMEM, "worker: cannot start the lease thread");
+    goto out;
+  }
+  leaser_started = true;
   for (; n_senders < SUBMITTERS; n_senders++)
     if (pthread_create(&senders[n_senders], NULL, submit_thread, w)) break;
   int slots = c->slots;
@@ -790,12 +791,14 @@ out:
   pthread_cond_broadcast(&w->cv);
   pthread_mutex_unlock(&w->mu);
   if (net_started) pthread_join(net, NULL);
+  if (leaser_started) pthread_join(leaser, NULL);
   for (int i = 0; i < n_senders; i++)
     pthread_join(senders[i], NULL);
   if (!e && w->net_error) e = w->net_error;
   lh_generator_free(gen);
   lh_infer_free(inf);
   lh_http_client_free(w->http);
+  lh_http_client_free(w->lease_http);
   for (int i = 0; i < w->n_ready; i++)
     lh_node_group_clear(&w->ready[i].g);
   free(w->ready);
