@@ -1,7 +1,7 @@
 /* `longhaul serve` (node.h): the trainer and coordinator in one process. HTTP threads (one per
  * connection, http.h) register workers, lease prompt groups, verify and score submitted groups
  * and put them in the ledger (durable before the 202) and in the queue; the calling thread is
- * the training thread: it takes the freshest groups within the staleness bound, recomputes their
+ * the training thread: it takes the oldest groups within the staleness bound, recomputes their
  * behaviour log-probs under the version that generated each (the bf16 weights of the last
  * max_staleness versions are kept), trains, and publishes the new version (patch, keyframe,
  * signed manifest), checkpointed before any worker can see it. docs/PROTOCOL.md, "The networked
@@ -950,10 +950,12 @@ static void put_num(json_t *o, const char *key, double v) {
   json_object_set_new(o, key, isfinite(v) ? json_real(v) : json_null());
 }
 
-static int by_freshness(const void *a, const void *b) {
+/* The order groups are trained in: oldest version first (the closest to the staleness bound,
+ * so none waits until it is dropped while newer ones go ahead), then in order of arrival. */
+static int by_age(const void *a, const void *b) {
   const queued *x = a, *y = b;
-  if (x->version != y->version) return x->version > y->version ? -1 : 1;
-  return x->group < y->group ? -1 : x->group > y->group;
+  if (x->version != y->version) return x->version < y->version ? -1 : 1;
+  return x->arrived < y->arrived ? -1 : x->arrived > y->arrived;
 }
 
 static bool should_stop(server *s) {
@@ -1014,7 +1016,7 @@ static lh_err train_once(server *s, bool *idle) {
   }
   int n_take = 0;
   if (s->q_len >= P) {
-    qsort(s->q, (size_t)s->q_len, sizeof *s->q, by_freshness);
+    qsort(s->q, (size_t)s->q_len, sizeof *s->q, by_age);
     memcpy(take, s->q, (size_t)P * sizeof *take);
     memmove(s->q, s->q + P, (size_t)(s->q_len - P) * sizeof *s->q);
     s->q_len -= P;
@@ -1380,7 +1382,7 @@ lh_err lh_serve_run(const lh_serve_config *c) {
     hc.host = host;
     hc.port = port;
     hc.max_body = max_body;
-    hc.max_connections = 256;
+    hc.max_connections = 1024; /* a worker holds up to 18 (node.h, worker) */
     hc.max_per_ip = 0;
     hc.timeout_s = 30;
     hc.handler = handler;

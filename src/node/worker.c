@@ -31,7 +31,7 @@
 #define BACKOFF_MIN_S    0.2
 #define BACKOFF_MAX_S    10.0
 #define MAX_BATCH_GROUPS 64 /* groups generated together at most */
-#define SUBMITTERS       8  /* submissions in flight at once */
+#define SUBMITTERS       16 /* submissions in flight at once */
 #define CHAIN_MAX        64 /* manifests of one chain answer at most (as the server) */
 
 typedef struct done_group {

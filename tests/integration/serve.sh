@@ -32,6 +32,7 @@ ENV=sort:count=3,digits=1
 "$BIN" keygen --out trainer.key >/dev/null 2>&1
 
 PORT=0
+declare -A WORKER_PID
 start_serve() { # steps; the first start picks a free port, restarts keep it
   rm -f port
   "$BIN" serve --run run --model base --env $ENV --key trainer.key --port-file port \
@@ -48,6 +49,7 @@ start_worker() { # name upstream_port
   "$BIN" worker --server "http://127.0.0.1:$2" --key "$1.key" --trust-key trainer.key.pub \
     --dir "$1" --slots 8 --name "$1" >>"$1.log" 2>&1 &
   PIDS+=("$!")
+  WORKER_PID[$1]=$!
 }
 
 # ---------------------------------------------------------------- training progresses
@@ -119,8 +121,12 @@ for i in $(seq 1 10); do
   kill -9 "$SERVE" 2>/dev/null || true
   wait "$SERVE" 2>/dev/null || true
   start_serve 1000
+  if [ "$i" = 5 ]; then # a worker killed mid-group: it loses its leases, nothing else
+    kill -9 "${WORKER_PID[wb]}" 2>/dev/null || true
+    start_worker wb "$NPORT"
+  fi
 done
-sleep 2
+sleep 7 # longer than --lease-s: the killed worker's leases expire and their tasks are leased again
 kill -TERM "$SERVE"
 wait "$SERVE" || true
 for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
@@ -137,4 +143,8 @@ orphans=$(q "SELECT count(*) FROM groups g WHERE g.state IN (3, 4) AND NOT EXIST
 undone=$(q "SELECT count(*) FROM training_log WHERE undone_by IS NOT NULL")
 trained=$(q "SELECT count(*) FROM groups WHERE state = 3")
 [ "$trained" -gt "$before" ] || fail "no group trained during the restarts ($trained, $before before)"
-echo "serve.sh: ok ($(cat nversions) versions before the restarts, $trained groups trained, $undone training events undone by 10 restarts)"
+expired=$(q "SELECT count(*) FROM groups WHERE state = 5")
+[ "$expired" -gt 0 ] || fail "the killed worker's leases did not expire"
+grep -q 'groups generated before a restart will be sent\|made a new key' wb.log ||
+  fail "the restarted worker did not start"
+echo "serve.sh: ok ($(cat nversions) versions before the restarts, $trained groups trained, $undone training events undone by 10 restarts, $expired leased groups expired)"
