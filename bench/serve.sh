@@ -41,7 +41,7 @@ trap stop_all EXIT
 
 one_run() { # mode rtt_ms
   local mode=$1 rtt=$2 name="run-$1-$2"
-  grep -q "\"name\":\"$name\"" serve-bench.jsonl && return 0
+  grep -q "\"name\": \"$name\"" serve-bench.jsonl && return 0
   rm -rf "$name" "$name".port "$name"-w*
   local flags=""
   [ "$mode" = sync ] && flags="--sync"
@@ -66,8 +66,10 @@ one_run() { # mode rtt_ms
   wait "$serve"
   stop_all
   /usr/bin/python3 - "$name" "$mode" "$rtt" "$SECONDS_PER_RUN" >>serve-bench.jsonl <<'PY'
-import json, sys
+import json, sqlite3, sys
 name, mode, rtt, wall = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+db = sqlite3.connect(f"file:{name}/ledger.sqlite?mode=ro", uri=True)
+dropped = db.execute("SELECT count(*) FROM groups WHERE state = 4").fetchone()[0]
 lines = [json.loads(l) for l in open(f"{name}/metrics.jsonl")]
 groups = sum(l["groups"] for l in lines)
 busy = sum(l["train_s"] for l in lines)
@@ -76,7 +78,7 @@ print(json.dumps({"name": name, "mode": mode, "rtt_ms": rtt, "wall_s": wall,
                   "updates": len(lines), "groups": groups, "groups_per_s": groups / wall,
                   "busy": busy / wall,
                   "staleness_mean": sum(stale) / len(stale) if stale else None,
-                  "dropped": sum(l.get("dropped", 0) for l in lines)}))
+                  "dropped": dropped}))
 PY
 }
 

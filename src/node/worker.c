@@ -32,6 +32,7 @@
 #define BACKOFF_MAX_S    10.0
 #define MAX_BATCH_GROUPS 64 /* groups generated together at most */
 #define SUBMITTERS       16 /* submissions in flight at once */
+#define PREFETCH         8  /* blobs of a route downloaded at once */
 #define CHAIN_MAX        64 /* manifests of one chain answer at most (as the server) */
 
 typedef struct done_group {
@@ -73,8 +74,9 @@ typedef struct worker {
   done_group *done;
   int n_done, done_cap;
   int64_t submitted, in_flight;
-  int sending;     /* groups a submitting thread holds */
-  bool lease_wait; /* the last lease had nothing: wait for a new version before the next */
+  int sending;       /* groups a submitting thread holds */
+  int64_t generated; /* groups generated since the start */
+  bool lease_wait;   /* the last lease had nothing: wait for a new version before the next */
 } worker;
 
 static int64_t now_ms(const worker *w) {
@@ -195,6 +197,56 @@ static lh_err fetch_blob(worker *w, const uint8_t hash[LH_HASH_BYTES], uint64_t 
   return e;
 }
 
+/* Downloads one blob into the store with a connection of its own (a prefetching thread). */
+typedef struct prefetch {
+  worker *w;
+  const lh_sync_blob_ref *b;
+  lh_err e;
+} prefetch;
+
+static void *prefetch_one(void *ud) {
+  prefetch *p = ud;
+  lh_http_client *c = NULL;
+  char hx[2 * LH_HASH_BYTES + 1], path[128];
+  lh_hash_hex(p->b->hash, hx);
+  snprintf(path, sizeof path, "/v1/blobs/%s", hx);
+  char *dest = lh_sync_blob_path(p->w->blob_dir, p->b->hash);
+  if (!(p->e = lh_http_client_create(p->w->c->server, &c)))
+    p->e = lh_http_client_download(c, path, dest, p->b->size, TIMEOUT_MS, NULL);
+  if (!p->e) {
+    pthread_mutex_lock(&p->w->mu);
+    p->w->res->bytes_downloaded += p->b->size;
+    pthread_mutex_unlock(&p->w->mu);
+  }
+  free(dest);
+  lh_http_client_free(c);
+  return NULL;
+}
+
+/* The blobs of a route that are not in the store yet, downloaded at once (PREFETCH at a time):
+ * a chain of patches costs one round trip, not one per patch. Failures are left to the
+ * sequential fetch that follows (which retries and reports them). */
+static void prefetch_route(worker *w, const lh_sync_manifest *ms, const lh_sync_route *route) {
+  prefetch jobs[PREFETCH];
+  pthread_t th[PREFETCH];
+  bool ok = true;
+  for (int i = 0; ok && i < route->n;) {
+    int k = 0;
+    for (; i < route->n && k < PREFETCH; i++) {
+      const lh_sync_blob_ref *b = &ms[route->steps[i].manifest].blobs[route->steps[i].blob];
+      if (lh_sync_blob_has(w->blob_dir, b->hash)) continue;
+      jobs[k] = (prefetch){w, b, LH_ERR_OK};
+      if (pthread_create(&th[k], NULL, prefetch_one, &jobs[k])) {
+        ok = false; /* no thread: the sequential fetch does the rest */
+        break;
+      }
+      k++;
+    }
+    for (int j = 0; j < k; j++)
+      pthread_join(th[j], NULL);
+  }
+}
+
 /* The model files of the first manifest: config.json (and generation_config.json's eos ids) into
  * w->cfg; all three written to the policy directory. */
 static lh_err fetch_model_files(worker *w, const lh_sync_manifest *m) {
@@ -282,6 +334,7 @@ static lh_err sync_policy(worker *w, uint16_t **slab, int64_t *have, double wait
   lh_sync_route route = {0};
   if ((e = lh_sync_plan(ms, n, *have >= 0 ? *have : LH_SYNC_NONE, newest.version, &route)))
     goto out;
+  if (route.n > 1) prefetch_route(w, ms, &route);
   uint16_t *cur = *slab;
   for (int i = 0; !e && i < route.n; i++) {
     const lh_sync_blob_ref *b = &ms[route.steps[i].manifest].blobs[route.steps[i].blob];
@@ -430,7 +483,9 @@ static lh_err lease(worker *w, int want, int64_t version) {
       pthread_mutex_unlock(&w->mu);
       lh_node_lease_clear(&l);
     }
-  } else if (r.status >= 500 || r.status == 429) {
+  } else if (r.status == 503 || r.status == 429) { /* backpressure: ask again shortly */
+    e = lh_errorf(LH_ERR_LIMIT, "lease: HTTP %ld", r.status);
+  } else if (r.status >= 500) {
     e = lh_errorf(LH_ERR_IO, "lease: HTTP %ld", r.status);
   } else {
     char code[64];
@@ -454,11 +509,14 @@ static void write_version(const worker *w, int64_t v, const uint16_t *slab) {
   free(path);
 }
 
-/* How many groups to hold leased ahead of the generator: enough to fill its slots three times
- * (one batch generating, the next ready, one more for the round trip of the lease). */
-static int lease_target(const worker *w, int group_size) {
+/* How many groups to hold leased ahead of the generator: two batches of its slots, and what it
+ * generates during two round trips of a lease (rate: groups per second, rtt: seconds, both
+ * measured), so that a long link never leaves it waiting for work. At most the server's bound
+ * of unanswered groups per worker. */
+static int lease_target(const worker *w, int group_size, double rate, double rtt) {
   int per = w->c->slots / (group_size > 0 ? group_size : 1);
-  return per < 1 ? 3 : 3 * per;
+  double t = 2.0 * (per < 1 ? 1 : per) + 2.0 * rate * rtt;
+  return t > 240 ? 240 : (int)t + 1;
 }
 
 /* After a failed call: back off; an error other than the transport's, twenty times in a row,
@@ -517,14 +575,23 @@ static void *policy_thread(void *ud) {
 static void *lease_thread(void *ud) {
   worker *w = ud;
   int fails = 0, group_size = 0;
+  double rtt = 0.0, rate = 0.0, t_rate = lh_time_now(); /* measured, smoothed */
+  int64_t made_then = 0;
   lh_err e;
   while (!stopping(w) && (e = register_worker(w)))
     failed(w, e, &fails);
   fails = 0;
   while (!stopping(w)) {
     pthread_mutex_lock(&w->mu);
+    double now = lh_time_now();
+    if (now - t_rate >= 1.0) { /* the generator's rate over the last second or more */
+      double r = (double)(w->generated - made_then) / (now - t_rate);
+      rate = rate > 0 ? 0.7 * rate + 0.3 * r : r;
+      made_then = w->generated;
+      t_rate = now;
+    }
     int64_t have = w->staged_version;
-    int target = lease_target(w, group_size), held = w->n_ready + (int)w->in_flight;
+    int target = lease_target(w, group_size, rate, rtt), held = w->n_ready + (int)w->in_flight;
     bool enough =
         w->c->max_groups > 0 && w->submitted + w->n_done + w->sending + held >= w->c->max_groups;
     if (have < 0 || held >= target || enough || w->lease_wait) {
@@ -535,7 +602,17 @@ static void *lease_thread(void *ud) {
     pthread_mutex_unlock(&w->mu);
     int want = target - held;
     if (want > LH_NODE_MAX_LEASE_GROUPS) want = LH_NODE_MAX_LEASE_GROUPS;
-    if ((e = lease(w, want, have))) {
+    double t0 = lh_time_now();
+    e = lease(w, want, have);
+    double dt = lh_time_now() - t0;
+    if (e != LH_ERR_IO) rtt = rtt > 0 ? 0.7 * rtt + 0.3 * dt : dt;
+    if (e == LH_ERR_LIMIT) { /* the trainer has enough for now */
+      pthread_mutex_lock(&w->mu);
+      wait_cv(w, 200);
+      pthread_mutex_unlock(&w->mu);
+      continue;
+    }
+    if (e) {
       failed(w, e, &fails);
       continue;
     }
@@ -771,6 +848,7 @@ lh_err lh_worker_run(const lh_worker_config *c, lh_worker_result *res) {
       lh_node_group_clear(&take[i].g);
       pthread_mutex_lock(&w->mu);
       w->in_flight--;
+      w->generated++;
       if (!ei)
         done_push(w, &d);
       else
