@@ -22,6 +22,8 @@ trap cleanup EXIT
 fail() {
   echo "FAIL: $*" >&2
   for f in "$TMP"/*.log; do echo "--- $f" >&2; tail -5 "$f" >&2; done
+  [ -f "$TMP/run/ledger.sqlite" ] && sqlite3 "$TMP/run/ledger.sqlite" \
+    "SELECT 'groups in state ' || state || ': ' || count(*) FROM groups GROUP BY state" >&2
   exit 1
 }
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
@@ -121,8 +123,11 @@ for i in $(seq 1 10); do
   kill -9 "$SERVE" 2>/dev/null || true
   wait "$SERVE" 2>/dev/null || true
   start_serve 1000
-  if [ "$i" = 5 ]; then # a worker killed mid-group: it loses its leases, nothing else
+  if [ "$i" = 5 ]; then # a worker killed while it holds leases: it loses them, nothing else
+    held="SELECT g.id FROM groups g JOIN leases l ON g.lease = l.id JOIN workers w ON l.worker = w.id WHERE w.name = 'wb' AND g.state = 0"
+    for _ in $(seq 1 100); do [ -n "$(sqlite3 run/ledger.sqlite "$held")" ] && break; sleep 0.05; done
     kill -9 "${WORKER_PID[wb]}" 2>/dev/null || true
+    sqlite3 run/ledger.sqlite "$held" >held.txt
     start_worker wb "$NPORT"
   fi
 done
@@ -143,8 +148,12 @@ orphans=$(q "SELECT count(*) FROM groups g WHERE g.state IN (3, 4) AND NOT EXIST
 undone=$(q "SELECT count(*) FROM training_log WHERE undone_by IS NOT NULL")
 trained=$(q "SELECT count(*) FROM groups WHERE state = 3")
 [ "$trained" -gt "$before" ] || fail "no group trained during the restarts ($trained, $before before)"
-expired=$(q "SELECT count(*) FROM groups WHERE state = 5")
-[ "$expired" -gt 0 ] || fail "the killed worker's leases did not expire"
+[ -s held.txt ] || fail "the killed worker held no lease"
+ids=$(paste -sd, held.txt)
+still=$(q "SELECT count(*) FROM groups WHERE id IN ($ids) AND state = 0")
+[ "$still" = 0 ] || fail "$still of the killed worker's leased groups are still leased"
+expired=$(q "SELECT count(*) FROM groups WHERE id IN ($ids) AND state = 5")
+resent=$(q "SELECT count(*) FROM groups WHERE id IN ($ids) AND state IN (1, 3, 4)")
 grep -q 'groups generated before a restart will be sent\|made a new key' wb.log ||
   fail "the restarted worker did not start"
-echo "serve.sh: ok ($(cat nversions) versions before the restarts, $trained groups trained, $undone training events undone by 10 restarts, $expired leased groups expired)"
+echo "serve.sh: ok ($(cat nversions) versions before the restarts, $trained groups trained, $undone training events undone by 10 restarts, of the killed worker's $(wc -l <held.txt) leased groups $expired expired and $resent were sent after its restart)"
