@@ -15,6 +15,7 @@ set -euo pipefail
 BIN=$(realpath "${1:?usage: bench/serve.sh LONGHAUL_BIN OUT_DIR [SECONDS]}")
 OUT=${2:?usage: bench/serve.sh LONGHAUL_BIN OUT_DIR [SECONDS]}
 SECONDS_PER_RUN=${3:-60}
+K=${BENCH_K:-8} # the staleness bound (--max-staleness); BENCH_MODES, BENCH_RTTS choose the runs
 mkdir -p "$OUT"
 OUT=$(realpath "$OUT")
 cd "$OUT"
@@ -41,12 +42,13 @@ trap stop_all EXIT
 
 one_run() { # mode rtt_ms
   local mode=$1 rtt=$2 name="run-$1-$2"
+  [ "$K" = 8 ] || name="$name-k$K"
   grep -q "\"name\": \"$name\"" serve-bench.jsonl && return 0
   rm -rf "$name" "$name".port "$name"-w*
   local flags=""
   [ "$mode" = sync ] && flags="--sync"
   $PIN_SERVE "$BIN" serve --run "$name" --threads 1 --model base --env $ENV --key trainer.key --port-file "$name.port" \
-    --steps 100000 --lr 2e-4 --max-new 16 --max-staleness 8 --max-wall "$SECONDS_PER_RUN" \
+    --steps 100000 --lr 2e-4 --max-new 16 --max-staleness "$K" --max-wall "$SECONDS_PER_RUN" \
     $flags --log-every 1000 >"$name.serve.log" 2>&1 &
   local serve=$!
   for _ in $(seq 1 200); do [ -s "$name.port" ] && break; sleep 0.05; done
@@ -65,16 +67,16 @@ one_run() { # mode rtt_ms
   done
   wait "$serve"
   stop_all
-  /usr/bin/python3 - "$name" "$mode" "$rtt" "$SECONDS_PER_RUN" >>serve-bench.jsonl <<'PY'
+  /usr/bin/python3 - "$name" "$mode" "$rtt" "$SECONDS_PER_RUN" "$K" >>serve-bench.jsonl <<'PY'
 import json, sqlite3, sys
-name, mode, rtt, wall = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+name, mode, rtt, wall, k = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
 db = sqlite3.connect(f"file:{name}/ledger.sqlite?mode=ro", uri=True)
 dropped = db.execute("SELECT count(*) FROM groups WHERE state = 4").fetchone()[0]
 lines = [json.loads(l) for l in open(f"{name}/metrics.jsonl")]
 groups = sum(l["groups"] for l in lines)
 busy = sum(l["train_s"] for l in lines)
 stale = [l["staleness"] for l in lines if l.get("staleness") is not None]
-print(json.dumps({"name": name, "mode": mode, "rtt_ms": rtt, "wall_s": wall,
+print(json.dumps({"name": name, "mode": mode, "rtt_ms": rtt, "k": k, "wall_s": wall,
                   "updates": len(lines), "groups": groups, "groups_per_s": groups / wall,
                   "busy": busy / wall,
                   "staleness_mean": sum(stale) / len(stale) if stale else None,
@@ -82,21 +84,24 @@ print(json.dumps({"name": name, "mode": mode, "rtt_ms": rtt, "wall_s": wall,
 PY
 }
 
-for mode in async sync; do
-  for rtt in 0 150 300; do
+for mode in ${BENCH_MODES:-async sync}; do
+  for rtt in ${BENCH_RTTS:-0 150 300}; do
     one_run "$mode" "$rtt"
   done
 done
 /usr/bin/python3 - serve-bench.jsonl <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-base = {r["mode"]: r["groups_per_s"] for r in rows if r["rtt_ms"] == 0}
-print(f"{'mode':<6} {'rtt ms':>6} {'updates':>7} {'groups/s':>8} {'vs 0 ms':>7} {'busy':>5} "
+for r in rows:
+    r.setdefault("k", 8)
+base = {(r["mode"], r["k"]): r["groups_per_s"] for r in rows if r["rtt_ms"] == 0}
+print(f"{'mode':<6} {'K':>3} {'rtt ms':>6} {'updates':>7} {'groups/s':>8} {'vs 0 ms':>7} {'busy':>5} "
       f"{'stale':>5} {'dropped':>7}")
-for r in sorted(rows, key=lambda r: (r["mode"], r["rtt_ms"])):
-    ratio = r["groups_per_s"] / base[r["mode"]] if base.get(r["mode"]) else float("nan")
+for r in sorted(rows, key=lambda r: (r["mode"], r["k"], r["rtt_ms"])):
+    b = base.get((r["mode"], r["k"]))
+    ratio = r["groups_per_s"] / b if b else float("nan")
     st = r["staleness_mean"]
-    print(f"{r['mode']:<6} {r['rtt_ms']:>6} {r['updates']:>7} {r['groups_per_s']:>8.2f} "
+    print(f"{r['mode']:<6} {r['k']:>3} {r['rtt_ms']:>6} {r['updates']:>7} {r['groups_per_s']:>8.2f} "
           f"{ratio:>7.2f} {r['busy']:>5.2f} {st if st is not None else float('nan'):>5.2f} "
           f"{r['dropped']:>7}")
 print("groups/s: groups trained per second of wall time; vs 0 ms: over the same mode at 0 ms; "

@@ -95,9 +95,17 @@ holds() { # worker: ok when DIR/version's hash is the ledger's for that version
 }
 for w in wa wb; do holds $w || fail "$w: $(cat $w/version 2>/dev/null) is not a published version"; done
 
-# a late worker: starts from nothing and catches up through a keyframe (every 4 versions)
+# a late worker: starts from nothing and catches up through a keyframe (every 4 versions),
+# behind a link that resets every connection after 400 kB: its first download of the ~1.1 MB
+# snapshot is cut, and it resumes it (Range) on the next connection
 start_serve 1000
-start_worker wc "$PORT"
+"$BIN" netem --listen 127.0.0.1:0 --upstream "127.0.0.1:$PORT" --reset-after 400000 \
+  >netem-reset.out 2>netem-reset.log &
+RESET_NETEM=$!
+PIDS+=("$RESET_NETEM")
+for _ in $(seq 1 100); do grep -qs listening netem-reset.out && break; sleep 0.05; done
+RPORT=$(sed -n 's/.*127\.0\.0\.1:\([0-9]*\) ->.*/\1/p' netem-reset.out)
+start_worker wc "$RPORT"
 for _ in $(seq 1 300); do
   [ -s wc/version ] && [ "$(cut -d' ' -f1 wc/version)" -gt 41 ] && break
   sleep 0.1
@@ -111,6 +119,9 @@ for h in $(sqlite3 run/ledger.sqlite "SELECT lower(hex(hash)) FROM blobs WHERE k
   [ -f "wc/blobs/$h" ] && kf=1
 done
 [ "$kf" = 1 ] || fail "the late worker did not start from a keyframe after version 0"
+kill -TERM "$RESET_NETEM"
+wait "$RESET_NETEM" 2>/dev/null || true
+grep -q 'reset=[1-9]' netem-reset.log || fail "the late worker's link reset nothing: $(tail -1 netem-reset.log)"
 kill -TERM "$SERVE"
 wait "$SERVE" || true
 sqlite3 run/ledger.sqlite 'SELECT count(*) FROM versions' >nversions
