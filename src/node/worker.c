@@ -173,6 +173,17 @@ static lh_err register_worker(worker *w) {
 
 /* Fetches a blob into the worker's store (resuming a partial download) and reads it back
  * verified. */
+/* Bytes of DEST.part so far (0 when none). */
+static uint64_t part_size(const char *dest) {
+  char part[4096];
+  struct stat st;
+  snprintf(part, sizeof part, "%s.part", dest);
+  return stat(part, &st) == 0 ? (uint64_t)st.st_size : 0;
+}
+
+/* Fetches a blob into the worker's store and reads it back verified. A download cut off (a
+ * reset link) is resumed with Range at once, as long as each try brings more bytes; the caller's
+ * backoff is for a server that is away. */
 static lh_err fetch_blob(worker *w, const uint8_t hash[LH_HASH_BYTES], uint64_t size,
                          uint8_t **data, size_t *len) {
   if (!lh_sync_blob_has(w->blob_dir, hash)) {
@@ -180,8 +191,12 @@ static lh_err fetch_blob(worker *w, const uint8_t hash[LH_HASH_BYTES], uint64_t 
     lh_hash_hex(hash, hx);
     snprintf(path, sizeof path, "/v1/blobs/%s", hx);
     char *dest = lh_sync_blob_path(w->blob_dir, hash);
-    lh_err e =
-        lh_http_client_download(w->http, path, dest, size ? size : BLOB_MAX, TIMEOUT_MS, NULL);
+    lh_err e;
+    for (int tries = 0;; tries++) {
+      uint64_t before = part_size(dest);
+      e = lh_http_client_download(w->http, path, dest, size ? size : BLOB_MAX, TIMEOUT_MS, NULL);
+      if (e != LH_ERR_IO || tries == 64 || part_size(dest) <= before) break;
+    }
     free(dest);
     if (e) return e;
     pthread_mutex_lock(&w->mu);
