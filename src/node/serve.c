@@ -1097,7 +1097,7 @@ static lh_err train_once(server *s, bool *idle) {
     pthread_mutex_unlock(&s->mu);
     json_t *line = json_object();
     json_object_set_new(line, "step", json_integer(nv));
-    json_object_set_new(line, "time", json_real(lh_time_now() - s->t_start));
+    json_object_set_new(line, "elapsed_s", json_real(lh_time_now() - s->t_start));
     put_num(line, "reward", sum.reward_mean);
     put_num(line, "accuracy", sum.accuracy);
     put_num(line, "loss", st.update.loss.loss);
