@@ -27,7 +27,8 @@ static const lh__flag flags[] = {
      "drop groups generated more than K versions before the update (default 4)"},
     {"loss", "KIND", false, "ppo | tis | mis | decoupled (default tis)"},
     {"lr", "LR", false, "learning rate (default 1e-4)"},
-    {"seed", "S", false, "run seed, recorded in run.json (default 0)"},
+    {"seed", "S", false,
+     "the sampler seed of every group (each also gets random streams of its own; default 0)"},
     {"keyframe-every", "K", false,
      "a full snapshot every K versions (default 20; 0: by cost only)"},
     {"lease-s", "S", false, "seconds a lease lasts before its task is leased again (default 120)"},
@@ -62,8 +63,10 @@ int lh__cmd_serve(int argc, char **argv) {
                 .about = "The networked trainer: an HTTP API for workers (docs/PROTOCOL.md, \"The "
                          "networked protocol\"), a durable ledger, and the training thread. "
                          "Every version is checkpointed before workers see it; kill -9 and a "
-                         "restart with the same --run lose nothing. SIGINT or SIGTERM stops "
-                         "after the current update (exit 130 or 143).",
+                         "restart with the same --run lose nothing: a --run that holds a run "
+                         "resumes it with the settings of its run.json (training flags given "
+                         "then are not used; --steps may grow). SIGINT or SIGTERM stops after "
+                         "the current update (exit 130 or 143).",
                 .flags = flags,
                 .n_flags = sizeof flags / sizeof flags[0]};
   int rc = lh__args_parse(&a, argc, argv);

@@ -484,10 +484,11 @@ static void h_lease(server *s, const lh_http_request *req, lh_http_response *res
   if (want > MAX_OUTSTANDING - outstanding) want = (int)(MAX_OUTSTANDING - outstanding);
   pthread_mutex_lock(&s->mu);
   int64_t v = s->version;
-  /* backpressure: two updates' worth queued is enough to keep the trainer busy, and no more
+  /* backpressure: one update's worth queued keeps the trainer busy (the next is ready when it
+   * finishes one; more would only wait and grow stale), and no more
    * groups out and queued than it takes before they go stale */
   int64_t out = s->outstanding > 0 ? s->outstanding : 0; /* (a race of expiry and accept) */
-  bool full = s->q_len >= 2 * s->rl.prompts ||
+  bool full = s->q_len >= s->rl.prompts ||
               s->q_len + out >= (int64_t)s->rl.prompts * (s->rl.staleness / 2 + 2);
   if (s->c->sync_mode) { /* only the groups of the current version's update */
     if (s->sync_version != v) s->sync_version = v, s->sync_issued = 0;
