@@ -81,7 +81,7 @@ results: build
 	@bash scripts/results.sh $(BUILD)/longhaul all
 
 # Only the networked runs of docs/RESULTS.md (serve + workers against rl, sort, 2 seeds): about
-# 30 minutes; resumable like the rest (finished runs are skipped).
+# 15 minutes; resumable like the rest (finished runs are skipped).
 results-network: build
 	@bash scripts/results.sh $(BUILD)/longhaul network
 
