@@ -190,6 +190,13 @@ static lh_err publish(server *s, int64_t v, const uint16_t *slab, const lh_sync_
     free(text);
     return e;
   }
+  /* The bodies of groups trained at or before the oldest checkpoint kept are never needed again
+   * (a restart rewinds to a checkpoint at the oldest): the ledger stays bounded. */
+  int64_t oldest = s->rl.keep > 0 ? v - s->rl.keep + 1 : 0;
+  if (oldest > 0 && (e = lh_ledger_prune_bodies(s->ledger, oldest, NULL))) {
+    free(text);
+    return e;
+  }
   pthread_mutex_lock(&s->mu);
   free(s->manifest);
   s->manifest = text;

@@ -159,6 +159,10 @@ orphans=$(q "SELECT count(*) FROM groups g WHERE g.state IN (3, 4) AND NOT EXIST
 undone=$(q "SELECT count(*) FROM training_log WHERE undone_by IS NOT NULL")
 trained=$(q "SELECT count(*) FROM groups WHERE state = 3")
 [ "$trained" -gt "$before" ] || fail "no group trained during the restarts ($trained, $before before)"
+# the ledger stays bounded: no body of a group trained before the oldest checkpoint kept (3)
+latest=$(q "SELECT max(version) FROM versions")
+old=$(q "SELECT count(*) FROM bodies b JOIN groups g ON g.id = b.grp WHERE g.state IN (3, 4) AND g.trained_at <= $latest - 3")
+[ "$old" = 0 ] || fail "$old bodies of groups trained long ago are still in the ledger"
 [ -s held.txt ] || fail "the killed worker held no lease"
 ids=$(paste -sd, held.txt)
 still=$(q "SELECT count(*) FROM groups WHERE id IN ($ids) AND state = 0")
