@@ -85,7 +85,8 @@ typedef struct server {
   int64_t version; /* newest published */
   char *manifest;  /* its signed manifest */
   size_t manifest_len;
-  int64_t last_keyframe;
+  int64_t last_keyframe;   /* the newest snapshot made (the training thread's) */
+  int64_t served_keyframe; /* the newest snapshot published (what chain=1 starts from) */
   uint64_t snapshot_bytes, chain_bytes; /* the last snapshot's size; patches since it */
   kept *kept;
   int n_kept;
@@ -202,6 +203,8 @@ static lh_err publish(server *s, int64_t v, const uint16_t *slab, const lh_sync_
   s->manifest = text;
   s->manifest_len = len;
   s->version = v;
+  for (int i = 0; i < n_blobs; i++)
+    if (blobs[i].kind == LH_SYNC_SNAPSHOT) s->served_keyframe = v;
   s->versions_published++;
   keep_slab(s, v, slab);
   pthread_cond_broadcast(&s->published_cv);
@@ -753,7 +756,7 @@ static void h_policy(server *s, const lh_http_request *req, lh_http_response *re
     ts.tv_nsec = ns % 1000000000L;
     pthread_cond_timedwait(&s->published_cv, &s->mu, &ts);
   }
-  int64_t newest = s->version, keyframe = s->last_keyframe;
+  int64_t newest = s->version, keyframe = s->served_keyframe;
   bool newer = newest > after, chain = !strcmp(chain_s, "1");
   if (newer && !chain) {
     lh_http_respond_bytes(res, 200, "application/json", s->manifest, s->manifest_len);
@@ -1189,7 +1192,7 @@ lh_err lh_serve_run(const lh_serve_config *c) {
   s->start_ms = now_ms();
   s->t_start = lh_time_now();
   s->version = -1;
-  s->last_keyframe = LH_SYNC_NONE;
+  s->last_keyframe = s->served_keyframe = LH_SYNC_NONE;
   pthread_mutex_init(&s->mu, NULL);
   pthread_mutex_init(&s->env_mu, NULL);
   pthread_cond_init(&s->published_cv, NULL);
@@ -1362,6 +1365,7 @@ lh_err lh_serve_run(const lh_serve_config *c) {
       }
     }
   }
+  s->served_keyframe = s->last_keyframe;
   /* the queue: every accepted group not yet trained */
   {
     int64_t *ids = NULL;
