@@ -689,13 +689,13 @@ static void *submit_thread(void *ud) {
 /* ---------------------------------------------------------------- the generator */
 
 /* Writes the first version as a model directory and loads it for inference. */
-static lh_err load_policy(worker *w, const uint16_t *slab, lh_infer **inf) {
+static lh_err load_policy(worker *w, const uint16_t *slab, size_t n_slab, lh_infer **inf) {
   lh_err e = lh_model_dir_save_bf16(&w->cfg, slab, w->policy_dir, NULL);
   if (!e) e = lh_infer_load(w->policy_dir, inf);
   if (!e) {
     size_t n = 0;
     const uint16_t *got = lh_infer_bf16(*inf, &n);
-    if (n != w->n || memcmp(got, slab, n * sizeof *got))
+    if (n != n_slab || memcmp(got, slab, n * sizeof *got))
       e = lh_errorf(LH_ERR_MISMATCH, "%s: the policy did not load bit for bit", w->policy_dir);
   }
   return e;
@@ -780,9 +780,15 @@ lh_err lh_worker_run(const lh_worker_config *c, lh_worker_result *res) {
     }
     /* a newer version: swap it in between groups */
     if (w->staged_version > w->version) {
-      if (!inf) {
+      int64_t staged = w->staged_version;
+      if (!inf) { /* the first version: written and loaded from a copy, without the lock (the
+                   * policy thread may stage a newer one meanwhile) */
+        size_t n = w->n;
+        uint16_t *copy = lh_xmalloc(n * sizeof *copy);
+        memcpy(copy, w->staged, n * sizeof *copy);
         pthread_mutex_unlock(&w->mu);
-        e = load_policy(w, w->staged, &inf);
+        e = load_policy(w, copy, n, &inf);
+        free(copy);
         pthread_mutex_lock(&w->mu);
         if (!e) {
           int max_seq = w->cfg.max_positions < 4096 ? w->cfg.max_positions : 4096;
@@ -795,7 +801,7 @@ lh_err lh_worker_run(const lh_worker_config *c, lh_worker_result *res) {
         pthread_mutex_unlock(&w->mu);
         break;
       }
-      w->version = w->staged_version;
+      w->version = staged; /* the version loaded, even if a newer one was staged meanwhile */
       pthread_mutex_unlock(&w->mu);
       continue;
     }
