@@ -260,7 +260,6 @@ static lh_err make_blobs(server *s, int64_t v, const uint16_t *prev, const uint1
  * of the staleness window this way). */
 static lh_err rebuild_slab(server *s, int64_t v, uint16_t **out) {
   *out = NULL;
-  int64_t first = v;
   lh_sync_manifest *ms = NULL;
   int n = 0;
   lh_err e = LH_ERR_OK;
@@ -274,7 +273,6 @@ static lh_err rebuild_slab(server *s, int64_t v, uint16_t **out) {
     free(text);
     if (e) break;
     n++;
-    first = u;
     bool snap = false;
     for (int i = 0; i < ms[n - 1].n_blobs; i++)
       snap = snap || ms[n - 1].blobs[i].kind == LH_SYNC_SNAPSHOT;
@@ -300,7 +298,6 @@ static lh_err rebuild_slab(server *s, int64_t v, uint16_t **out) {
     }
     free(data);
   }
-  (void)first;
   lh_sync_route_free(&route);
   free(ms);
   if (e) {
@@ -996,10 +993,8 @@ static lh_err expire_leases(server *s) {
   return e;
 }
 
-/* One update: waits for enough groups, trains, publishes. *idle is set when no update was
- * possible yet. */
-static lh_err train_once(server *s, bool *idle) {
-  *idle = true;
+/* One update: waits a moment for enough groups, trains, publishes (or records only drops). */
+static lh_err train_once(server *s) {
   int P = s->rl.prompts, K = s->rl.staleness;
   queued *take = lh_xcalloc((size_t)P, sizeof *take);
   int64_t *dropped = NULL;
@@ -1048,7 +1043,6 @@ static lh_err train_once(server *s, bool *idle) {
     free(take);
     return e;
   }
-  *idle = false;
   double t0 = lh_time_now();
   /* behaviour log-probs under each group's own version */
   const lh_rollout_batch **parts = lh_xmalloc((size_t)n_take * sizeof *parts);
@@ -1412,8 +1406,7 @@ lh_err lh_serve_run(const lh_serve_config *c) {
     if ((e = lh_file_write_atomic(c->port_file, text, (size_t)n))) goto out;
   }
   while (lh_trainer_version(s->tr) < s->rl.steps && !should_stop(s)) {
-    bool idle = true;
-    if ((e = expire_leases(s)) || (e = train_once(s, &idle))) break;
+    if ((e = expire_leases(s)) || (e = train_once(s))) break;
   }
   /* the last version stays available to workers that are still syncing */
   if (!e && c->linger_s > 0 && !should_stop(s)) {

@@ -653,11 +653,7 @@ static void *submit_thread(void *ud) {
   while (!stopping(w)) {
     pthread_mutex_lock(&w->mu);
     if (w->n_done == 0) {
-      struct timespec ts;
-      clock_gettime(CLOCK_REALTIME, &ts);
-      ts.tv_nsec += 100 * 1000000L;
-      if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-      pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+      wait_cv(w, 100);
       pthread_mutex_unlock(&w->mu);
       continue;
     }
@@ -766,11 +762,7 @@ lh_err lh_worker_run(const lh_worker_config *c, lh_worker_result *res) {
     pthread_mutex_lock(&w->mu);
     while (!w->stop && !(c->stop && *c->stop) && w->staged_version <= w->version &&
            (w->n_ready == 0 || w->version < 0)) {
-      struct timespec ts;
-      clock_gettime(CLOCK_REALTIME, &ts);
-      ts.tv_nsec += 100 * 1000000L;
-      if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-      pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+      wait_cv(w, 100);
     }
     if (c->stop && *c->stop) w->stop = true;
     if (w->stop) {
@@ -827,11 +819,7 @@ lh_err lh_worker_run(const lh_worker_config *c, lh_worker_result *res) {
       }
     }
     if (n_take == 0) { /* every group asks for a newer version: wait for it */
-      struct timespec ts;
-      clock_gettime(CLOCK_REALTIME, &ts);
-      ts.tv_nsec += 100 * 1000000L;
-      if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-      pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+      wait_cv(w, 100);
       pthread_mutex_unlock(&w->mu);
       continue;
     }
