@@ -6,7 +6,7 @@ CMAKE_FLAGS ?=
 # make's "Entering directory" lines of the nested builds are noise
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all deps build test demo asan tsan noomp fuzz bench-train bench-generate results results-network fixtures clean \
+.PHONY: all deps build test demo asan tsan noomp fuzz bench-train bench-generate results results-network results-lag fixtures clean \
 	format
 
 all: build
@@ -84,6 +84,11 @@ results: build
 # 15 minutes; resumable like the rest (finished runs are skipped).
 results-network: build
 	@bash scripts/results.sh $(BUILD)/longhaul network
+
+# Issue 16's lag table (docs/RESULTS.md, "Learning from stale rollouts"); resumable, hours in
+# full: LAG_ENVS, LAG_LOSSES, LAG_KS, LAG_MODES and LAG_SEEDS choose a part of it.
+results-lag: build
+	@bash scripts/results.sh $(BUILD)/longhaul lag
 
 # Regenerates the reference fixtures in tests/fixtures: PyTorch parity (training), greedy
 # generation, the policy loss and one RL update (needs python3-torch), tokenizer ids from the

@@ -3,7 +3,7 @@
 # Qwen2-style preset (0.8M parameters) with the character tokenizer; each run's command, log,
 # metrics and eval JSON land in $RESULTS_DIR (default ./results), and summary.md collects the
 # tables. Runs two jobs at a time, one thread each (the machine has 2 cores). About 1.5 hours.
-# Usage: bash scripts/results.sh LONGHAUL_BIN [main|staleness|network|all|env:NAME]
+# Usage: bash scripts/results.sh LONGHAUL_BIN [main|staleness|network|lag|all|env:NAME]
 # (env:NAME runs the main stage of one environment of ENVS, e.g. env:sort.)
 set -euo pipefail
 
@@ -112,6 +112,67 @@ net_run() {
 export -f net_run
 export HERE
 
+# The lag stage (issue 16): rl from each environment's base, LAG_STEPS updates at LAG_LR, with
+# every batch K versions old (--staleness K, "delay") or each group from a version drawn from the
+# last K + 1 (--staleness-mix K, "mix"). Loss names map to rl flags here; each run is skipped
+# when done, so the table fills in over several sessions. LAG_ENVS, LAG_LOSSES, LAG_KS,
+# LAG_MODES and LAG_SEEDS choose the runs (the screen: LAG_KS=16 LAG_SEEDS=1 LAG_ENVS=sort).
+LAG_STEPS=500
+LAG_LR=2e-4
+lag_flags() {
+  case $1 in
+  tis) echo --loss tis ;;
+  ppo) echo --loss ppo ;;
+  m2po) echo --loss m2po ;;
+  vcpo) echo --loss seqtis --ess-lr ;;
+  seqtis) echo --loss seqtis ;;
+  vespo) echo --loss vespo ;;
+  dppo) echo --loss dppo ;;
+  oapl) echo --loss oapl ;;
+  snis) echo --loss snis ;;
+  *)
+    echo "results: unknown lag loss $1" >&2
+    return 1
+    ;;
+  esac
+}
+lag_spec() {
+  case $1 in
+  sort) echo $STALE_ENV ;;
+  countdown) echo countdown:count=3 ;;
+  *)
+    echo "results: unknown lag environment $1" >&2
+    return 1
+    ;;
+  esac
+}
+lag_base() { # the bases as the main stage makes them (skipped when it did)
+  run "init" "$BIN" init-model --arch qwen2 --preset tiny --tokenizer chars --seed 2 --out init
+  case $1 in
+  sort) run "sort-base" "$BIN" sft --force --model init --env $STALE_ENV --steps 110 --batch 32 \
+    --threads 1 --out sort-base ;;
+  countdown) run "countdown-base" "$BIN" sft --force --model init --env countdown:count=3 \
+    --steps 900 --batch 32 --threads 1 --out countdown-base ;;
+  esac
+  evaluate "$1-base" "$1-base" "$(lag_spec "$1")"
+}
+lag_run() { # lag_run ENV LOSS MODE K SEED
+  local env=$1 loss=$2 mode=$3 k=$4 seed=$5 flag=--staleness name
+  [ "$mode" = mix ] && flag=--staleness-mix
+  name="lag-$env-$loss-$mode$k-s$seed"
+  [ "$k" = 0 ] && name="lag-$env-$loss-k0-s$seed" # on-policy: both modes are the same run
+  local flags spec
+  flags=$(lag_flags "$loss")
+  spec=$(lag_spec "$env")
+  # shellcheck disable=SC2086 # flags are words
+  run "$name" "$BIN" rl --model "$env-base" --env "$spec" --steps $LAG_STEPS --lr $LAG_LR \
+    --max-new 16 "$flag" "$k" $flags --seed "$seed" --threads 1 --save-every 0 \
+    --log-every 100 --out "$name"
+  evaluate "$name" "$name/checkpoints/step-$(printf %06d $LAG_STEPS)" "$spec" "$env-base"
+}
+export -f lag_flags lag_spec lag_run
+export LAG_STEPS LAG_LR
+
 if [ "$WHAT" = main ] || [ "$WHAT" = all ] || [ "${WHAT%%:*}" = env ]; then
   run "init" "$BIN" init-model --arch qwen2 --preset tiny --tokenizer chars --seed 2 --out init
   ONLY='[a-z]*'
@@ -135,6 +196,16 @@ if [ "$WHAT" = network ] || [ "$WHAT" = all ]; then
   # networked ones, one at a time: each uses both cores
   for seed in 1 2; do stale_run tis 0 "$seed"; done
   for seed in 1 2; do net_run "$seed"; done
+fi
+if [ "$WHAT" = lag ] || [ "$WHAT" = all ]; then
+  for env in ${LAG_ENVS:-sort countdown}; do lag_base "$env"; done
+  # seed by seed, so that a partial table has every cell of its first seeds
+  for seed in ${LAG_SEEDS:-1 2 3}; do for env in ${LAG_ENVS:-sort countdown}; do
+    for k in ${LAG_KS:-0 8 16 32 64}; do for mode in ${LAG_MODES:-delay mix}; do
+      [ "$k" = 0 ] && mode=delay # on-policy: one run for both modes
+      for loss in ${LAG_LOSSES:-tis}; do echo "$env $loss $mode $k $seed"; done
+    done; done
+  done; done | awk '!seen[$0]++' | xargs -P 2 -L 1 bash -c 'lag_run "$@"' _
 fi
 /usr/bin/python3 "$HERE/results_table.py" . >summary.md
 cat summary.md

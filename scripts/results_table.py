@@ -104,3 +104,64 @@ if nets:
         print(f"| serve + 2 workers, 150 ms links | {s} | {ci(e['model']['pass_at_1'])} | "
               f"{diff(e['paired']['pass_at_1']) if e.get('paired') else '-'} | "
               f"{ci(t1['model']['pass_at_1']) if t1 else '-'} |")
+
+
+def run_metrics(name):
+    """Means over a run's updates of the effective sample size, the fraction of tokens masked
+    or clipped, and seconds per update (training and generation), from metrics.jsonl."""
+    p = os.path.join(D, name, "metrics.jsonl")
+    if not os.path.exists(p):
+        return None
+    ess, cut, sec = [], [], []
+    for line in open(p):
+        m = json.loads(line)
+        if m.get("ess") is not None:
+            ess.append(m["ess"])
+        if m.get("masked_frac") is not None and m.get("clip_frac") is not None:
+            # clip_frac is over kept tokens; both as fractions of the valid ones
+            cut.append(m["masked_frac"] + (1 - m["masked_frac"]) * m["clip_frac"])
+        sec.append((m.get("gen_s") or 0) + (m.get("train_s") or 0))
+    mean = (lambda v: sum(v) / len(v) if v else float("nan"))
+    return mean(ess), mean(cut), mean(sec)
+
+
+lag = {}
+for f in sorted(os.listdir(D)):
+    if f.startswith("eval-lag-") and f.endswith(".json") and not f.endswith("-t1.json"):
+        _, _, env, loss, mk, seed = f[:-5].split("-")
+        mode = mk.rstrip("0123456789") or "delay"
+        k = int(mk[len(mode):]) if mk != "k0" else 0
+        if mk == "k0":
+            mode = "k0"
+        lag[(env, loss, mode, k, int(seed[1:]))] = f[5:-5]
+if lag:
+    print("\n## Learning from stale rollouts (issue 16)\n")
+    print("Greedy pass@1 per seed (95% CI) and the seeds' mean; T=1 pass@1 mean; ESS: mean "
+          "over updates of the sequence ratios' effective sample size; cut: mean fraction of "
+          "tokens masked or clipped; s/update: generation and training.\n")
+    for env in ["sort", "countdown"]:
+        rows = sorted({(l, m, k) for (e, l, m, k, s) in lag if e == env},
+                      key=lambda r: (r[0], r[2], r[1]))
+        if not rows:
+            continue
+        base = load(f"{env}-base")
+        seeds = sorted({s for (e, _, _, _, s) in lag if e == env})
+        print(f"### {env}" + (f" (base {ci(base['model']['pass_at_1'])})" if base else "") + "\n")
+        print("| loss | mode | K | " + " | ".join(f"seed {s}" for s in seeds) +
+              " | mean | T=1 mean | ESS | cut | s/update |")
+        print("|---|---|---|" + "---|" * (len(seeds) + 5))
+        for loss, mode, k in rows:
+            names = [lag.get((env, loss, mode, k, s)) for s in seeds]
+            ev = [load(n) if n else None for n in names]
+            got = [v["model"]["pass_at_1"]["mean"] for v in ev if v]
+            t1 = [load(n + "-t1") for n in names if n]
+            t1 = [v["model"]["pass_at_1"]["mean"] for v in t1 if v]
+            ms = [run_metrics(n) for n in names if n]
+            ms = [m for m in ms if m]
+            avg = (lambda i: sum(m[i] for m in ms) / len(ms) if ms else float("nan"))
+            print(f"| {loss} | {mode} | {k} | " +
+                  " | ".join(ci(v["model"]["pass_at_1"]) if v else "-" for v in ev) +
+                  f" | {sum(got) / len(got):.3f} | " +
+                  (f"{sum(t1) / len(t1):.3f}" if t1 else "-") +
+                  f" | {avg(0):.2f} | {avg(1):.3f} | {avg(2):.3f} |")
+        print()

@@ -22,6 +22,26 @@ typedef enum {
                           * old) outside [lo, hi]; PPO-clip on pi/pi_old (pi/mu without old) */
   LH_LOSS_DECOUPLED = 3, /* AReaL: PPO-clip on pi/pi_prox, weight pi_prox/mu clamped to <= C,
                           * or masked outside [lo, hi] with prox_mask; needs old (= prox) */
+  /* The off-policy candidates of docs/RESULTS.md, "Learning from stale rollouts"; `beh` is old
+   * when given, else mu (the behaviour policy), and S_i = sum over sequence i's valid tokens
+   * of (logp - mu), without gradient, its log sequence ratio pi/mu. */
+  LH_LOSS_M2PO = 4,    /* M2PO (official code): PPO-clip on r = pi/beh with bounds [e^-t, e^t],
+                        * t from the second moment of the harmful tokens (A > 0 and r > 1, or
+                        * A < 0 and r < 1): the largest of their (log r)^2 whose cap keeps
+                        * their mean <= m2_tau; no bound when their mean is <= m2_tau already */
+  LH_LOSS_SEQ_TIS = 5, /* sequence-level truncated IS (VCPO): -min(e^S_i, seq_cap) A logp
+                        * (its weight, like VESPO's and SNIS's, without gradient) */
+  LH_LOSS_VESPO = 6,   /* VESPO: -phi(e^S_i) A logp, phi(W) = W^k e^(lambda (1 - W)) with
+                        * (k, lambda) = (2, 3) for A >= 0 and (3, 2) for A < 0 */
+  LH_LOSS_DPPO = 7,    /* prime-rl's default: -r A on r = pi/mu, tokens masked whose probability
+                        * moved more than tv_delta in the advantage's direction, plus
+                        * tv_kl (log r)^2 on every valid token */
+  LH_LOSS_OAPL = 8,    /* OAPL: per sequence (oapl_beta2 sum (logp - beh) - (R_i - V))^2, V =
+                        * oapl_beta1 log mean_j exp(R_j / oapl_beta1) over the group; needs
+                        * reward and group; mean over sequences (agg is not used) */
+  LH_LOSS_SNIS = 9,    /* group self-normalised sequence IS: w_i = G e^S_i / sum_j e^S_j over
+                        * the group's G sequences, advantage re-centred under the weights,
+                        * A'_i = A_i - sum_j w_j A_j / G; -w_i A'_i logp; needs group */
 } lh_loss_kind;
 
 typedef enum {
@@ -41,9 +61,17 @@ typedef struct lh_loss_config {
   lh_loss_agg agg;
   float constant; /* LH_AGG_CONST normaliser; <= 0 means n_seqs * max_len */
   float kl_beta;  /* > 0: beta * k3 KL to the reference (needs ref); 0: off */
+  float m2_tau;   /* M2PO: the second-moment budget */
+  float seq_cap;  /* SEQ_TIS: truncation of the sequence weight */
+  float tv_delta; /* DPPO: mask threshold on the change of a token's probability */
+  float tv_kl;    /* DPPO: weight of the (log r)^2 penalty */
+  float oapl_beta1, oapl_beta2;
+  int ess_lr; /* scale the minibatch's learning rate by sqrt(min(1, ess)) (VCPO; lh_rl_update) */
 } lh_loss_config;
 
-/* PPO, eps 0.2 / 0.28, C 2, [lo, hi] = [0.5, 2], no M2PO, token aggregation, no KL. */
+/* PPO, eps 0.2 / 0.28, C 2, [lo, hi] = [0.5, 2], no M2PO mask, token aggregation, no KL; m2_tau
+ * 0.04, seq_cap 8, tv_delta 0.2, tv_kl 1e-3, oapl_beta1 1, oapl_beta2 1e-3 (each method's
+ * published default), no ESS learning-rate scaling. */
 lh_loss_config lh_loss_defaults(void);
 
 typedef struct lh_loss_input {
@@ -55,6 +83,9 @@ typedef struct lh_loss_input {
   const float *mu;      /* (N) behaviour log-prob (the sampler's) */
   const float *old;     /* (N) old / proximal log-prob, or NULL (PPO, MIS may omit it) */
   const float *ref;     /* (N) reference log-prob, or NULL (needed when kl_beta > 0) */
+  const int *group;     /* (n_seqs) group of each sequence, equal for a group's contiguous
+                         * sequences, or NULL (needed by OAPL and SNIS) */
+  const float *reward;  /* (n_seqs) reward of each sequence, or NULL (needed by OAPL) */
 } lh_loss_input;
 
 typedef struct lh_loss_stats {
@@ -65,9 +96,17 @@ typedef struct lh_loss_stats {
   double ratio_min, ratio_mean, ratio_max; /* pi/mu over valid tokens (unweighted) */
   double masked_frac;    /* valid tokens dropped by the IS mask or M2PO / valid tokens */
   double kl_mu_pi;       /* k3 estimate of KL(mu || pi), weighted mean over valid tokens */
-  double m2po_threshold; /* M2PO: kept tokens have squared log-ratio <= this; else 0 */
+  double m2po_threshold; /* M2PO mask: kept tokens have squared log-ratio <= this; else 0.
+                          * Kind M2PO: t^2 of its bounds (HUGE_VAL: unbounded) */
+  double ess;            /* effective sample size of the sequence ratios e^S_i over sequences
+                          * with weight, (sum w)^2 / (n sum w^2), in (0, 1]; 1 when none */
   int n_valid, n_masked, n_clipped;
 } lh_loss_stats;
+
+/* Whether a kind takes `old` as the trainer's log-probs of the policy that generated the batch
+ * (lh_rollout_recompute): TIS, MIS, M2PO and OAPL. Decoupled PPO's old is the proximal policy;
+ * the other kinds use mu only. */
+int lh_loss_wants_old(lh_loss_kind kind);
 
 /* Computes the loss, writes dlogp (N) (0 on invalid and masked tokens) and fills stats (may be
  * NULL). Returns LH_ERR_INVAL, with a message, for a bad config or missing arrays. */
@@ -99,9 +138,10 @@ void lh_adv_to_tokens(int n_seqs, const int *seq_start, const float *seq_adv, fl
 
 /* ---------------------------------------------------------------- names
  * How flags and run.json spell the kinds. Each array is indexed by the enum and ends with NULL. */
-extern const char *const lh_loss_kind_names[]; /* "ppo", "tis", "mis", "decoupled" */
-extern const char *const lh_loss_agg_names[];  /* "token", "seq", "const" */
-extern const char *const lh_adv_kind_names[];  /* "grpo", "rloo" */
+/* "ppo", "tis", "mis", "decoupled", "m2po", "seqtis", "vespo", "dppo", "oapl", "snis" */
+extern const char *const lh_loss_kind_names[];
+extern const char *const lh_loss_agg_names[]; /* "token", "seq", "const" */
+extern const char *const lh_adv_kind_names[]; /* "grpo", "rloo" */
 /* The name's index in a NULL-terminated list, or -1 (with a message listing the names, `what`
  * naming the setting) when it is none of them. */
 int lh_name_index(const char *const *names, const char *name, const char *what);

@@ -49,5 +49,8 @@ float lh_adamw_lr(const lh_adamw_config *cfg, int64_t step);
  * nothing: parameters, moments and the step count stay as they were (clipping would have turned
  * an inf into NaN weights). */
 float lh_adamw_step(lh_adamw *opt, float *params, float *grads);
+/* The same with this step's learning rate multiplied by lr_scale (> 0; weight decay too): the
+ * ESS scaling of VCPO (lh_loss_config.ess_lr). */
+float lh_adamw_step_scaled(lh_adamw *opt, float *params, float *grads, float lr_scale);
 
 #endif

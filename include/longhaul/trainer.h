@@ -38,6 +38,7 @@ typedef struct lh_rl_batch {
   float *ref;      /* (N) reference-model log-probs for the KL penalty, or NULL (the caller
                     * fills it; lh_rl_batch_free frees it) */
   int *group;      /* (n_seqs) the rollout group each sequence came from */
+  float *reward;   /* (n_seqs) each sequence's reward */
   int n_groups_used, n_groups_skipped, n_groups_failed;
 } lh_rl_batch;
 

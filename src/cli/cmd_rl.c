@@ -30,10 +30,18 @@ static const lh__flag flags[] = {
     {"max-prompt", "N", false,
      "prompt tokens at most; tasks with longer prompts are skipped (default 256)"},
     {"staleness", "K", false, "train on rollouts of the policy K versions back (default 0)"},
-    {"loss", "KIND", false, "ppo | tis | mis | decoupled (default tis)"},
+    {"staleness-mix", "K", false,
+     "instead, generate each group with a version drawn uniformly from the last K + 1, as a "
+     "fleet of workers at different distances does (default 0: off)"},
+    {"loss", "KIND", false,
+     "ppo | tis | mis | decoupled | m2po | seqtis | vespo | dppo | oapl | snis (default tis; "
+     "docs/ALGORITHMS.md)"},
     {"eps-low", "E", false, "PPO clip below 1 (default 0.2)"},
     {"eps-high", "E", false, "PPO clip above 1 (default 0.28)"},
     {"is-cap", "C", false, "tis, decoupled: truncation of the behaviour weight (default 2)"},
+    {"ess-lr", NULL, false,
+     "scale each step's learning rate by the square root of the effective sample size of the "
+     "sequence ratios pi/mu (VCPO)"},
     {"adv", "KIND", false, "grpo | drgrpo (no std normalisation) | rloo (default grpo)"},
     {"agg", "KIND", false, "loss aggregation: token | seq | const (default token)"},
     {"kl-beta", "B", false, "k3 KL penalty to the starting model, weight B (default 0: off)"},
@@ -81,10 +89,12 @@ static void run_value(const lh_rl_run_config *r, const char *flag, char *buf, si
   }
   S("model", r->model_dir) S("env", r->env_spec) I("group", r->group) I("prompts", r->prompts);
   I("max-new", r->max_new) I("max-prompt", r->max_prompt) I("staleness", r->staleness);
+  I("staleness-mix", r->staleness_mix);
   S("loss", lh_loss_kind_names[r->loss.kind]) F("eps-low", r->loss.eps_low);
   F("eps-high", r->loss.eps_high) F("is-cap", r->loss.C);
   S("adv", lh_adv_flag_names[lh_adv_flag_index(&r->adv)]) S("agg", lh_loss_agg_names[r->loss.agg]);
   F("kl-beta", r->loss.kl_beta) I("minibatches", r->minibatches) F("lr", r->opt.lr);
+  I("ess-lr", r->loss.ess_lr);
   I("warmup", r->opt.warmup_steps) I("seed", r->seed) I("slots", r->slots);
 #undef I
 #undef F
@@ -129,10 +139,10 @@ static void on_progress(const lh_rl_progress *p, void *ud) {
   u->bar.elapsed = p->elapsed_s;
   char text[200];
   snprintf(text, sizeof text,
-           "reward %.3f accuracy %.3f len %.1f clip %.3f stale %lld skipped %d/%d",
+           "reward %.3f accuracy %.3f len %.1f clip %.3f stale %.1f skipped %d/%d",
            p->gen.reward_mean, p->gen.accuracy, p->gen.response_len,
            isfinite(p->train.update.loss.clip_frac) ? p->train.update.loss.clip_frac : 0.0,
-           (long long)p->train.staleness, p->train.groups_skipped,
+           p->staleness_mean, p->train.groups_skipped,
            p->train.groups_used + p->train.groups_skipped + p->train.groups_failed);
   lh__progress(&u->bar, p->step, text);
 }
@@ -172,8 +182,8 @@ int lh__cmd_rl(int argc, char **argv) {
     return lh__cli_error(CMD, LH__EXIT_USAGE, "--model and --env are required (unless --resume)");
   }
   lh_rl_run_config c = base;
-  long steps, group, prompts, max_new, max_prompt, stale, mb, warmup, slots, save_every, keep,
-      log_every, threads;
+  long steps, group, prompts, max_new, max_prompt, stale, stale_mix, mb, warmup, slots, save_every,
+      keep, log_every, threads;
   double eps_low, eps_high, cap, lr, kl_beta;
   int loss_i, adv_i, agg_i;
   if ((rc = lh__args_int(&a, "steps", 1, 1 << 24, c.steps, &steps)) != LH__ARGS_CONTINUE ||
@@ -183,6 +193,8 @@ int lh__cmd_rl(int argc, char **argv) {
       (rc = lh__args_int(&a, "max-prompt", 1, 1 << 20, c.max_prompt, &max_prompt)) !=
           LH__ARGS_CONTINUE ||
       (rc = lh__args_int(&a, "staleness", 0, 64, c.staleness, &stale)) != LH__ARGS_CONTINUE ||
+      (rc = lh__args_int(&a, "staleness-mix", 0, 64, c.staleness_mix, &stale_mix)) !=
+          LH__ARGS_CONTINUE ||
       (rc = lh__args_int(&a, "minibatches", 1, 1024, c.minibatches, &mb)) != LH__ARGS_CONTINUE ||
       (rc = lh__args_int(&a, "warmup", 0, 1 << 24, c.opt.warmup_steps, &warmup)) !=
           LH__ARGS_CONTINUE ||
@@ -222,6 +234,12 @@ int lh__cmd_rl(int argc, char **argv) {
   c.max_new = (int)max_new;
   c.max_prompt = (int)max_prompt;
   c.staleness = (int)stale;
+  c.staleness_mix = (int)stale_mix;
+  if (c.staleness > 0 && c.staleness_mix > 0) {
+    rc = lh__cli_error(CMD, LH__EXIT_USAGE,
+                       "--staleness and --staleness-mix are two modes of lag: give one of them");
+    goto done;
+  }
   c.minibatches = (int)mb;
   c.slots = (int)slots;
   c.save_every = (int)save_every;
@@ -235,6 +253,7 @@ int lh__cmd_rl(int argc, char **argv) {
   if (lh__args_has(&a, "kl-beta")) c.loss.kl_beta = (float)kl_beta;
   if (lh__args_has(&a, "lr")) c.opt.lr = (float)lr;
   c.loss.agg = (lh_loss_agg)agg_i;
+  if (lh__args_has(&a, "ess-lr")) c.loss.ess_lr = 1;
   lh_adv_from_flag(adv_i, &c.adv);
   c.opt.warmup_steps = (int)warmup;
   if (resume) { /* every setting flag given must say what the run has */

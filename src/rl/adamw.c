@@ -74,6 +74,10 @@ float lh_adamw_lr(const lh_adamw_config *cfg, int64_t step) {
 }
 
 float lh_adamw_step(lh_adamw *o, float *params, float *grads) {
+  return lh_adamw_step_scaled(o, params, grads, 1.0f);
+}
+
+float lh_adamw_step_scaled(lh_adamw *o, float *params, float *grads, float lr_scale) {
   size_t n = o->n, nchunks = (n + LH_ADAMW_NORM_CHUNK - 1) / LH_ADAMW_NORM_CHUNK;
   double *partial = o->norm_partial;
 #pragma omp parallel for schedule(static)
@@ -94,7 +98,7 @@ float lh_adamw_step(lh_adamw *o, float *params, float *grads) {
   if (o->cfg.grad_clip > 0.0f && norm > o->cfg.grad_clip)
     gscale = o->cfg.grad_clip / (norm + 1e-6f);
 
-  float lr = lh_adamw_lr(&o->cfg, o->step);
+  float lr = lh_adamw_lr(&o->cfg, o->step) * lr_scale;
   o->step++;
   float b1 = o->cfg.beta1, b2 = o->cfg.beta2, eps = o->cfg.eps, wd = o->cfg.weight_decay;
   float bc1 = 1.0f - powf(b1, (float)o->step), bc2 = 1.0f - powf(b2, (float)o->step);

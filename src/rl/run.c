@@ -86,6 +86,15 @@ static const char *raw_bytes(json_t *o, const char *key) {
 json_t *lh_rl_settings_json(const lh_rl_run_config *c) {
   json_t *o = settings_object(c);
   if (o) {
+    json_object_set_new(o, "staleness_mix", json_integer(c->staleness_mix));
+    json_t *l = json_object_get(o, "loss");
+    json_object_set_new(l, "m2_tau", json_real(c->loss.m2_tau));
+    json_object_set_new(l, "seq_cap", json_real(c->loss.seq_cap));
+    json_object_set_new(l, "tv_delta", json_real(c->loss.tv_delta));
+    json_object_set_new(l, "tv_kl", json_real(c->loss.tv_kl));
+    json_object_set_new(l, "oapl_beta1", json_real(c->loss.oapl_beta1));
+    json_object_set_new(l, "oapl_beta2", json_real(c->loss.oapl_beta2));
+    json_object_set_new(l, "ess_lr", json_boolean(c->loss.ess_lr));
     add_raw_bytes(o, "model", c->model_dir);
     add_raw_bytes(o, "env", c->env_spec);
   }
@@ -181,6 +190,9 @@ lh_err lh_rl_settings_read(json_t *s, const char *what, lh_rl_run_config *c) {
   /* runs started before --max-prompt existed had a fixed 256 */
   c->max_prompt = json_object_get(s, "max_prompt") ? get_int(&r, s, "max_prompt", NULL) : 256;
   c->staleness = get_int(&r, s, "staleness", NULL);
+  /* runs started before --staleness-mix existed had none */
+  c->staleness_mix =
+      json_object_get(s, "staleness_mix") ? get_int(&r, s, "staleness_mix", NULL) : 0;
   c->minibatches = get_int(&r, s, "minibatches", NULL);
   c->slots = get_int(&r, s, "slots", NULL);
   json_t *seed = field(&r, s, "seed", NULL);
@@ -201,6 +213,15 @@ lh_err lh_rl_settings_read(json_t *s, const char *what, lh_rl_run_config *c) {
   c->loss.m2po_tau = get_float(&r, l, "m2po_tau", "loss");
   c->loss.agg = (lh_loss_agg)get_name(&r, l, "agg", "loss", lh_loss_agg_names);
   c->loss.kl_beta = get_float(&r, l, "kl_beta", "loss");
+  { /* runs started before the off-policy candidates existed have their defaults */
+    lh_loss_config d = lh_loss_defaults();
+#define OPT(key, field)                                                                            \
+  c->loss.field = json_object_get(l, key) ? get_float(&r, l, key, "loss") : d.field;
+    OPT("m2_tau", m2_tau) OPT("seq_cap", seq_cap) OPT("tv_delta", tv_delta);
+    OPT("tv_kl", tv_kl) OPT("oapl_beta1", oapl_beta1) OPT("oapl_beta2", oapl_beta2);
+#undef OPT
+    c->loss.ess_lr = json_is_true(json_object_get(l, "ess_lr"));
+  }
   c->adv.kind = (lh_adv_kind)get_name(&r, a, "kind", "adv", lh_adv_kind_names);
   json_t *sn = field(&r, a, "std_norm", "adv");
   c->adv.std_norm = sn && json_is_true(sn);
@@ -215,9 +236,25 @@ lh_err lh_rl_settings_read(json_t *s, const char *what, lh_rl_run_config *c) {
   return r.e;
 }
 
+/* A run's settings as this longhaul records them: a run from before the off-policy candidates
+ * lacks their loss fields, which then hold their defaults (as lh_rl_settings_read reads them). */
+static json_t *with_new_defaults(const json_t *was) {
+  json_t *w = json_deep_copy(was), *wl = json_object_get(w, "loss");
+  lh_rl_run_config d = lh_rl_run_defaults();
+  d.model_dir = d.env_spec = "";
+  json_t *def = lh_rl_settings_json(&d);
+  const char *key;
+  json_t *v;
+  if (json_is_object(wl) && def) json_object_foreach(json_object_get(def, "loss"), key, v) {
+      if (!json_object_get(wl, key)) json_object_set(wl, key, v);
+    }
+  json_decref(def);
+  return w;
+}
+
 /* On resume: every setting of this invocation must be the run's. Lists all that differ. */
-static lh_err settings_check(const json_t *was, const lh_rl_run_config *c, const char *path) {
-  json_t *now = lh_rl_settings_json(c);
+static lh_err settings_check(const json_t *was0, const lh_rl_run_config *c, const char *path) {
+  json_t *now = lh_rl_settings_json(c), *was = with_new_defaults(was0);
   if (!now) return lh_errorf(LH_ERR_NOMEM, "cannot encode the run settings");
   char diff[2048] = "";
   const char *key;
@@ -225,6 +262,7 @@ static lh_err settings_check(const json_t *was, const lh_rl_run_config *c, const
   json_object_foreach(now, key, v) {
     json_t *w = json_object_get(was, key);
     if (!strcmp(key, "max_prompt") && !w) continue; /* older runs: 256, checked by the reader */
+    if (!strcmp(key, "staleness_mix") && !w && c->staleness_mix == 0) continue; /* older runs */
     if (!strcmp(key, "model") && w && json_is_string(w) &&
         lh_path_same(json_string_value(w), c->model_dir))
       continue;
@@ -237,6 +275,7 @@ static lh_err settings_check(const json_t *was, const lh_rl_run_config *c, const
     snprintf(diff + used, sizeof diff - used, "%s%s", used ? ", " : "", key);
   }
   json_decref(now);
+  json_decref(was);
   if (diff[0])
     return lh_errorf(LH_ERR_MISMATCH, "%s: cannot resume with different settings (%s)", path, diff);
   return LH_ERR_OK;
@@ -255,6 +294,7 @@ static json_t *metrics_line(const lh_rl_progress *p, long gen_tokens, double lr)
   json_t *o = json_object();
   json_object_set_new(o, "step", json_integer(p->step));
   json_object_set_new(o, "staleness", json_integer(ts->staleness));
+  set_num(o, "staleness_mean", p->staleness_mean);
   set_num(o, "reward_mean", gs->reward_mean);
   set_num(o, "reward_std", gs->reward_std);
   set_num(o, "accuracy", gs->accuracy);
@@ -266,6 +306,7 @@ static json_t *metrics_line(const lh_rl_progress *p, long gen_tokens, double lr)
   set_num(o, "kl_mu_pi", ss->loss.kl_mu_pi);
   set_num(o, "clip_frac", ss->loss.clip_frac);
   set_num(o, "masked_frac", ss->loss.masked_frac);
+  set_num(o, "ess", ss->loss.ess);
   set_num(o, "ratio_min", ss->loss.ratio_min);
   set_num(o, "ratio_mean", ss->loss.ratio_mean);
   set_num(o, "ratio_max", ss->loss.ratio_max);
@@ -282,6 +323,119 @@ static json_t *metrics_line(const lh_rl_progress *p, long gen_tokens, double lr)
   set_num(o, "gen_tokens_per_s", p->gen_s > 0 ? gen_tokens / p->gen_s : 0.0);
   set_num(o, "train_tokens_per_s", p->train_s > 0 ? ss->tokens / p->train_s : 0.0);
   return o;
+}
+
+/* ---------------------------------------------------------------- mixed staleness */
+
+/* The bf16 slabs of the last K + 1 versions (version v in slot v % (K + 1)), and a scratch
+ * policy with its own generator that the older ones are loaded into for generating. */
+typedef struct mix {
+  int K;
+  size_t n;         /* parameters */
+  uint16_t **slab;  /* (K + 1) */
+  int64_t *version; /* (K + 1) the version in each slot, -1: none */
+  int64_t first;    /* the oldest version kept since this process started */
+  lh_infer *scratch;
+  lh_generator *gen;
+} mix;
+
+static void mix_free(mix *x) {
+  if (!x->slab) return;
+  for (int i = 0; i <= x->K; i++)
+    free(x->slab[i]);
+  free(x->slab);
+  free(x->version);
+  lh_generator_free(x->gen);
+  lh_infer_free(x->scratch);
+  memset(x, 0, sizeof *x);
+}
+
+/* Keeps the trainer's current policy as its version. */
+static void mix_keep(mix *x, lh_trainer *tr) {
+  size_t n;
+  const uint16_t *w = lh_infer_bf16(lh_trainer_policy(tr), &n);
+  int64_t v = lh_trainer_version(tr);
+  int slot = (int)(v % (x->K + 1));
+  memcpy(x->slab[slot], w, n * sizeof *w);
+  x->version[slot] = v;
+}
+
+static lh_err mix_create(mix *x, int K, lh_trainer *tr, int slots, int max_seq) {
+  memset(x, 0, sizeof *x);
+  x->K = K;
+  lh_infer_bf16(lh_trainer_policy(tr), &x->n);
+  x->slab = lh_xcalloc((size_t)K + 1, sizeof *x->slab);
+  x->version = lh_xmalloc(((size_t)K + 1) * sizeof *x->version);
+  for (int i = 0; i <= K; i++) {
+    x->slab[i] = lh_xmalloc(x->n * sizeof **x->slab);
+    x->version[i] = -1;
+  }
+  x->first = lh_trainer_version(tr);
+  mix_keep(x, tr);
+  lh_err e = lh_infer_from_model(lh_trainer_model(tr), &x->scratch);
+  if (!e) e = lh_generator_create(x->scratch, slots, max_seq, 0, &x->gen);
+  return e;
+}
+
+static int by_value(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* Generation g of a mixed run: each of the P groups draws a version from the kept ones, the
+ * draws are sorted, and each version generates its contiguous run of tasks and streams; every
+ * part gets its behaviour log-probs under its own weights, then the parts become one batch
+ * (whose version is the oldest part's). *stale: the mean over groups of version - drawn. */
+static lh_err mix_generate(mix *x, lh_trainer *tr, lh_generator *gen, const lh_gen_config *gc,
+                           const lh_tokenizer *tok, lh_env *env, int64_t g, int P, int G,
+                           uint64_t *tasks, lh_rollout_batch *out, double *stale) {
+  int64_t v = lh_trainer_version(tr), lo = v - x->K > x->first ? v - x->K : x->first;
+  int64_t *draw = lh_xmalloc((size_t)P * sizeof *draw);
+  double sum = 0;
+  for (int i = 0; i < P; i++) {
+    uint32_t w[4];
+    lh_philox(gc->seed, 0x6d6978ULL << 40 | (uint64_t)g, (uint64_t)i, w); /* "mix" streams */
+    draw[i] = lo + (int64_t)(w[0] % (uint32_t)(v - lo + 1));
+    sum += (double)(v - draw[i]);
+  }
+  qsort(draw, (size_t)P, sizeof *draw, by_value);
+  lh_rollout_batch *parts = lh_xcalloc((size_t)P, sizeof *parts);
+  const lh_rollout_batch **pp = lh_xmalloc((size_t)P * sizeof *pp);
+  int n_parts = 0;
+  lh_err e = LH_ERR_OK;
+  for (int a = 0; !e && a < P;) {
+    int b = a;
+    while (b < P && draw[b] == draw[a])
+      b++;
+    const uint16_t *w = x->slab[draw[a] % (x->K + 1)];
+    if (x->version[draw[a] % (x->K + 1)] != draw[a])
+      e = lh_errorf(LH_ERR_NOTFOUND, "rl: version %lld is not kept", (long long)draw[a]);
+    lh_generator *use = gen;
+    if (!e && draw[a] != v) {
+      use = x->gen;
+      e = lh_infer_set_range(x->scratch, 0, w, x->n);
+    }
+    for (int i = a; i < b; i++)
+      tasks[i - a] = (uint64_t)(g * P + i);
+    lh_rollout_batch *part = &parts[n_parts];
+    if (!e)
+      e = lh_rollout_generate(use, gc, tok, env, LH_SPLIT_TRAIN, tasks, NULL, b - a, G,
+                              (uint64_t)g * P * G + (uint64_t)a * G, part);
+    if (!e) {
+      part->version = draw[a];
+      pp[n_parts++] = part;
+      e = lh_trainer_recompute(tr, w, x->n, part);
+    }
+    a = b;
+  }
+  if (!e) e = lh_rollout_concat(pp, n_parts, out);
+  for (int i = 0; i < P; i++)
+    lh_rollout_batch_free(&parts[i]);
+  free(parts);
+  free(pp);
+  free(draw);
+  *stale = sum / P;
+  return e;
 }
 
 /* ---------------------------------------------------------------- the loop */
@@ -326,10 +480,16 @@ lh_err lh_rl_run(const lh_rl_run_config *c, lh_rl_result *result) {
   lh_rl_result res_local, *res = result ? result : &res_local;
   memset(res, 0, sizeof *res);
   if (c->steps < 1 || c->group < 2 || c->prompts < 1 || c->max_new < 1 || c->max_prompt < 1 ||
-      c->staleness < 0 || c->minibatches < 1 || c->slots < 1 || c->save_every < 0 || c->keep < 0)
+      c->staleness < 0 || c->staleness_mix < 0 || c->minibatches < 1 || c->slots < 1 ||
+      c->save_every < 0 || c->keep < 0)
     return lh_errorf(LH_ERR_INVAL, "steps, prompts, max_new, max_prompt, minibatches, slots >= 1, "
                                    "group >= 2, staleness, save_every, keep >= 0 required");
-  if (c->staleness > 64) return lh_errorf(LH_ERR_LIMIT, "staleness %d, at most 64", c->staleness);
+  if (c->staleness > 64 || c->staleness_mix > 64)
+    return lh_errorf(LH_ERR_LIMIT, "staleness %d, at most 64",
+                     c->staleness > c->staleness_mix ? c->staleness : c->staleness_mix);
+  if (c->staleness > 0 && c->staleness_mix > 0)
+    return lh_errorf(LH_ERR_USAGE, "staleness %d and staleness_mix %d: choose one of the two modes",
+                     c->staleness, c->staleness_mix);
   if (c->seed > (uint64_t)INT64_MAX) /* run.json's integers are signed 64-bit */
     return lh_errorf(LH_ERR_LIMIT, "seed %llu, at most %lld", (unsigned long long)c->seed,
                      (long long)INT64_MAX);
@@ -340,6 +500,7 @@ lh_err lh_rl_run(const lh_rl_run_config *c, lh_rl_result *result) {
   lh_tokenizer *tok = NULL;
   lh_trainer *tr = NULL;
   lh_generator *gen = NULL;
+  mix x = {0};
   json_t *was = NULL;
   char *src = NULL, *tokpath = NULL;
   lh_model_files files = {0};
@@ -396,7 +557,7 @@ lh_err lh_rl_run(const lh_rl_run_config *c, lh_rl_result *result) {
   tc.adv = c->adv;
   tc.opt = c->opt;
   tc.minibatches = c->minibatches;
-  tc.max_staleness = c->staleness;
+  tc.max_staleness = c->staleness > c->staleness_mix ? c->staleness : c->staleness_mix;
   tc.max_seq = c->max_prompt + c->max_new;
   tc.ref_dir = c->loss.kl_beta > 0.0f ? c->model_dir : NULL;
   e = lh_trainer_create(m, &tc, &tr);
@@ -419,6 +580,8 @@ lh_err lh_rl_run(const lh_rl_run_config *c, lh_rl_result *result) {
   if ((e = lh_rundir_metrics_open(rd, step0))) goto out;
   int n_seq = c->prompts * c->group, slots = c->slots < n_seq ? c->slots : n_seq;
   if ((e = lh_generator_create(lh_trainer_policy(tr), slots, tc.max_seq, 0, &gen))) goto out;
+  if (c->staleness_mix > 0 && (e = mix_create(&x, c->staleness_mix, tr, slots, tc.max_seq)))
+    goto out;
   lh_gen_config gc = lh_gen_defaults();
   gc.max_new = c->max_new;
   gc.seed = c->seed;
@@ -444,10 +607,15 @@ lh_err lh_rl_run(const lh_rl_run_config *c, lh_rl_result *result) {
       for (int i = 0; i < c->prompts; i++)
         tasks[i] = (uint64_t)(g * c->prompts + i);
       lh_rollout_batch b;
-      if ((e = lh_rollout_generate(gen, &gc, tok, env, LH_SPLIT_TRAIN, tasks, NULL, c->prompts,
-                                   c->group, (uint64_t)g * n_seq, &b)))
-        goto out;
-      b.version = lh_trainer_version(tr);
+      if (c->staleness_mix > 0) {
+        e = mix_generate(&x, tr, gen, &gc, tok, env, g, c->prompts, c->group, tasks, &b,
+                         &p.staleness_mean);
+      } else {
+        e = lh_rollout_generate(gen, &gc, tok, env, LH_SPLIT_TRAIN, tasks, NULL, c->prompts,
+                                c->group, (uint64_t)g * n_seq, &b);
+        b.version = lh_trainer_version(tr);
+      }
+      if (e) goto out;
       p.gen = lh_rollout_summarise(&b);
       gen_tokens += p.gen.completion_tokens;
       if (p.gen.groups_ok == 0) {
@@ -466,6 +634,10 @@ lh_err lh_rl_run(const lh_rl_run_config *c, lh_rl_result *result) {
     }
     double t1 = lh_time_now();
     if ((e = lh_trainer_step(tr, &p.train))) goto out;
+    if (c->staleness_mix > 0)
+      mix_keep(&x, tr);
+    else
+      p.staleness_mean = (double)p.train.staleness;
     double t2 = lh_time_now();
     p.step = lh_trainer_version(tr);
     p.steps = c->steps;
@@ -523,6 +695,7 @@ out:
   free(tasks);
   free(rewards);
   free(accs);
+  mix_free(&x);
   lh_generator_free(gen);
   lh_trainer_free(tr);
   lh_model_free(m);

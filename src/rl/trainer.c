@@ -156,9 +156,8 @@ lh_err lh_trainer_submit(lh_trainer *t, lh_rollout_batch *b) {
     if (b->seq_start[s + 1] - b->seq_start[s] > t->cfg.max_seq)
       return lh_errorf(LH_ERR_LIMIT, "trainer: batch: sequence %d has %d tokens, more than %d", s,
                        b->seq_start[s + 1] - b->seq_start[s], t->cfg.max_seq);
-  /* TIS and masked IS compare the trainer's log-probs of the generating policy with mu. */
-  lh_loss_kind k = t->cfg.loss.kind;
-  if ((k == LH_LOSS_TIS || k == LH_LOSS_MIS) && b->version == t->version && !b->old) {
+  /* Losses that compare with the trainer's log-probs of the generating policy. */
+  if (lh_loss_wants_old(t->cfg.loss.kind) && b->version == t->version && !b->old) {
     int n = b->n_groups * b->group_size;
     lh_err e = ensure_train(t->m, b->seq_start[n], t->cfg.max_seq, &t->train, &t->train_cap);
     if (e || (e = lh_rollout_recompute(t->train, b))) return e;

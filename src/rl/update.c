@@ -16,6 +16,7 @@ void lh_rl_batch_free(lh_rl_batch *b) {
   free(b->old);
   free(b->ref);
   free(b->group);
+  free(b->reward);
   memset(b, 0, sizeof *b);
 }
 
@@ -49,6 +50,7 @@ lh_err lh_rl_batch_assemble(const lh_rollout_batch *rb, const lh_adv_config *adv
   out->n_seqs = n_seqs;
   out->seq_start = lh_xmalloc(((size_t)n_seqs + 1) * sizeof *out->seq_start);
   out->group = lh_xmalloc(((size_t)n_seqs + 1) * sizeof *out->group);
+  out->reward = lh_xmalloc(((size_t)n_seqs + 1) * sizeof *out->reward);
   size_t cap = (size_t)(N > 0 ? N : 1);
   out->tokens = lh_xmalloc(cap * sizeof *out->tokens);
   out->weight = lh_xmalloc(cap * sizeof *out->weight);
@@ -70,6 +72,7 @@ lh_err lh_rl_batch_assemble(const lh_rollout_batch *rb, const lh_adv_config *adv
       }
       at += len;
       out->group[s] = t;
+      out->reward[s] = rb->reward[r];
       out->seq_start[++s] = at;
     }
   }
@@ -88,6 +91,7 @@ static void stats_add(lh_loss_stats *acc, const lh_loss_stats *s, int first) {
   if (nv > 0) {
     acc->ratio_mean = (acc->ratio_mean * acc->n_valid + s->ratio_mean * s->n_valid) / nv;
     acc->kl_mu_pi = (acc->kl_mu_pi * acc->n_valid + s->kl_mu_pi * s->n_valid) / nv;
+    acc->ess = (acc->ess * acc->n_valid + s->ess * s->n_valid) / nv;
   }
   if (s->n_valid > 0) {
     acc->ratio_min = acc->n_valid > 0 ? fmin(acc->ratio_min, s->ratio_min) : s->ratio_min;
@@ -122,10 +126,9 @@ lh_err lh_rl_update(lh_train *t, lh_adamw *opt, lh_model *m, const lh_loss_confi
   lh_err e = LH_ERR_OK;
   lh_batch full = {b->n_seqs, b->seq_start, b->tokens, b->weight};
   if ((e = lh_batch_validate(t, &full))) goto out;
-  int need_old = loss->kind != LH_LOSS_PPO;
-  /* TIS / masked IS: the rollout's recomputed behaviour log-probs when it has them. */
-  const float *given =
-      b->old && (loss->kind == LH_LOSS_TIS || loss->kind == LH_LOSS_MIS) ? b->old : NULL;
+  int need_old = loss->kind == LH_LOSS_DECOUPLED || lh_loss_wants_old(loss->kind);
+  /* The rollout's recomputed behaviour log-probs when it has them. */
+  const float *given = b->old && lh_loss_wants_old(loss->kind) ? b->old : NULL;
   /* Otherwise, with several minibatches: proximal log-probs of the weights before updating. */
   if (need_old && !given && minibatches > 1) {
     old = lh_xmalloc((size_t)N * sizeof *old);
@@ -150,13 +153,23 @@ lh_err lh_rl_update(lh_train *t, lh_adamw *opt, lh_model *m, const lh_loss_confi
     stats->tokens += starts[ns];
     const float *o = NULL;
     if (need_old) o = given ? given + a : old ? old + a : logp + a;
-    lh_loss_input in = {
-        ns, starts, b->weight + a, b->adv + a, logp + a, b->mu + a, o, b->ref ? b->ref + a : NULL};
+    lh_loss_input in = {ns,
+                        starts,
+                        b->weight + a,
+                        b->adv + a,
+                        logp + a,
+                        b->mu + a,
+                        o,
+                        b->ref ? b->ref + a : NULL,
+                        b->group + s0,
+                        b->reward ? b->reward + s0 : NULL};
     lh_loss_stats ls;
     if ((e = lh_loss_compute(loss, &in, dlogp + a, &ls))) break;
     stats_add(&stats->loss, &ls, stats->n_updates + stats->n_skipped == 0);
     lh_train_backward(t, &mb, dlogp + a);
-    float norm = lh_adamw_step(opt, m->params, lh_train_grads(t));
+    /* VCPO: the step shrinks with the effective sample size of the sequence ratios */
+    float scale = loss->ess_lr ? (float)sqrt(fmin(1.0, ls.ess)) : 1.0f;
+    float norm = lh_adamw_step_scaled(opt, m->params, lh_train_grads(t), scale);
     s0 = s1;
     if (!isfinite(norm)) {
       lh_log(LH_LOG_WARN, "rl: minibatch %d: the gradient norm is %g; update skipped", k + 1,

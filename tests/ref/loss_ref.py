@@ -23,11 +23,13 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_model as tm  # noqa: E402
 
-KINDS = {"ppo": 0, "tis": 1, "mis": 2, "decoupled": 3}  # lh_loss_kind
+KINDS = {"ppo": 0, "tis": 1, "mis": 2, "decoupled": 3, "m2po": 4, "seqtis": 5, "vespo": 6,
+         "dppo": 7, "oapl": 8, "snis": 9}  # lh_loss_kind
 AGGS = {"token": 0, "seq": 1, "const": 2}  # lh_loss_agg
-FLOAT_FIELDS = ("eps_low", "eps_high", "C", "lo", "hi", "m2po_tau", "constant", "kl_beta")
+FLOAT_FIELDS = ("eps_low", "eps_high", "C", "lo", "hi", "m2po_tau", "constant", "kl_beta",
+                "m2_tau", "seq_cap", "tv_delta", "tv_kl", "oapl_beta1", "oapl_beta2")
 STATS = ("loss", "pg_loss", "kl_loss", "clip_frac", "ratio_min", "ratio_mean", "ratio_max",
-         "masked_frac", "kl_mu_pi", "m2po_threshold")
+         "masked_frac", "kl_mu_pi", "m2po_threshold", "ess")
 COUNTS = ("n_valid", "n_masked", "n_clipped")
 
 
@@ -45,7 +47,8 @@ def loss_config(kind="ppo", agg="token", prox_mask=0, **kw):
     """lh_loss_defaults() with overrides; float fields rounded to float32 as the C struct
     holds them."""
     cfg = dict(kind=kind, agg=agg, prox_mask=prox_mask, eps_low=0.2, eps_high=0.28, C=2.0,
-               lo=0.5, hi=2.0, m2po_tau=0.0, constant=0.0, kl_beta=0.0)
+               lo=0.5, hi=2.0, m2po_tau=0.0, constant=0.0, kl_beta=0.0, m2_tau=0.04,
+               seq_cap=8.0, tv_delta=0.2, tv_kl=1e-3, oapl_beta1=1.0, oapl_beta2=1e-3)
     for k, v in kw.items():
         if k not in cfg:
             raise KeyError(k)
@@ -71,7 +74,28 @@ def m2po_keep(d, valid, tau):
     return np.asarray(d <= t), t
 
 
-def policy_loss(cfg, seq_start, w, A, lp, mu, old=None, ref=None):
+def m2po_bound(v, tau):
+    """t^2 of M2PO's bounds, as Infini-AI-Lab/M2PO solves it: the harmful tokens' squared
+    log-ratios v (float32 values) sorted ascending; None (no bound) when their mean is <= tau;
+    else the value before the first one whose cap makes the capped sum reach tau per token,
+    0 when that is the first."""
+    v = sorted(float(x) for x in v)
+    n = len(v)
+    if n == 0 or math.fsum(v) / n <= tau:
+        return None
+    target, left = tau * n, 0.0
+    for k in range(n):
+        left += v[k]
+        if v[k] * (n - k - 1) + left >= target:
+            return v[k - 1] if k > 0 else 0.0
+    return v[-1]
+
+
+def seq_reduce(x, seq, S):
+    return torch.zeros(S, dtype=torch.float64).index_add(0, seq, x)
+
+
+def policy_loss(cfg, seq_start, w, A, lp, mu, old=None, ref=None, group=None, reward=None):
     """The loss of lh_loss_compute. w, A, mu, old, ref: float64 tensors (N) holding float32
     values; lp: float64 (N), the variable to differentiate (requires_grad is up to the
     caller). Returns (loss, pg_loss, kl_loss) as 0-d tensors and the statistics dict."""
@@ -95,11 +119,31 @@ def policy_loss(cfg, seq_start, w, A, lp, mu, old=None, ref=None):
         n = torch.full((N,), float(k), dtype=torch.float64)
     n = torch.where(valid, n, torch.ones_like(n))  # never used off the valid tokens
 
-    # Kind: base of the ratio, constant weight c, IS mask.
     lpd = lp.detach()
+    # Per sequence: S = sum of (logp - mu) over valid tokens, the mean advantage, validity.
+    S_seq = seq_reduce(torch.where(valid, lpd - mu, zero), seq, S)
+    n_tok = seq_reduce(valid.double(), seq, S)
+    has = n_tok > 0
+    A_seq = seq_reduce(torch.where(valid, A, zero), seq, S) / torch.clamp(n_tok, min=1.0)
+    if bool(has.any()):
+        ew = torch.exp(S_seq[has] - S_seq[has].max())
+        ess = float(ew.sum() ** 2 / (float(has.sum()) * (ew ** 2).sum()))
+    else:
+        ess = 1.0
+    groups = []  # contiguous runs of one id
+    for i in range(S):
+        if group is not None and groups and group[i] == group[groups[-1][0]]:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+
+    kind = cfg["kind"]
+    if kind in ("m2po", "seqtis", "vespo", "dppo", "oapl", "snis"):
+        return candidate_loss(cfg, kind, locals())
+
+    # Kind: base of the ratio, constant weight c, IS mask.
     c = torch.ones(N, dtype=torch.float64)
     keep = torch.ones(N, dtype=torch.bool)
-    kind = cfg["kind"]
     if kind == "ppo":
         base = mu
     elif kind == "tis":
@@ -132,14 +176,22 @@ def policy_loss(cfg, seq_start, w, A, lp, mu, old=None, ref=None):
     active = valid & keep
     pg = torch.where(active, -c * w * obj / n, zero).sum()
 
-    kl = torch.zeros((), dtype=torch.float64)
-    if cfg["kl_beta"] > 0:  # k3 on every valid token, masks or not
-        x = ref - lp
-        kl = torch.where(valid, cfg["kl_beta"] * w * (torch.exp(x) - x - 1.0) / n, zero).sum()
+    kl = kl_term(cfg, valid, w, lp, ref, n, zero)
+    stats = common_stats(valid, keep, active & clipped, wv, lpd, mu, threshold, ess)
+    return pg + kl, pg, kl, stats
 
+
+def kl_term(cfg, valid, w, lp, ref, n, zero):
+    if cfg["kl_beta"] <= 0:
+        return torch.zeros((), dtype=torch.float64)
+    x = ref - lp  # k3 on every valid token, masks or not
+    return torch.where(valid, cfg["kl_beta"] * w * (torch.exp(x) - x - 1.0) / n, zero).sum()
+
+
+def common_stats(valid, keep, clipped, wv, lpd, mu, threshold, ess):
     n_valid = int(valid.sum())
     n_masked = int((valid & ~keep).sum())
-    n_clipped = int((active & clipped).sum())
+    n_clipped = int(clipped.sum())
     rho = torch.exp(lpd - mu)[valid]
     W = float(wv.sum())
     kl_mu = float((wv[valid] * (rho - 1.0 - (lpd - mu)[valid])).sum())
@@ -152,7 +204,78 @@ def policy_loss(cfg, seq_start, w, A, lp, mu, old=None, ref=None):
         ratio_max=float(rho.max()) if n_valid else 0.0,
         kl_mu_pi=kl_mu / W if W > 0 else 0.0,
         m2po_threshold=threshold,
+        ess=ess,
     )
+    return stats
+
+
+def candidate_loss(cfg, kind, v):
+    """The off-policy candidates (lh_loss_kind M2PO .. SNIS), from the names of policy_loss."""
+    N, valid, w, A, lp, lpd, mu, n, zero = (v[k] for k in
+                                            ("N", "valid", "w", "A", "lp", "lpd", "mu", "n", "zero"))
+    seq, S_seq, A_seq, has, groups = v["seq"], v["S_seq"], v["A_seq"], v["has"], v["groups"]
+    old, ref, reward = v["old"], v["ref"], v["reward"]
+    beh = old if old is not None else mu
+    keep = torch.ones(N, dtype=torch.bool)
+    clipped = torch.zeros(N, dtype=torch.bool)
+    threshold = 0.0
+    if kind == "m2po":
+        x = lpd - beh
+        harm = valid & (((A > 0) & (x > 0)) | ((A < 0) & (x < 0)))
+        t2 = m2po_bound((x ** 2).numpy().astype(np.float32)[harm.numpy()], cfg["m2_tau"])
+        r = torch.exp(lp - beh)
+        if t2 is None:
+            obj, threshold = r * A, math.inf
+        else:  # harmful tokens past the bound: r clipped to e^(+-t), no gradient
+            t = math.sqrt(t2)
+            v32 = torch.from_numpy((x ** 2).numpy().astype(np.float32)).double()
+            clipped = harm & (v32 > t2)
+            bound = torch.where(A > 0, math.exp(t), math.exp(-t)).double()
+            obj, threshold = torch.where(clipped, bound * A, r * A), t2
+        pg = torch.where(valid, -w * obj / n, zero).sum()
+    elif kind in ("seqtis", "vespo", "snis"):
+        if kind == "seqtis":
+            c, Aeff = torch.clamp(torch.exp(torch.clamp(S_seq, max=20.0)), max=cfg["seq_cap"])[seq], A
+        elif kind == "vespo":
+            W = torch.exp(torch.clamp(S_seq, -20.0, 20.0))[seq]
+            k = torch.where(A >= 0, 2.0, 3.0).double()
+            lam = torch.where(A >= 0, 3.0, 2.0).double()
+            c, Aeff = W ** k * torch.exp(lam * (1.0 - W)), A
+        else:
+            c_seq = torch.ones(len(S_seq), dtype=torch.float64)
+            shift = torch.zeros(len(S_seq), dtype=torch.float64)
+            for g in groups:
+                idx = torch.tensor([i for i in g if has[i]], dtype=torch.long)
+                if len(idx) == 0:
+                    continue
+                p = torch.softmax(S_seq[idx], 0)
+                c_seq[idx] = len(idx) * p
+                shift[idx] = (p * A_seq[idx]).sum()
+            c, Aeff = c_seq[seq], A - shift[seq]
+        pg = torch.where(valid, -c * w * Aeff * lp / n, zero).sum()
+    elif kind == "dppo":
+        x = lp - mu
+        dp = torch.exp(lpd) - torch.exp(mu)
+        moved = torch.where(A > 0, dp > cfg["tv_delta"], dp < -cfg["tv_delta"])
+        keep = ~moved
+        pen = cfg["tv_kl"] * w * x ** 2 / n
+        pg = (torch.where(valid & keep, -w * A * torch.exp(x) / n, zero).sum() +
+              torch.where(valid, pen, zero).sum())
+    else:  # oapl
+        b1, b2 = cfg["oapl_beta1"], cfg["oapl_beta2"]
+        gap = seq_reduce(torch.where(valid, w * (lp - beh), zero), seq, len(S_seq))
+        pg = torch.zeros((), dtype=torch.float64)
+        n_w = float(has.sum())
+        for g in groups:
+            ids = [i for i in g if has[i]]
+            if not ids:
+                continue
+            R = torch.tensor([float(reward[i]) for i in ids], dtype=torch.float64)
+            V = b1 * torch.log(torch.exp(R / b1).mean())
+            res = b2 * gap[ids] - (R - V)
+            pg = pg + (res ** 2).sum() / n_w
+    kl = kl_term(cfg, valid, w, lp, ref, n, zero)
+    stats = common_stats(valid, keep, clipped, v["wv"], lpd, mu, threshold, v["ess"])
     return pg + kl, pg, kl, stats
 
 
@@ -183,8 +306,15 @@ def random_case(rng, name, cfg, with_old, spread=0.35):
     lp = old + rng.normal(0, 0.25, N)
     ref = lp + rng.normal(0, 0.3, N)
     A = rng.normal(0, 1, N)
+    # groups: contiguous runs of 1-3 sequences; rewards 0, 0.5 or 1 per sequence
+    group, g = [], 0
+    while len(group) < S:
+        group += [g] * int(rng.integers(1, 4))
+        g += 1
+    reward = [float(x) for x in rng.choice([0.0, 0.5, 1.0], S)]
     return dict(name=name, cfg=cfg, seq_start=seq_start, w=w, A=A, lp=lp, mu=mu,
-                old=old if with_old else None, ref=ref if cfg["kl_beta"] > 0 else None)
+                old=old if with_old else None, ref=ref if cfg["kl_beta"] > 0 else None,
+                group=group[:S], reward=reward)
 
 
 def near_edge(case, rel=1e-9):
@@ -223,6 +353,24 @@ def random_cases(rng):
                     f"{'7.5' if constant else ''}{'_kl' if kl else ''}{'_m2po' if m2 else ''}")
             while True:
                 case = random_case(rng, name, cfg, with_old)
+                if not near_edge(case):
+                    break
+            cases.append(case)
+    # the off-policy candidates, each under every aggregation (OAPL has its own), with and
+    # without KL; M2PO with and without old, bounded (a small budget) and unbounded
+    cand = [("m2po", True, dict(m2_tau=0.01)), ("m2po", False, dict(m2_tau=0.02)),
+            ("m2po", True, dict(m2_tau=10.0)), ("seqtis", False, dict(seq_cap=1.5)),
+            ("seqtis", True, {}), ("vespo", False, {}), ("dppo", False, dict(tv_delta=0.05)),
+            ("dppo", False, dict(tv_delta=0.2, tv_kl=0.05)), ("oapl", True, {}),
+            ("oapl", False, dict(oapl_beta1=0.5, oapl_beta2=0.1)), ("snis", False, {})]
+    for v, (kind, with_old, kw) in enumerate(cand):
+        for a, (agg, constant) in enumerate(aggs):
+            kl = (v + a) % 2
+            cfg = loss_config(kind, agg, constant=constant, kl_beta=0.05 if kl else 0.0, **kw)
+            name = (f"{kind}_{'old' if with_old else 'noold'}_{agg}{'7.5' if constant else ''}"
+                    f"{'_kl' if kl else ''}_{v}")
+            while True:
+                case = random_case(rng, name, cfg, with_old, spread=0.6)
                 if not near_edge(case):
                     break
             cases.append(case)
@@ -282,7 +430,8 @@ def evaluate(case):
     loss, pg, kl, stats = policy_loss(
         case["cfg"], case["seq_start"], as_f64(case["w"]), as_f64(case["A"]), lp,
         as_f64(case["mu"]), None if case["old"] is None else as_f64(case["old"]),
-        None if case["ref"] is None else as_f64(case["ref"]))
+        None if case["ref"] is None else as_f64(case["ref"]), case.get("group"),
+        None if case.get("reward") is None else np.asarray(case["reward"], np.float32))
     if len(case["w"]) > 0:
         loss.backward()
     case["dlogp"] = lp.grad if lp.grad is not None else torch.zeros(len(case["w"]))
@@ -292,7 +441,7 @@ def evaluate(case):
 
 def write_fixture(path, cases):
     """Concatenated cases: per case a row of ints and floats and its token range."""
-    ints, floats, seq_start, names = [], [], [], b""
+    ints, floats, seq_start, names, group, reward = [], [], [], b"", [], []
     cols = {k: [] for k in ("weight", "adv", "logp", "mu", "old", "ref", "dlogp")}
     for c in cases:
         cfg, N = c["cfg"], len(c["w"])
@@ -301,6 +450,9 @@ def write_fixture(path, cases):
                      len(c["seq_start"]) - 1, len(seq_start), len(cols["weight"])])
         floats.append([cfg[k] for k in FLOAT_FIELDS])
         seq_start += c["seq_start"]
+        S = len(c["seq_start"]) - 1  # per sequence, in the rows of seq_start (last one unused)
+        group += list(c.get("group") or range(S)) + [-1]
+        reward += list(c.get("reward") or [0.0] * S) + [0.0]
         names += c["name"].encode() + b"\0"
         for k, src in (("weight", "w"), ("adv", "A"), ("logp", "lp"), ("mu", "mu")):
             cols[k] += list(np.asarray(c[src], np.float32))
@@ -316,6 +468,8 @@ def write_fixture(path, cases):
         "case.counts": torch.tensor([[c["stats"][k] for k in COUNTS] for c in cases],
                                     dtype=torch.int32),
         "seq_start": torch.tensor(seq_start, dtype=torch.int32),
+        "group": torch.tensor(group, dtype=torch.int32),
+        "reward": torch.tensor(np.asarray(reward, np.float32), dtype=torch.float32),
     }
     for k, v in cols.items():
         out[k] = torch.tensor(np.asarray(v, np.float64), dtype=torch.float32)
@@ -326,6 +480,8 @@ def write_fixture(path, cases):
         "case.float": " ".join(FLOAT_FIELDS),
         "case.stats": " ".join(STATS),
         "case.counts": " ".join(COUNTS),
+        "group": "per sequence, in the rows of seq_start: its group (-1 in a case's last row)",
+        "reward": "per sequence, in the rows of seq_start: its reward",
     }
     tm.write_safetensors(path, out, meta)
 

@@ -86,7 +86,7 @@ static void test_ppo_clip(void **state) {
   float A[6] = {1, 1, -1, 1, -1, 1};
   float mu[6] = {0, -1, 0.5f, 0, -2, 0};
   float lp[6] = {lnf(1.1), -1 + lnf(1.5), 0.5f + lnf(0.5), lnf(0.5), -2 + lnf(1.5), lnf(3)};
-  lh_loss_input in = {1, ss, w, A, lp, mu, NULL, NULL};
+  lh_loss_input in = {1, ss, w, A, lp, mu, NULL, NULL, NULL, NULL};
   lh_loss_config c = cfg_of(LH_LOSS_PPO);
   float d[6];
   lh_loss_stats st;
@@ -122,7 +122,7 @@ static void test_tis(void **state) {
   float w[3] = {1, 1, 1}, A[3] = {1, -1, -1}, mu[3] = {0, 0, 0.3f};
   float old[3] = {lnf(3), lnf(0.5), 0.3f};
   float lp[3] = {lnf(3.3), lnf(0.25), 0.3f + lnf(1.5)};
-  lh_loss_input in = {1, ss, w, A, lp, mu, old, NULL};
+  lh_loss_input in = {1, ss, w, A, lp, mu, old, NULL, NULL, NULL};
   lh_loss_config c = cfg_of(LH_LOSS_TIS);
   float d[3];
   lh_loss_stats st;
@@ -157,7 +157,7 @@ static void test_masked_is(void **state) {
   float w[4] = {1, 1, 1, 1}, A[4] = {1, 1, 1, 2}, mu[4] = {0, 0, 0, -1};
   float old[4] = {lnf(3), lnf(0.4), lnf(1.2), -1 + lnf(0.6)};
   float lp[4] = {old[0] + 0.1f, old[1] - 0.1f, old[2] + lnf(1.1), old[3]};
-  lh_loss_input in = {1, ss, w, A, lp, mu, old, NULL};
+  lh_loss_input in = {1, ss, w, A, lp, mu, old, NULL, NULL, NULL};
   lh_loss_config c = cfg_of(LH_LOSS_MIS);
   float d[4];
   lh_loss_stats st;
@@ -172,7 +172,7 @@ static void test_masked_is(void **state) {
 
   int ss2[2] = {0, 2};
   float w2[2] = {1, 1}, A2[2] = {1, 1}, mu2[2] = {0, 0}, lp2[2] = {lnf(2.5), lnf(0.9)};
-  lh_loss_input in2 = {1, ss2, w2, A2, lp2, mu2, NULL, NULL};
+  lh_loss_input in2 = {1, ss2, w2, A2, lp2, mu2, NULL, NULL, NULL, NULL};
   near(loss_of(&c, &in2, d, &st), -0.45, TOL, "loss without old", 0);
   near(d[0], 0, 0, "dlogp without old", 0);
   near(d[1], -0.45, TOL, "dlogp without old", 1);
@@ -191,7 +191,7 @@ static void test_decoupled(void **state) {
   float w[2] = {1, 1}, A[2] = {1, -1}, mu[2] = {-1, -2};
   float prox[2] = {-1 + lnf(2.5), -2 + lnf(1.5)};
   float lp[2] = {prox[0] + lnf(0.7), prox[1] + lnf(1.2)};
-  lh_loss_input in = {1, ss, w, A, lp, mu, prox, NULL};
+  lh_loss_input in = {1, ss, w, A, lp, mu, prox, NULL, NULL, NULL};
   lh_loss_config c = cfg_of(LH_LOSS_DECOUPLED);
   float d[2];
   lh_loss_stats st;
@@ -223,7 +223,7 @@ static void test_aggregation(void **state) {
   float mu[7] = {0, -0.5f, -1, 0, -2, -0.25f, -3};
   float lp[7];
   memcpy(lp, mu, sizeof lp);
-  lh_loss_input in = {2, ss, w, A, lp, mu, NULL, NULL};
+  lh_loss_input in = {2, ss, w, A, lp, mu, NULL, NULL, NULL, NULL};
   lh_loss_config c = cfg_of(LH_LOSS_PPO);
   float d[7];
   struct {
@@ -265,7 +265,7 @@ static void test_m2po(void **state) {
   int ss[2] = {0, 4};
   float w[4] = {1, 1, 1, 1}, A[4] = {1, 1, 1, 1}, mu[4] = {0, 0, 0, 0};
   float old[4] = {0.1f, -0.2f, 0.5f, 1.0f}, lp[4] = {0, 0, 0, 0};
-  lh_loss_input in = {1, ss, w, A, lp, mu, old, NULL};
+  lh_loss_input in = {1, ss, w, A, lp, mu, old, NULL, NULL, NULL};
   lh_loss_config c = cfg_of(LH_LOSS_PPO);
   float d[4];
   lh_loss_stats st;
@@ -297,7 +297,7 @@ static void test_kl(void **state) {
   int ss[2] = {0, 2};
   float w[2] = {1, 1}, A[2] = {0, 0}, mu[2] = {-1, -1}, lp[2] = {-1, -1};
   float ref[2] = {-0.5f, -1.5f};
-  lh_loss_input in = {1, ss, w, A, lp, mu, NULL, ref};
+  lh_loss_input in = {1, ss, w, A, lp, mu, NULL, ref, NULL, NULL};
   lh_loss_config c = cfg_of(LH_LOSS_PPO);
   c.kl_beta = 0.1f;
   float d[2];
@@ -334,7 +334,7 @@ static void test_grad_sweep(void **state) {
     x = x * 1664525u + 1013904223u;
     ref[i] = lp[i] + (float)((int)((x >> 8) % 65) - 32) / 64.0f;
   }
-  lh_loss_input in = {4, ss, w, A, lp, mu, old, ref};
+  lh_loss_input in = {4, ss, w, A, lp, mu, old, ref, NULL, NULL};
   int seen_clip = 0, seen_mask = 0;
   for (int kind = 0; kind <= LH_LOSS_DECOUPLED; kind++)
     for (int pm = 0; pm < (kind == LH_LOSS_DECOUPLED ? 2 : 1); pm++)
@@ -361,11 +361,126 @@ static void test_grad_sweep(void **state) {
   assert_true(seen_mask);
 }
 
+/* The off-policy candidates. Their sequence weights (SEQ_TIS, VESPO, SNIS) are constants of
+ * the step, functions of logp - mu: the finite difference moves mu with logp, which keeps them
+ * fixed and leaves the gradient of the term they weight. M2PO's bound is a constant of the step
+ * too: the token whose (log r)^2 sets it is left out. */
+static void check_grad_candidate(const lh_loss_config *c, const lh_loss_input *in0) {
+  int n = in0->seq_start[in0->n_seqs];
+  float logp[NMAX], mu[NMAX], d[NMAX], scratch[NMAX];
+  memcpy(logp, in0->logp, (size_t)n * sizeof *logp);
+  memcpy(mu, in0->mu, (size_t)n * sizeof *mu);
+  lh_loss_input in = *in0;
+  in.logp = logp, in.mu = mu;
+  lh_loss_stats st;
+  loss_of(c, &in, d, &st);
+  int shift = c->kind == LH_LOSS_SEQ_TIS || c->kind == LH_LOSS_VESPO || c->kind == LH_LOSS_SNIS;
+  const float h = 1.0f / 4096.0f;
+  int checked = 0;
+  for (int i = 0; i < n; i++) {
+    if (!(in.weight[i] > 0.0f)) {
+      near(d[i], 0.0, 0.0, "dlogp of an invalid token", i);
+      continue;
+    }
+    if (c->kind == LH_LOSS_M2PO) {
+      double x = (double)logp[i] - (in.old ? in.old[i] : mu[i]);
+      if ((double)(float)(x * x) == st.m2po_threshold) continue;
+    }
+    float x = logp[i], m = mu[i];
+    logp[i] = x + h, mu[i] = shift ? m + h : m;
+    double lp = loss_of(c, &in, scratch, NULL);
+    logp[i] = x - h, mu[i] = shift ? m - h : m;
+    double lm = loss_of(c, &in, scratch, NULL);
+    logp[i] = x, mu[i] = m;
+    double fd = (lp - lm) / (2.0 * h);
+    near(d[i], fd, 1e-5 + 1e-4 * fabs(fd), "dlogp vs finite difference", i);
+    checked++;
+  }
+  assert_true(checked > 0);
+}
+
+static void test_candidates_grad(void **state) {
+  (void)state;
+  enum { N = 30 };
+  int ss[7] = {0, 5, 9, 14, 20, 25, N}, group[6] = {0, 0, 0, 1, 1, 2};
+  float w[N], A[N], mu[N], old[N], lp[N], ref[N], R[6] = {1, 0, 0.5f, 1, 0, 1};
+  uint32_t x = 777;
+  for (int s = 0; s < 6; s++) {
+    x = x * 1664525u + 1013904223u;
+    float As = (float)((int)((x >> 8) % 129) - 64) / 32.0f;
+    for (int i = ss[s]; i < ss[s + 1]; i++) {
+      x = x * 1664525u + 1013904223u;
+      w[i] = (i == ss[s]) ? 0.0f : 0.5f + (float)((x >> 8) % 4) * 0.5f;
+      A[i] = As; /* one advantage per sequence, as batches have it */
+      x = x * 1664525u + 1013904223u;
+      mu[i] = -(float)((x >> 8) % 192) / 64.0f;
+      x = x * 1664525u + 1013904223u;
+      old[i] = mu[i] + (float)((int)((x >> 8) % 33) - 16) / 64.0f;
+      x = x * 1664525u + 1013904223u;
+      lp[i] = old[i] + (float)((int)((x >> 8) % 65) - 32) / 64.0f;
+      x = x * 1664525u + 1013904223u;
+      ref[i] = lp[i] + (float)((int)((x >> 8) % 65) - 32) / 64.0f;
+    }
+  }
+  lh_loss_input in = {6, ss, w, A, lp, mu, old, ref, group, R};
+  int clipped = 0, masked = 0;
+  for (int kind = LH_LOSS_M2PO; kind <= LH_LOSS_SNIS; kind++)
+    for (int agg = 0; agg <= LH_AGG_CONST; agg++)
+      for (int kl = 0; kl < 2; kl++)
+        for (int with_old = 0; with_old < 2; with_old++) {
+          lh_loss_config c = cfg_of((lh_loss_kind)kind);
+          c.agg = (lh_loss_agg)agg;
+          c.kl_beta = kl ? 0.05f : 0.0f;
+          c.m2_tau = 0.01f;   /* bounds some of these tokens */
+          c.seq_cap = 1.5f;   /* truncates some sequences */
+          c.tv_delta = 0.05f; /* masks some tokens */
+          c.oapl_beta2 = 0.1f;
+          lh_loss_input i2 = in;
+          i2.old = with_old ? old : NULL;
+          float d[N];
+          lh_loss_stats st;
+          loss_of(&c, &i2, d, &st);
+          clipped += st.n_clipped, masked += st.n_masked;
+          check_grad_candidate(&c, &i2);
+        }
+  assert_true(clipped > 0 && masked > 0);
+}
+
+/* On-policy (logp = old = mu) every candidate but OAPL and DPPO's penalty-free part is the plain
+ * policy gradient -A w / norm: M2PO bounds nothing, the sequence weights are 1, SNIS's
+ * re-centring removes nothing from advantages that have mean 0 in their group, and the ESS
+ * is 1. OAPL's gradient is its regression residual, -2 beta2 (R - V) w / n_seqs. */
+static void test_candidates_on_policy(void **state) {
+  (void)state;
+  int ss[5] = {0, 3, 6, 9, 12}, group[4] = {0, 0, 1, 1};
+  float w[12] = {0, 1, 1, 0, 1, 1, 0, 1, 2, 0, 1, 1};
+  float A[12] = {1, 1, 1, -1, -1, -1, .5f, .5f, .5f, -.5f, -.5f, -.5f};
+  float lp[12] = {-1, -.5f, -2, -1, -.25f, -3, -1, -.75f, -1.5f, -1, -2, -.5f};
+  float R[4] = {1, 0, 1, 0};
+  lh_loss_input in = {4, ss, w, A, lp, lp, lp, NULL, group, R};
+  for (int kind = LH_LOSS_M2PO; kind <= LH_LOSS_SNIS; kind++) {
+    lh_loss_config c = cfg_of((lh_loss_kind)kind);
+    float d[12];
+    lh_loss_stats st;
+    loss_of(&c, &in, d, &st);
+    near(st.ess, 1.0, 1e-12, "ess on-policy", kind);
+    assert_int_equal(st.n_clipped, 0);
+    assert_int_equal(st.n_masked, 0);
+    double V0 = log((exp(1.0) + 1.0) / 2.0); /* both groups hold rewards 1 and 0 */
+    for (int i = 0; i < 12; i++) {
+      int s = i / 3;
+      double want = kind == LH_LOSS_OAPL ? 2.0 * c.oapl_beta2 * w[i] * -(R[s] - V0) / 4.0
+                                         : -(double)A[i] * w[i] / 9.0;
+      near(d[i], want, 1e-7, lh_loss_kind_names[kind], i);
+    }
+  }
+}
+
 static void test_bad_input(void **state) {
   (void)state;
   int ss[3] = {0, 2, 1};
   float v[2] = {0, 0}, d[2];
-  lh_loss_input in = {2, ss, v, v, v, v, NULL, NULL};
+  lh_loss_input in = {2, ss, v, v, v, v, NULL, NULL, NULL, NULL};
   lh_loss_config c = cfg_of(LH_LOSS_PPO);
   assert_int_equal(lh_loss_compute(&c, &in, d, NULL), LH_ERR_INVAL); /* decreasing seq_start */
   in.n_seqs = 1;
@@ -385,10 +500,16 @@ static void test_bad_input(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_ppo_clip),    cmocka_unit_test(test_tis),
-      cmocka_unit_test(test_masked_is),   cmocka_unit_test(test_decoupled),
-      cmocka_unit_test(test_aggregation), cmocka_unit_test(test_m2po),
-      cmocka_unit_test(test_kl),          cmocka_unit_test(test_grad_sweep),
+      cmocka_unit_test(test_ppo_clip),
+      cmocka_unit_test(test_tis),
+      cmocka_unit_test(test_masked_is),
+      cmocka_unit_test(test_decoupled),
+      cmocka_unit_test(test_aggregation),
+      cmocka_unit_test(test_m2po),
+      cmocka_unit_test(test_kl),
+      cmocka_unit_test(test_grad_sweep),
+      cmocka_unit_test(test_candidates_grad),
+      cmocka_unit_test(test_candidates_on_policy),
       cmocka_unit_test(test_bad_input),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -71,14 +71,16 @@ typedef struct {
 } loss_case;
 typedef struct {
   float eps_low, eps_high, C, lo, hi, m2po_tau, constant, kl_beta;
+  float m2_tau, seq_cap, tv_delta, tv_kl, oapl_beta1, oapl_beta2;
 } loss_case_cfg;
-_Static_assert(sizeof(loss_case) == 8 * 4 && sizeof(loss_case_cfg) == 8 * 4, "no padding");
+_Static_assert(sizeof(loss_case) == 8 * 4 && sizeof(loss_case_cfg) == 14 * 4, "no padding");
 
-/* case.stats columns; the last is the M2PO threshold. */
+/* case.stats columns; the M2PO threshold (exact) is the next to last. */
 static const char *const loss_stat_names[] = {
-    "loss",       "pg_loss",   "kl_loss",     "clip_frac", "ratio_min",
-    "ratio_mean", "ratio_max", "masked_frac", "kl_mu_pi",  "m2po_threshold"};
-#define N_LOSS_STATS ((int)(sizeof loss_stat_names / sizeof loss_stat_names[0]))
+    "loss",      "pg_loss",     "kl_loss",  "clip_frac",      "ratio_min", "ratio_mean",
+    "ratio_max", "masked_frac", "kl_mu_pi", "m2po_threshold", "ess"};
+#define STAT_THRESHOLD 9
+#define N_LOSS_STATS   ((int)(sizeof loss_stat_names / sizeof loss_stat_names[0]))
 
 /* Tolerances. The reference is float64 rounded to float32 (relative error <= 2^-24 = 6e-8);
  * the C loss is computed in double, so its statistics may differ from the reference by that
@@ -96,11 +98,13 @@ static void test_loss_vs_torch(void **state) {
   long n_rows, n_names, n_ss, T;
   loss_case *cases = fixture_tensor(st, "case.int", LH_DTYPE_I32, -1, &n_rows);
   int K = (int)(n_rows / 8);
-  loss_case_cfg *cfgs = fixture_tensor(st, "case.float", LH_DTYPE_F32, (long)K * 8, NULL);
+  loss_case_cfg *cfgs = fixture_tensor(st, "case.float", LH_DTYPE_F32, (long)K * 14, NULL);
   float *want_stats = fixture_tensor(st, "case.stats", LH_DTYPE_F32, (long)K * N_LOSS_STATS, NULL);
   int32_t *want_counts = fixture_tensor(st, "case.counts", LH_DTYPE_I32, (long)K * 3, NULL);
   char *names = fixture_tensor(st, "case.name", LH_DTYPE_U8, -1, &n_names);
   int32_t *ss = fixture_tensor(st, "seq_start", LH_DTYPE_I32, -1, &n_ss);
+  int32_t *group = fixture_tensor(st, "group", LH_DTYPE_I32, n_ss, NULL);
+  float *reward = fixture_tensor(st, "reward", LH_DTYPE_F32, n_ss, NULL);
   float *weight = fixture_tensor(st, "weight", LH_DTYPE_F32, -1, &T);
   float *adv = fixture_tensor(st, "adv", LH_DTYPE_F32, T, NULL);
   float *logp = fixture_tensor(st, "logp", LH_DTYPE_F32, T, NULL);
@@ -127,6 +131,8 @@ static void test_loss_vs_torch(void **state) {
     cfg.eps_low = f->eps_low, cfg.eps_high = f->eps_high, cfg.C = f->C;
     cfg.lo = f->lo, cfg.hi = f->hi, cfg.m2po_tau = f->m2po_tau;
     cfg.constant = f->constant, cfg.kl_beta = f->kl_beta;
+    cfg.m2_tau = f->m2_tau, cfg.seq_cap = f->seq_cap, cfg.tv_delta = f->tv_delta;
+    cfg.tv_kl = f->tv_kl, cfg.oapl_beta1 = f->oapl_beta1, cfg.oapl_beta2 = f->oapl_beta2;
     const int *seq = ss + lc->seq_row;
     int a = lc->first_token, ns = lc->n_seqs;
     assert_true(lc->seq_row + ns < n_ss && a + seq[ns] <= T);
@@ -137,7 +143,9 @@ static void test_loss_vs_torch(void **state) {
                         .logp = logp + a,
                         .mu = mu + a,
                         .old = lc->has_old ? old + a : NULL,
-                        .ref = lc->has_ref ? ref + a : NULL};
+                        .ref = lc->has_ref ? ref + a : NULL,
+                        .group = group + lc->seq_row,
+                        .reward = reward + lc->seq_row};
     lh_loss_stats s;
     if (lh_loss_compute(&cfg, &in, d, &s)) fail_msg("%s: %s", name, lh_last_error());
 
@@ -145,13 +153,15 @@ static void test_loss_vs_torch(void **state) {
     if (s.n_valid != want_n[0] || s.n_masked != want_n[1] || s.n_clipped != want_n[2])
       fail_msg("%s: valid/masked/clipped %d/%d/%d, torch %d/%d/%d", name, s.n_valid, s.n_masked,
                s.n_clipped, want_n[0], want_n[1], want_n[2]);
-    const double got[] = {s.loss,       s.pg_loss,   s.kl_loss,     s.clip_frac, s.ratio_min,
-                          s.ratio_mean, s.ratio_max, s.masked_frac, s.kl_mu_pi,  s.m2po_threshold};
+    const double got[] = {s.loss,      s.pg_loss,        s.kl_loss,   s.clip_frac,
+                          s.ratio_min, s.ratio_mean,     s.ratio_max, s.masked_frac,
+                          s.kl_mu_pi,  s.m2po_threshold, s.ess};
     _Static_assert(sizeof got / sizeof got[0] == N_LOSS_STATS, "one value per column");
     const float *want = want_stats + (size_t)c * N_LOSS_STATS;
     for (int k = 0; k < N_LOSS_STATS; k++) {
-      int exact = k == N_LOSS_STATS - 1; /* the threshold is one of the float d values */
+      int exact = k == STAT_THRESHOLD; /* one of the float d values, or infinite (no bound) */
       double tol = exact ? 0.0 : LOSS_STAT_ATOL + LOSS_STAT_RTOL * fabs(want[k]);
+      if (exact && isinf(want[k]) && got[k] == (double)want[k]) continue;
       track(&w_stat[k], got[k], want[k], tol, name, -1);
     }
     int n = seq[ns];
@@ -168,7 +178,7 @@ static void test_loss_vs_torch(void **state) {
   for (int k = 0; k < N_LOSS_STATS; k++)
     report(&w_stat[k]);
   report(&w_d);
-  assert_int_equal(kinds_seen, 0xf); /* the fixture holds every kind */
+  assert_int_equal(kinds_seen, (1 << (LH_LOSS_SNIS + 1)) - 1); /* the fixture holds every kind */
   assert_true(masked > 0 && clipped > 0);
 
   free(d);
@@ -180,6 +190,8 @@ static void test_loss_vs_torch(void **state) {
   free(adv);
   free(weight);
   free(ss);
+  free(group);
+  free(reward);
   free(names);
   free(want_counts);
   free(want_stats);
