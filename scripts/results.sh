@@ -130,6 +130,7 @@ lag_flags() {
   dppo) echo --loss dppo ;;
   oapl) echo --loss oapl ;;
   snis) echo --loss snis ;;
+  vespo_ess) echo --loss vespo --ess-lr ;;
   *)
     echo "results: unknown lag loss $1" >&2
     return 1

@@ -78,7 +78,8 @@ typedef struct lh_trainer_config {
                         * or NULL */
 } lh_trainer_config;
 
-/* Loss lh_loss_defaults but TIS (docs/RESULTS.md, "Staleness"), GRPO with std normalisation,
+/* Loss lh_loss_defaults but VESPO (docs/RESULTS.md, "Learning from stale rollouts"), GRPO with
+ * std normalisation,
  * AdamW lr 1e-4 (constant) without weight decay, 1 minibatch, staleness 0, max_seq 0 (set it). */
 lh_trainer_config lh_trainer_defaults(void);
 

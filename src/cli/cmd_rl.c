@@ -34,8 +34,8 @@ static const lh__flag flags[] = {
      "instead, generate each group with a version drawn uniformly from the last K + 1, as a "
      "fleet of workers at different distances does (default 0: off)"},
     {"loss", "KIND", false,
-     "ppo | tis | mis | decoupled | m2po | seqtis | vespo | dppo | oapl | snis (default tis; "
-     "docs/ALGORITHMS.md)"},
+     "ppo | tis | mis | decoupled | m2po | seqtis | vespo | dppo | oapl | snis (default "
+     "vespo; docs/ALGORITHMS.md)"},
     {"eps-low", "E", false, "PPO clip below 1 (default 0.2)"},
     {"eps-high", "E", false, "PPO clip above 1 (default 0.28)"},
     {"is-cap", "C", false, "tis, decoupled: truncation of the behaviour weight (default 2)"},

@@ -25,7 +25,9 @@ static const lh__flag flags[] = {
     {"max-prompt", "N", false, "prompt tokens at most (default 256)"},
     {"max-staleness", "K", false,
      "drop groups generated more than K versions before the update (default 4)"},
-    {"loss", "KIND", false, "ppo | tis | mis | decoupled (default tis)"},
+    {"loss", "KIND", false,
+     "ppo | tis | mis | decoupled | m2po | seqtis | vespo | dppo | oapl | snis (default "
+     "vespo; docs/ALGORITHMS.md)"},
     {"lr", "LR", false, "learning rate (default 1e-4)"},
     {"seed", "S", false,
      "the sampler seed of every group (each also gets random streams of its own; default 0)"},

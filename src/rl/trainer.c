@@ -36,7 +36,7 @@ struct lh_trainer {
 lh_trainer_config lh_trainer_defaults(void) {
   lh_trainer_config c = {0};
   c.loss = lh_loss_defaults();
-  c.loss.kind = LH_LOSS_TIS; /* docs/RESULTS.md, "Staleness" */
+  c.loss.kind = LH_LOSS_VESPO; /* docs/RESULTS.md, "Learning from stale rollouts" */
   c.adv = (lh_adv_config){LH_ADV_GRPO, 1, 1e-6f};
   c.opt = lh_adamw_defaults();
   c.opt.lr = 1e-4f;

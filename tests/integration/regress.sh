@@ -71,8 +71,9 @@ check() { # name expected actual
 
 "$L" init-model --arch qwen2 --preset tiny --tokenizer chars --seed 1 --out m0 >/dev/null 2>&1
 "$L" sft --model m0 --env arith:digits=1 --steps 150 --batch 16 --out msft "${T[@]}" 2>/dev/null
+# --loss tis: the loss the digests were recorded with (the default until issue 16)
 "$L" rl --model msft --env arith:digits=1 --out run --steps 40 --staleness 2 --save-every 10 \
-  --prompts 8 --group 4 --max-new 8 --seed 3 --log-every 20 "${T[@]}" 2>/dev/null
+  --loss tis --prompts 8 --group 4 --max-new 8 --seed 3 --log-every 20 "${T[@]}" 2>/dev/null
 "$L" eval --model run/checkpoints/step-000040 --env arith:digits=1 --n 50 --samples 2 \
   --compare msft --json ev.json "${T[@]}" >/dev/null 2>&1
 

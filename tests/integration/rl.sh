@@ -5,7 +5,8 @@
 # minibatches, --keep (checkpoint rotation), resuming a run.json written before --max-prompt,
 # refusals (different settings on resume, a prompt and completion longer than the context,
 # bad flags, a missing checkpoint), paths that are not UTF-8 in run.json, and what a kill leaves
-# (temporary checkpoint files, metrics past 1 GiB, a NaN Adam moment, null statistics).
+# (temporary checkpoint files, metrics past 1 GiB, a NaN Adam moment, null statistics), and
+# --staleness-mix (reproducible, within the versions that exist, refused with --staleness).
 # Usage: bash rl.sh LONGHAUL_BIN SOURCE_DIR. Prints every failed check; exits 1 if any failed.
 set -uo pipefail
 
@@ -268,6 +269,42 @@ for k in ("loss", "kl_loss", "kl_mu_pi", "clip_frac", "masked_frac", "ratio_min"
           "ratio_max", "grad_norm"):
     assert r[k] is None, (k, r)
 PYEOF
+
+# 7. --staleness-mix K: each group from a version drawn from the last K + 1. The run is a pure
+# function of its settings (two runs, the same metrics and weights); the draws stay within the
+# versions that exist (at update s the mean staleness is at most min(s - 1, K)); some groups are
+# stale and the metrics record it; the two modes of lag together are refused.
+MIX=(--model "$TMP/sft" --env arith:digits=1 --prompts 4 --group 4 --max-new 8
+  --staleness-mix 3 --seed 5 --save-every 0 --threads 2)
+"$BIN" rl "${MIX[@]}" --steps 12 --out "$TMP/mix1" >/dev/null 2>"$TMP/mix1.err" &&
+  "$BIN" rl "${MIX[@]}" --steps 12 --out "$TMP/mix2" >/dev/null 2>"$TMP/mix2.err" ||
+  fail "staleness-mix runs: $(tail -n 2 "$TMP/mix1.err" "$TMP/mix2.err")"
+$PY - "$TMP/mix1/metrics.jsonl" "$TMP/mix2/metrics.jsonl" <<'PYEOF' || fail "staleness-mix metrics"
+import json, sys
+drop = ("gen_s", "train_s", "gen_tokens_per_s", "train_tokens_per_s", "time")
+a, b = ([{k: v for k, v in json.loads(l).items() if k not in drop} for l in open(p)]
+        for p in sys.argv[1:])
+assert a == b, "two runs with the same settings differ"
+assert len(a) == 12
+for r in a:
+    s = r["step"]
+    assert 0 <= r["staleness_mean"] <= min(s - 1, 3), r
+    assert r["staleness"] <= min(s - 1, 3), r  # the oldest group's
+assert any(r["staleness_mean"] > 0 for r in a), "no group was stale"
+assert a[0]["staleness_mean"] == 0, a[0]
+print("staleness-mix: mean staleness per update", [round(r["staleness_mean"], 2) for r in a])
+PYEOF
+cmp -s "$TMP/mix1/checkpoints/step-000012/model.safetensors" \
+  "$TMP/mix2/checkpoints/step-000012/model.safetensors" || fail "staleness-mix: weights differ"
+"$BIN" rl "${MIX[@]}" --staleness 2 --out "$TMP/mix3" >/dev/null 2>"$TMP/mix3.err"
+rc=$?
+[ $rc -eq 2 ] && grep -q "two modes of lag" "$TMP/mix3.err" ||
+  fail "--staleness with --staleness-mix: exit $rc, $(cat "$TMP/mix3.err")"
+# a resumed mixed run continues (it keeps only the versions since it resumed)
+"$BIN" rl "${MIX[@]}" --steps 6 --out "$TMP/mix4" >/dev/null 2>"$TMP/mix4.err" &&
+  "$BIN" rl --out "$TMP/mix4" --steps 12 --resume >/dev/null 2>>"$TMP/mix4.err" &&
+  [ "$(wc -l <"$TMP/mix4/metrics.jsonl")" -eq 12 ] ||
+  fail "staleness-mix resume: $(tail -n 2 "$TMP/mix4.err")"
 
 if [ $FAILED -gt 0 ]; then
   echo "rl.sh: $FAILED check(s) failed"
