@@ -2,8 +2,8 @@
  * connection, http.h) register workers, lease prompt groups, verify and score submitted groups
  * and put them in the ledger (durable before the 202) and in the queue; the calling thread is
  * the training thread: it takes the oldest groups within the staleness bound, recomputes their
- * behaviour log-probs under the version that generated each (the bf16 weights of the last
- * max_staleness versions are kept), trains, and publishes the new version (patch, keyframe,
+ * behaviour log-probs under the version that generated each when the loss uses them (the bf16
+ * weights of the last max_staleness versions are kept), trains, and publishes the new version (patch, keyframe,
  * signed manifest), checkpointed before any worker can see it. docs/PROTOCOL.md, "The networked
  * protocol", has the endpoints and what a restart guarantees. */
 #include <errno.h>
@@ -1044,7 +1044,7 @@ static lh_err train_once(server *s) {
     return e;
   }
   double t0 = lh_time_now();
-  /* behaviour log-probs under each group's own version */
+  /* behaviour log-probs under each group's own version, for the losses that use them */
   const lh_rollout_batch **parts = lh_xmalloc((size_t)n_take * sizeof *parts);
   int64_t *trained = lh_xmalloc((size_t)n_take * sizeof *trained);
   double stale = 0;
@@ -1055,7 +1055,7 @@ static lh_err train_once(server *s) {
     if (!slab)
       e = lh_errorf(LH_ERR_NOTFOUND, "serve: the weights of version %lld are not kept",
                     (long long)take[i].version);
-    else
+    else if (lh_loss_wants_old(s->rl.loss.kind))
       e = lh_trainer_recompute(s->tr, slab, s->n_params, &take[i].b);
     parts[i] = &take[i].b;
     trained[i] = take[i].group;

@@ -384,7 +384,8 @@ static int by_value(const void *a, const void *b) {
 
 /* Generation g of a mixed run: each of the P groups draws a version from the kept ones, the
  * draws are sorted, and each version generates its contiguous run of tasks and streams; every
- * part gets its behaviour log-probs under its own weights, then the parts become one batch
+ * part gets its behaviour log-probs under its own weights (when the loss uses them), then the
+ * parts become one batch
  * (whose version is the oldest part's). *stale: the mean over groups of version - drawn. */
 static lh_err mix_generate(mix *x, lh_trainer *tr, lh_generator *gen, const lh_gen_config *gc,
                            const lh_tokenizer *tok, lh_env *env, int64_t g, int P, int G,
@@ -424,7 +425,8 @@ static lh_err mix_generate(mix *x, lh_trainer *tr, lh_generator *gen, const lh_g
     if (!e) {
       part->version = draw[a];
       pp[n_parts++] = part;
-      e = lh_trainer_recompute(tr, w, x->n, part);
+      if (lh_loss_wants_old(lh_trainer_config_of(tr)->loss.kind))
+        e = lh_trainer_recompute(tr, w, x->n, part);
     }
     a = b;
   }
