@@ -165,3 +165,43 @@ if lag:
                   (f"{sum(t1) / len(t1):.3f}" if t1 else "-") +
                   f" | {avg(0):.2f} | {avg(1):.3f} | {avg(2):.3f} |")
         print()
+    # issue 16's targets: greedy mean over seeds against the loss's own on-policy mean
+    print("### Targets (greedy mean over seeds, against the same loss on-policy)\n")
+    print("Within 2 points at K = 8, 3 at K = 16, 5 at K = 32; at K = 64 at least half of the "
+          "on-policy gain over the base. Cells: the difference in points (seeds), met or "
+          "missed.\n")
+    for env in ["sort", "countdown"]:
+        base = load(f"{env}-base")
+        if not base or not any(e == env for (e, _, _, _, _) in lag):
+            continue
+        b = base["model"]["pass_at_1"]["mean"]
+        losses = sorted({l for (e, l, _, _, _) in lag if e == env})
+        print(f"#### {env}\n")
+        print("| loss | on-policy mean (seeds) | " +
+              " | ".join(f"{m} {k}" for k in (8, 16, 32, 64) for m in ("delay", "mix")) + " |")
+        print("|---|---|" + "---|" * 8)
+
+        def mean_of(loss, mode, k):
+            v = [load(n) for (e, l, m, kk, s), n in lag.items()
+                 if e == env and l == loss and m == mode and kk == k]
+            v = [x["model"]["pass_at_1"]["mean"] for x in v if x]
+            return (sum(v) / len(v), len(v)) if v else (None, 0)
+
+        for loss in losses:
+            on, n_on = mean_of(loss, "k0", 0)
+            if on is None:
+                continue
+            cells = []
+            for k in (8, 16, 32, 64):
+                for mode in ("delay", "mix"):
+                    m, n = mean_of(loss, mode, k)
+                    if m is None:
+                        cells.append("-")
+                        continue
+                    if k == 64:
+                        ok = m - b >= 0.5 * (on - b)
+                    else:
+                        ok = 100 * (on - m) <= {8: 2, 16: 3, 32: 5}[k]
+                    cells.append(f"{100 * (m - on):+.1f} ({n}) {'met' if ok else 'missed'}")
+            print(f"| {loss} | {on:.3f} ({n_on}) | " + " | ".join(cells) + " |")
+        print()
