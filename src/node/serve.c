@@ -3,9 +3,9 @@
  * and put them in the ledger (durable before the 202) and in the queue; the calling thread is
  * the training thread: it takes the oldest groups within the staleness bound, recomputes their
  * behaviour log-probs under the version that generated each when the loss uses them (the bf16
- * weights of the last max_staleness versions are kept), trains, and publishes the new version (patch, keyframe,
- * signed manifest), checkpointed before any worker can see it. docs/PROTOCOL.md, "The networked
- * protocol", has the endpoints and what a restart guarantees. */
+ * weights of the last max_staleness versions are kept), trains, and publishes the new version
+ * (patch, keyframe, signed manifest), checkpointed before any worker can see it. docs/PROTOCOL.md,
+ * "The networked protocol", has the endpoints and what a restart guarantees. */
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
