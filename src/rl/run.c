@@ -236,8 +236,9 @@ lh_err lh_rl_settings_read(json_t *s, const char *what, lh_rl_run_config *c) {
   return r.e;
 }
 
-/* A run's settings as this longhaul records them: a run from before the off-policy candidates
- * lacks their loss fields, which then hold their defaults (as lh_rl_settings_read reads them). */
+/* A run's settings as this longhaul records them: a run from before --staleness-mix and the
+ * off-policy candidates lacks their fields, which then hold their defaults (as
+ * lh_rl_settings_read reads them). */
 static json_t *with_new_defaults(const json_t *was) {
   json_t *w = json_deep_copy(was), *wl = json_object_get(w, "loss");
   lh_rl_run_config d = lh_rl_run_defaults();
@@ -248,6 +249,8 @@ static json_t *with_new_defaults(const json_t *was) {
   if (json_is_object(wl) && def) json_object_foreach(json_object_get(def, "loss"), key, v) {
       if (!json_object_get(wl, key)) json_object_set(wl, key, v);
     }
+  if (w && def && !json_object_get(w, "staleness_mix"))
+    json_object_set(w, "staleness_mix", json_object_get(def, "staleness_mix"));
   json_decref(def);
   return w;
 }
@@ -262,7 +265,6 @@ static lh_err settings_check(const json_t *was0, const lh_rl_run_config *c, cons
   json_object_foreach(now, key, v) {
     json_t *w = json_object_get(was, key);
     if (!strcmp(key, "max_prompt") && !w) continue; /* older runs: 256, checked by the reader */
-    if (!strcmp(key, "staleness_mix") && !w && c->staleness_mix == 0) continue; /* older runs */
     if (!strcmp(key, "model") && w && json_is_string(w) &&
         lh_path_same(json_string_value(w), c->model_dir))
       continue;
