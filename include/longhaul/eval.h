@@ -124,4 +124,21 @@ lh_err lh_eval_run_dir(const lh_eval *ev, const char *dir, lh_eval_progress_fn p
 lh_eval_ci lh_eval_stat(const lh_eval *ev, const lh_eval_result *a, const lh_eval_result *b,
                         const char *label, int k);
 
+/* ---------------------------------------------------------------- held-out pass@1 in training */
+
+/* What `rl --eval-every` and `serve --eval-every` record: greedy pass@1 (one sample per task,
+ * temperature 0) of a policy in memory on test tasks 0..n-1 of env, each given max_new tokens,
+ * with its Wilson interval. The KV cache is sized by the longest of those prompts in tok's
+ * tokens; a prompt that leaves no room for max_new in the policy's context is LH_ERR_LIMIT
+ * naming the task. Allocates what it needs and frees it before returning; the policy is only
+ * read, and the sampler's streams are its own, so a training loop that calls it between
+ * updates trains exactly as without it. */
+typedef struct lh_eval_heldout {
+  lh_eval_ci pass1; /* over the tasks the environment produced (pass1.n of them) */
+  double seconds;
+  long tokens; /* generated */
+} lh_eval_heldout;
+lh_err lh_eval_heldout_run(lh_env *env, lh_infer *policy, const lh_tokenizer *tok, int n,
+                           int max_new, lh_eval_heldout *out);
+
 #endif

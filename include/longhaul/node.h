@@ -115,7 +115,9 @@ typedef struct lh_serve_progress {
   double staleness_mean;  /* of the last update's groups */
   uint64_t bytes_shipped; /* blob bytes served */
   int workers;
-  double busy; /* fraction of wall time the training thread spent training */
+  double busy;          /* fraction of wall time the training thread spent training */
+  int64_t heldout_step; /* the version of the latest --eval-every evaluation, -1: none yet */
+  double heldout;       /* its greedy pass@1 */
 } lh_serve_progress;
 
 typedef struct lh_serve_config {

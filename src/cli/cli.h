@@ -108,6 +108,9 @@ typedef struct lh__progress_state {
 void lh__progress(lh__progress_state *p, int64_t done, const char *text);
 /* Ends an unfinished terminal line (a run stopped early). */
 void lh__progress_end(lh__progress_state *p);
+/* Appends " heldout 0.412@40" (the latest --eval-every pass@1 and its step) to the text in buf
+ * (cap bytes), nothing when step < 0 (none yet). */
+void lh__heldout_text(int64_t step, double pass1, char *buf, size_t cap);
 /* What --model names (a model directory, a run directory or RUN/latest: lh_rundir_resolve_model),
  * malloc'd; NULL after printing the error. */
 char *lh__model_dir(const char *cmd, const char *arg);

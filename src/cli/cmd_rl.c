@@ -52,6 +52,10 @@ static const lh__flag flags[] = {
      "0)"},
     {"seed", "S", false, "sampling seed (default 0)"},
     {"slots", "N", false, "sequences generated concurrently (default 64)"},
+    {"eval-every", "N", false,
+     "held-out greedy pass@1 of the policy before the first step and every N steps, on test "
+     "tasks 0..M-1, into metrics.jsonl and the progress line (default 0: off)"},
+    {"eval-n", "M", false, "test tasks of --eval-every (default 64)"},
     {"save-every", "N", false, "checkpoint every N steps and at the end (default 50; 0: end)"},
     {"keep", "N", false, "keep the newest N checkpoints, delete older ones (default 0: keep all)"},
     {"log-every", "N", false,
@@ -96,6 +100,7 @@ static void run_value(const lh_rl_run_config *r, const char *flag, char *buf, si
   F("kl-beta", r->loss.kl_beta) I("minibatches", r->minibatches) F("lr", r->opt.lr);
   I("ess-lr", r->loss.ess_lr);
   I("warmup", r->opt.warmup_steps) I("seed", r->seed) I("slots", r->slots);
+  I("eval-every", r->eval_every) I("eval-n", r->eval_n);
 #undef I
 #undef F
 #undef S
@@ -137,13 +142,14 @@ static void on_progress(const lh_rl_progress *p, void *ud) {
   ui *u = ud;
   u->bar.first = p->first_step; /* the rate counts this process's steps */
   u->bar.elapsed = p->elapsed_s;
-  char text[200];
+  char text[240];
   snprintf(text, sizeof text,
            "reward %.3f accuracy %.3f len %.1f clip %.3f stale %.1f skipped %d/%d",
            p->gen.reward_mean, p->gen.accuracy, p->gen.response_len,
            isfinite(p->train.update.loss.clip_frac) ? p->train.update.loss.clip_frac : 0.0,
            p->staleness_mean, p->train.groups_skipped,
            p->train.groups_used + p->train.groups_skipped + p->train.groups_failed);
+  lh__heldout_text(p->heldout_step, p->heldout.pass1.mean, text, sizeof text);
   lh__progress(&u->bar, p->step, text);
 }
 
@@ -183,7 +189,7 @@ int lh__cmd_rl(int argc, char **argv) {
   }
   lh_rl_run_config c = base;
   long steps, group, prompts, max_new, max_prompt, stale, stale_mix, mb, warmup, slots, save_every,
-      keep, log_every, threads;
+      keep, log_every, threads, eval_every, eval_n;
   double eps_low, eps_high, cap, lr, kl_beta;
   int loss_i, adv_i, agg_i;
   if ((rc = lh__args_int(&a, "steps", 1, 1 << 24, c.steps, &steps)) != LH__ARGS_CONTINUE ||
@@ -202,6 +208,9 @@ int lh__cmd_rl(int argc, char **argv) {
       (rc = lh__args_int(&a, "save-every", 0, 1 << 24, c.save_every, &save_every)) !=
           LH__ARGS_CONTINUE ||
       (rc = lh__args_int(&a, "keep", 0, 1 << 24, c.keep, &keep)) != LH__ARGS_CONTINUE ||
+      (rc = lh__args_int(&a, "eval-every", 0, 1 << 24, c.eval_every, &eval_every)) !=
+          LH__ARGS_CONTINUE ||
+      (rc = lh__args_int(&a, "eval-n", 1, 1 << 20, c.eval_n, &eval_n)) != LH__ARGS_CONTINUE ||
       (rc = lh__args_int(&a, "log-every", 1, 1 << 24, 10, &log_every)) != LH__ARGS_CONTINUE ||
       (rc = lh__args_int(&a, "threads", 0, 1024, 0, &threads)) != LH__ARGS_CONTINUE ||
       (rc = lh__args_double(&a, "eps-low", 0, 0.999, c.loss.eps_low, &eps_low)) !=
@@ -244,6 +253,9 @@ int lh__cmd_rl(int argc, char **argv) {
   c.slots = (int)slots;
   c.save_every = (int)save_every;
   c.keep = (int)keep;
+  c.eval_every = (int)eval_every;
+  c.eval_n = (int)eval_n;
+  c.heldout = lh_eval_heldout_run;
   c.resume = resume;
   c.loss.kind = (lh_loss_kind)loss_i;
   /* a flag not given keeps the run's float as stored: no round trip through double text */

@@ -34,6 +34,10 @@ static const lh__flag flags[] = {
     {"keyframe-every", "K", false,
      "a full snapshot every K versions (default 20; 0: by cost only)"},
     {"lease-s", "S", false, "seconds a lease lasts before its task is leased again (default 120)"},
+    {"eval-every", "N", false,
+     "held-out greedy pass@1 of the policy at version 0 and every N versions, on test tasks "
+     "0..M-1, into metrics.jsonl and the progress line (default 0: off; new runs)"},
+    {"eval-n", "M", false, "test tasks of --eval-every (default 64; new runs)"},
     {"keep", "N", false, "keep the newest N checkpoints (default 3; 0: all)"},
     {"max-wall", "S", false, "stop after S seconds (default 0: at --steps)"},
     {"linger", "S", false,
@@ -50,13 +54,14 @@ typedef struct {
 static void on_progress(const lh_serve_progress *p, void *ud) {
   ui *u = ud;
   u->bar.elapsed = p->elapsed_s;
-  char text[240];
+  char text[280];
   snprintf(text, sizeof text,
            "reward %.3f accuracy %.3f groups/s %.2f staleness %.2f trained %lld dropped %lld "
            "rejected %lld shipped %.1f MB busy %.0f%%",
            p->reward, p->accuracy, p->groups_per_s, p->staleness_mean, (long long)p->groups_trained,
            (long long)p->groups_dropped, (long long)p->groups_rejected,
            (double)p->bytes_shipped / 1e6, 100.0 * p->busy);
+  lh__heldout_text(p->heldout_step, p->heldout, text, sizeof text);
   lh__progress(&u->bar, p->version, text);
 }
 
@@ -74,7 +79,8 @@ int lh__cmd_serve(int argc, char **argv) {
   int rc = lh__args_parse(&a, argc, argv);
   if (rc != LH__ARGS_CONTINUE) return rc;
   lh_serve_config c = lh_serve_defaults();
-  long steps, group, prompts, max_new, max_prompt, stale, kf, keep, log_every, threads;
+  long steps, group, prompts, max_new, max_prompt, stale, kf, keep, log_every, threads, eval_every,
+      eval_n;
   double lr, lease_s, max_wall, linger;
   int loss_i;
   char *model = NULL;
@@ -89,6 +95,9 @@ int lh__cmd_serve(int argc, char **argv) {
       (rc = lh__args_int(&a, "keyframe-every", 0, 1 << 24, c.keyframe_every, &kf)) !=
           LH__ARGS_CONTINUE ||
       (rc = lh__args_int(&a, "keep", 0, 1 << 24, c.rl.keep, &keep)) != LH__ARGS_CONTINUE ||
+      (rc = lh__args_int(&a, "eval-every", 0, 1 << 24, c.rl.eval_every, &eval_every)) !=
+          LH__ARGS_CONTINUE ||
+      (rc = lh__args_int(&a, "eval-n", 1, 1 << 20, c.rl.eval_n, &eval_n)) != LH__ARGS_CONTINUE ||
       (rc = lh__args_int(&a, "log-every", 1, 1 << 24, 10, &log_every)) != LH__ARGS_CONTINUE ||
       (rc = lh__args_int(&a, "threads", 0, 1024, 0, &threads)) != LH__ARGS_CONTINUE ||
       (rc = lh__args_double(&a, "lr", 0, 1, c.rl.opt.lr, &lr)) != LH__ARGS_CONTINUE ||
@@ -113,6 +122,8 @@ int lh__cmd_serve(int argc, char **argv) {
   c.rl.max_prompt = (int)max_prompt;
   c.rl.staleness = (int)stale;
   c.rl.keep = (int)keep;
+  c.rl.eval_every = (int)eval_every;
+  c.rl.eval_n = (int)eval_n;
   c.rl.loss.kind = (lh_loss_kind)loss_i;
   if (lh__args_has(&a, "lr")) c.rl.opt.lr = (float)lr;
   c.key_path = lh__args_str(&a, "key", NULL);

@@ -82,6 +82,12 @@ void lh__progress_end(lh__progress_state *p) {
   p->open = 0;
 }
 
+void lh__heldout_text(int64_t step, double pass1, char *buf, size_t cap) {
+  size_t used = strlen(buf);
+  if (step >= 0 && used < cap)
+    snprintf(buf + used, cap - used, " heldout %.3f@%lld", pass1, (long long)step);
+}
+
 /* Resolved --model values, freed at exit. */
 static char *resolved[8];
 static int n_resolved;

@@ -84,12 +84,12 @@ static lh_err load_tokenizer(const char *dir, lh_tokenizer **tok) {
   return e;
 }
 
-lh_err lh_eval_check_model(const lh_eval *ev, const char *dir, int *max_prompt) {
-  lh_config c;
-  lh_tokenizer *tok = NULL;
-  int longest = 1;
-  lh_err e = lh_model_check(dir, &c);
-  if (!e) e = load_tokenizer(dir, &tok);
+/* The longest prompt of the tasks in tok's tokens (at least 1), checking that each leaves room
+ * for max_new tokens in a context of `context` tokens; `where` names the model in messages. */
+static lh_err longest_prompt(const lh_eval *ev, const lh_tokenizer *tok, int context,
+                             const char *where, int *longest) {
+  lh_err e = LH_ERR_OK;
+  *longest = 1;
   for (int i = 0; !e && i < ev->cfg.n; i++) {
     const char *p = ev->task[i].prompt;
     if (!p) continue;
@@ -97,14 +97,24 @@ lh_err lh_eval_check_model(const lh_eval *ev, const char *dir, int *max_prompt) 
     size_t len = 0;
     if ((e = lh_tokenizer_encode(tok, p, strlen(p), true, &ids, &len))) break;
     free(ids);
-    if ((long)len + ev->cfg.gc.max_new > c.max_positions)
+    if ((long)len + ev->cfg.gc.max_new > context)
       e = lh_errorf(LH_ERR_LIMIT,
                     "%s: task %d: the prompt has %zu tokens and --max-new is %d; the model's "
                     "context is %d tokens",
-                    dir, i, len, ev->cfg.gc.max_new, c.max_positions);
-    else if ((int)len > longest)
-      longest = (int)len;
+                    where, i, len, ev->cfg.gc.max_new, context);
+    else if ((int)len > *longest)
+      *longest = (int)len;
   }
+  return e;
+}
+
+lh_err lh_eval_check_model(const lh_eval *ev, const char *dir, int *max_prompt) {
+  lh_config c;
+  lh_tokenizer *tok = NULL;
+  int longest = 1;
+  lh_err e = lh_model_check(dir, &c);
+  if (!e) e = load_tokenizer(dir, &tok);
+  if (!e) e = longest_prompt(ev, tok, c.max_positions, dir, &longest);
   lh_tokenizer_free(tok);
   if (max_prompt) *max_prompt = longest;
   return e;
@@ -214,4 +224,32 @@ lh_eval_ci lh_eval_stat(const lh_eval *ev, const lh_eval_result *a, const lh_eva
   free(va);
   free(vb);
   return c;
+}
+
+/* ---------------------------------------------------------------- held-out pass@1 in training */
+
+lh_err lh_eval_heldout_run(lh_env *env, lh_infer *policy, const lh_tokenizer *tok, int n,
+                           int max_new, lh_eval_heldout *out) {
+  memset(out, 0, sizeof *out);
+  lh_eval_config cfg = {.split = LH_SPLIT_TEST, .n = n, .samples = 1, .batch = 64};
+  cfg.gc = lh_gen_defaults();
+  cfg.gc.sample.temperature = 0.0f; /* greedy */
+  cfg.gc.max_new = max_new;
+  cfg.gc.tok = tok;
+  lh_eval *ev = NULL;
+  lh_eval_result r = {0};
+  int max_prompt = 1;
+  lh_err e = lh_eval_create(env, &cfg, &ev);
+  if (!e)
+    e = longest_prompt(ev, tok, lh_infer_config(policy)->max_positions, "held-out eval",
+                       &max_prompt);
+  if (!e) e = lh_eval_run(ev, policy, tok, max_prompt, NULL, NULL, &r);
+  if (!e) {
+    out->pass1 = lh_eval_stat(ev, &r, NULL, NULL, 1);
+    out->seconds = r.seconds;
+    out->tokens = r.tokens;
+  }
+  lh_eval_result_free(&r);
+  lh_eval_free(ev);
+  return e;
 }

@@ -65,6 +65,9 @@ typedef struct server {
   lh_ledger *ledger;
   lh_trainer *tr;
   lh_env *env;
+  lh_env *eval_env;     /* --eval-every's own, so scoring never waits for it (NULL: off) */
+  int64_t heldout_step; /* the latest held-out evaluation (-1: none yet) */
+  lh_eval_heldout heldout;
   lh_tokenizer *tok;
   lh_model_files files;
   lh_sync_secret_key sk;
@@ -994,6 +997,26 @@ static lh_err expire_leases(server *s) {
 }
 
 /* One update: waits a moment for enough groups, trains, publishes (or records only drops). */
+/* --eval-every: the held-out pass@1 of the policy that made version v, as a metrics line. On
+ * the training thread, which owns the policy: an update waits for it, nothing else does. */
+static lh_err heldout_at(server *s, int64_t v) {
+  if (s->rl.eval_every <= 0 || v % s->rl.eval_every != 0) return LH_ERR_OK;
+  lh_err e = lh_eval_heldout_run(s->eval_env, lh_trainer_policy(s->tr), s->tok, s->rl.eval_n,
+                                 s->rl.max_new, &s->heldout);
+  if (e) {
+    char *why = lh_xstrdup(lh_last_error()); /* lh_errorf formats into what this returns */
+    e = lh_errorf(e, "serve: held-out evaluation of version %lld: %s", (long long)v, why);
+    free(why);
+    return e;
+  }
+  s->heldout_step = v;
+  json_t *line = lh_rl_eval_line(v, &s->heldout);
+  e = line ? lh_rundir_metrics_append(s->rd, line)
+           : lh_errorf(LH_ERR_NOMEM, "version %lld: cannot encode its eval line", (long long)v);
+  json_decref(line);
+  return e;
+}
+
 static lh_err train_once(server *s) {
   int P = s->rl.prompts, K = s->rl.staleness;
   queued *take = lh_xcalloc((size_t)P, sizeof *take);
@@ -1113,7 +1136,8 @@ static lh_err train_once(server *s) {
     put_num(line, "train_s", dt);
     if (line) e = lh_rundir_metrics_append(s->rd, line);
     json_decref(line);
-    if (s->c->progress) {
+    if (!e) e = heldout_at(s, nv);
+    if (!e && s->c->progress) {
       lh_serve_progress pr = {0};
       pthread_mutex_lock(&s->mu);
       pr.version = nv;
@@ -1129,6 +1153,8 @@ static lh_err train_once(server *s) {
       pr.staleness_mean = stale / n_take;
       pr.bytes_shipped = s->bytes_shipped;
       pr.busy = pr.elapsed_s > 0 ? s->busy_s / pr.elapsed_s : 0;
+      pr.heldout_step = s->heldout_step;
+      pr.heldout = s->heldout.pass1.mean;
       pthread_mutex_unlock(&s->mu);
       s->c->progress(&pr, s->c->progress_ud);
     }
@@ -1186,6 +1212,7 @@ lh_err lh_serve_run(const lh_serve_config *c) {
   s->start_ms = now_ms();
   s->t_start = lh_time_now();
   s->version = -1;
+  s->heldout_step = -1;
   s->last_keyframe = s->served_keyframe = LH_SYNC_NONE;
   pthread_mutex_init(&s->mu, NULL);
   pthread_mutex_init(&s->env_mu, NULL);
@@ -1244,6 +1271,7 @@ lh_err lh_serve_run(const lh_serve_config *c) {
   }
   if ((e = lh_env_config_parse(s->rl.env_spec, &ecfg)) || (e = lh_env_create(&ecfg, &s->env)))
     goto out;
+  if (s->rl.eval_every > 0 && (e = lh_env_create(&ecfg, &s->eval_env))) goto out;
   tokpath = lh_path_join(src, "tokenizer.json");
   if ((e = lh_model_load(src, &m)) || (e = lh_tokenizer_load(tokpath, &s->tok)) ||
       (e = lh_model_files_read(src, &s->files)))
@@ -1405,6 +1433,8 @@ lh_err lh_serve_run(const lh_serve_config *c) {
     int n = snprintf(text, sizeof text, "%d\n", lh_http_server_port(s->http));
     if ((e = lh_file_write_atomic(c->port_file, text, (size_t)n))) goto out;
   }
+  /* the starting policy's held-out pass@1 (a resumed run has it unless it restarts at 0) */
+  if (lh_trainer_version(s->tr) == 0 && (e = heldout_at(s, 0))) goto out;
   while (lh_trainer_version(s->tr) < s->rl.steps && !should_stop(s)) {
     if ((e = expire_leases(s)) || (e = train_once(s))) break;
   }
@@ -1425,6 +1455,7 @@ out:
   lh_model_free(m);
   lh_tokenizer_free(s->tok);
   lh_env_free(s->env);
+  lh_env_free(s->eval_env);
   lh_model_files_free(&s->files);
   lh_rundir_close(s->rd, false);
   json_decref(was);

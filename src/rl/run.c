@@ -32,6 +32,7 @@ lh_rl_run_config lh_rl_run_defaults(void) {
   c.minibatches = 1;
   c.slots = 64;
   c.save_every = 50;
+  c.eval_n = 64;
   c.loss = t.loss;
   c.adv = t.adv;
   c.opt = t.opt;
@@ -87,6 +88,8 @@ json_t *lh_rl_settings_json(const lh_rl_run_config *c) {
   json_t *o = settings_object(c);
   if (o) {
     json_object_set_new(o, "staleness_mix", json_integer(c->staleness_mix));
+    json_object_set_new(o, "eval_every", json_integer(c->eval_every));
+    json_object_set_new(o, "eval_n", json_integer(c->eval_n));
     json_t *l = json_object_get(o, "loss");
     json_object_set_new(l, "m2_tau", json_real(c->loss.m2_tau));
     json_object_set_new(l, "seq_cap", json_real(c->loss.seq_cap));
@@ -193,6 +196,9 @@ lh_err lh_rl_settings_read(json_t *s, const char *what, lh_rl_run_config *c) {
   /* runs started before --staleness-mix existed had none */
   c->staleness_mix =
       json_object_get(s, "staleness_mix") ? get_int(&r, s, "staleness_mix", NULL) : 0;
+  /* runs started before --eval-every existed had none */
+  if (json_object_get(s, "eval_every")) c->eval_every = get_int(&r, s, "eval_every", NULL);
+  if (json_object_get(s, "eval_n")) c->eval_n = get_int(&r, s, "eval_n", NULL);
   c->minibatches = get_int(&r, s, "minibatches", NULL);
   c->slots = get_int(&r, s, "slots", NULL);
   json_t *seed = field(&r, s, "seed", NULL);
@@ -249,8 +255,9 @@ static json_t *with_new_defaults(const json_t *was) {
   if (json_is_object(wl) && def) json_object_foreach(json_object_get(def, "loss"), key, v) {
       if (!json_object_get(wl, key)) json_object_set(wl, key, v);
     }
-  if (w && def && !json_object_get(w, "staleness_mix"))
-    json_object_set(w, "staleness_mix", json_object_get(def, "staleness_mix"));
+  static const char *const added[] = {"staleness_mix", "eval_every", "eval_n"};
+  for (size_t i = 0; w && def && i < sizeof added / sizeof added[0]; i++)
+    if (!json_object_get(w, added[i])) json_object_set(w, added[i], json_object_get(def, added[i]));
   json_decref(def);
   return w;
 }
@@ -325,6 +332,35 @@ static json_t *metrics_line(const lh_rl_progress *p, long gen_tokens, double lr)
   set_num(o, "gen_tokens_per_s", p->gen_s > 0 ? gen_tokens / p->gen_s : 0.0);
   set_num(o, "train_tokens_per_s", p->train_s > 0 ? ss->tokens / p->train_s : 0.0);
   return o;
+}
+
+json_t *lh_rl_eval_line(int64_t step, const lh_eval_heldout *h) {
+  json_t *o = json_object();
+  if (!o) return NULL;
+  json_object_set_new(o, "kind", json_string("eval"));
+  json_object_set_new(o, "step", json_integer(step));
+  set_num(o, "eval_pass1", h->pass1.mean);
+  set_num(o, "eval_lo", h->pass1.lo);
+  set_num(o, "eval_hi", h->pass1.hi);
+  json_object_set_new(o, "eval_tasks", json_integer(h->pass1.n));
+  set_num(o, "eval_s", h->seconds);
+  return o;
+}
+
+/* The held-out evaluation after update `step` (0: before the first), into p. */
+static lh_err heldout(const lh_rl_run_config *c, lh_env *env, lh_trainer *tr,
+                      const lh_tokenizer *tok, int64_t step, lh_rl_progress *p, json_t **line) {
+  lh_err e = c->heldout(env, lh_trainer_policy(tr), tok, c->eval_n, c->max_new, &p->heldout);
+  if (e) {
+    char *why = lh_xstrdup(lh_last_error()); /* lh_errorf formats into what this returns */
+    e = lh_errorf(e, "held-out evaluation at step %lld: %s", (long long)step, why);
+    free(why);
+    return e;
+  }
+  p->heldout_step = step;
+  *line = lh_rl_eval_line(step, &p->heldout);
+  return *line ? LH_ERR_OK
+               : lh_errorf(LH_ERR_NOMEM, "step %lld: cannot encode its eval line", (long long)step);
 }
 
 /* ---------------------------------------------------------------- mixed staleness */
@@ -485,9 +521,13 @@ lh_err lh_rl_run(const lh_rl_run_config *c, lh_rl_result *result) {
   memset(res, 0, sizeof *res);
   if (c->steps < 1 || c->group < 2 || c->prompts < 1 || c->max_new < 1 || c->max_prompt < 1 ||
       c->staleness < 0 || c->staleness_mix < 0 || c->minibatches < 1 || c->slots < 1 ||
-      c->save_every < 0 || c->keep < 0)
+      c->save_every < 0 || c->keep < 0 || c->eval_every < 0 || (c->eval_every > 0 && c->eval_n < 1))
     return lh_errorf(LH_ERR_INVAL, "steps, prompts, max_new, max_prompt, minibatches, slots >= 1, "
-                                   "group >= 2, staleness, save_every, keep >= 0 required");
+                                   "group >= 2, staleness, save_every, keep, eval_every >= 0, "
+                                   "eval_n >= 1 required");
+  if (c->eval_every > 0 && !c->heldout)
+    return lh_errorf(LH_ERR_USAGE, "eval_every %d needs the evaluator (lh_rl_run_config.heldout)",
+                     c->eval_every);
   if (c->staleness > 64 || c->staleness_mix > 64)
     return lh_errorf(LH_ERR_LIMIT, "staleness %d, at most 64",
                      c->staleness > c->staleness_mix ? c->staleness : c->staleness_mix);
@@ -505,7 +545,7 @@ lh_err lh_rl_run(const lh_rl_run_config *c, lh_rl_result *result) {
   lh_trainer *tr = NULL;
   lh_generator *gen = NULL;
   mix x = {0};
-  json_t *was = NULL;
+  json_t *was = NULL, *eval0 = NULL;
   char *src = NULL, *tokpath = NULL;
   lh_model_files files = {0};
   double *rewards = NULL, *accs = NULL;
@@ -597,6 +637,16 @@ lh_err lh_rl_run(const lh_rl_run_config *c, lh_rl_result *result) {
   res->first_step = res->last_step = step0;
   double t_start = lh_time_now();
   int quiet_steps = 0, warned = 0;
+  int64_t heldout_step = -1;
+  lh_eval_heldout last_heldout = {0};
+  /* the starting policy of a new run: its line goes in after the first update's, so a start that
+   * fails before then still leaves nothing durable */
+  if (c->eval_every > 0 && step0 == 0 && step0 < c->steps) {
+    lh_rl_progress p0 = {0};
+    if ((e = heldout(c, env, tr, tok, 0, &p0, &eval0))) goto out;
+    heldout_step = 0;
+    last_heldout = p0.heldout;
+  }
   long window_skipped = 0, window_total = 0;
   if (step0 >= c->steps)
     lh_log(LH_LOG_INFO, "%s is already at step %lld (--steps %d)", c->out_dir, (long long)step0,
@@ -656,10 +706,29 @@ lh_err lh_rl_run(const lh_rl_run_config *c, lh_rl_result *result) {
     res->groups_total += p.train.groups_used + p.train.groups_skipped;
     res->batches_dropped += p.train.batches_dropped;
     json_t *line = metrics_line(&p, gen_tokens, p.train.lr);
+    if (eval0) {
+      e = lh_rundir_metrics_append(rd, eval0);
+      json_decref(eval0);
+      eval0 = NULL;
+      if (e) {
+        json_decref(line);
+        goto out;
+      }
+    }
     e = line ? lh_rundir_metrics_append(rd, line)
              : lh_errorf(LH_ERR_NOMEM, "step %lld: cannot encode its metrics", (long long)p.step);
     json_decref(line);
     if (e) goto out;
+    p.heldout_step = heldout_step;
+    p.heldout = last_heldout;
+    if (c->eval_every > 0 && p.step % c->eval_every == 0) {
+      if ((e = heldout(c, env, tr, tok, p.step, &p, &line))) goto out;
+      e = lh_rundir_metrics_append(rd, line);
+      json_decref(line);
+      if (e) goto out;
+      heldout_step = p.step;
+      last_heldout = p.heldout;
+    }
     if (c->progress) c->progress(&p, c->progress_ud);
     /* most groups without signal for QUIET_WINDOW steps: say so once */
     window_skipped += p.train.groups_skipped;
@@ -708,6 +777,7 @@ out:
   free(tokpath);
   free(src);
   json_decref(was);
+  json_decref(eval0);
   lh_rundir_close(rd, e != LH_ERR_OK); /* discards only a run that wrote nothing durable */
   if (res == &res_local) lh_rl_result_free(res);
   lh_env_free(env);
