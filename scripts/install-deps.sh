@@ -9,7 +9,7 @@ PKGS=(
   libcmocka-dev libsodium-dev libzstd-dev libcurl4-openssl-dev libmicrohttpd-dev
   libsqlite3-dev libjansson-dev
   python3 python3-torch python3-numpy unicode-data zstd
-  curl sqlite3 nginx-light prometheus chromium
+  curl sqlite3 nginx-light prometheus chromium nodejs
 )
 
 missing=()

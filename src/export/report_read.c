@@ -214,9 +214,15 @@ static lh_err ci_of(const json_t *o, double lo_bound, const char *name, const ch
   for (int i = 0; i < 3; i++) {
     json_t *x = json_object_get(o, keys[i]);
     v[i] = json_is_number(x) ? json_number_value(x) : NAN;
-    if (!(v[i] >= lo_bound && v[i] <= 1.0))
+    if (!(v[i] >= lo_bound && v[i] <= 1.0)) {
+      char found[40];
+      snprintf(found, sizeof found, "%g", v[i]);
       return lh_errorf(LH_ERR_FORMAT, "%s: %s.%s: expected a number in [%g, 1], found %s", name,
-                       where, keys[i], lo_bound, x ? lh_json_type_name(x) : "nothing");
+                       where, keys[i], lo_bound,
+                       json_is_number(x) ? found
+                       : x               ? lh_json_type_name(x)
+                                         : "nothing");
+    }
   }
   /* eval writes the three rounded alike; allow that rounding, no more */
   if (v[1] > v[0] + 1e-9 || v[0] > v[2] + 1e-9)
