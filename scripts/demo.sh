@@ -43,7 +43,7 @@ stop_all() {
 trap stop_all EXIT
 "$BIN" serve --run "$DIR/run" --model "$DIR/base" --env $ENV --key "$DIR/trainer.key" \
   --port-file "$DIR/port" --steps 1000 --lr 2e-4 --max-new 16 --max-staleness 8 \
-  --max-wall "$SECONDS_MAX" --log-every 25 &
+  --max-wall "$SECONDS_MAX" --log-every 25 --eval-every 50 &
 SERVE=$!
 PIDS+=("$SERVE")
 for _ in $(seq 1 200); do [ -s "$DIR/port" ] && break; sleep 0.1; done
@@ -72,7 +72,10 @@ trap - EXIT
 
 echo
 echo "== 4. eval: held-out pass@1 of the trained policy against its base (paired, same tasks)"
-"$BIN" eval --model "$DIR/run" --env $ENV --n 500 --compare "$DIR/base" | tee "$DIR/eval.txt"
+"$BIN" eval --model "$DIR/run" --env $ENV --n 500 --compare "$DIR/base" --json "$DIR/eval.json" |
+  tee "$DIR/eval.txt"
+"$BIN" report --run "$DIR/run" --out "$DIR/report.html" --eval-json "$DIR/eval.json" >/dev/null
+echo "report (open in a browser): $DIR/report.html"
 
 echo
 echo "== summary"
