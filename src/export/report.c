@@ -152,7 +152,7 @@ static void staleness_hist(page *p, const int64_t *count, const char *what) {
            "Not recorded: no update line of metrics.jsonl holds \"staleness\".");
     return;
   }
-  char labels_buf[LH_REPORT_MAX_STALENESS + 1][8];
+  char labels_buf[LH_REPORT_MAX_STALENESS + 1][16];
   const char *labels[LH_REPORT_MAX_STALENESS + 1];
   double y[LH_REPORT_MAX_STALENESS + 1];
   for (int i = 0; i <= top; i++) {

@@ -122,6 +122,10 @@ static axis make_axis(double lo, double hi, bool log, bool exact) {
     if (a.hi <= a.lo) a.hi = a.lo + 1;
     return a;
   }
+  if (lo == 0 && hi == 0) { /* all zero: a unit range above it */
+    a.hi = 1;
+    return a;
+  }
   if (!(hi > lo)) {
     double d = fabs(lo) > 0 ? fabs(lo) * 0.1 : 0.5;
     a.lo = lo - d;
