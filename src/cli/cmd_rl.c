@@ -156,7 +156,8 @@ static void on_progress(const lh_rl_progress *p, void *ud) {
 int lh__cmd_rl(int argc, char **argv) {
   lh__args a = {.cmd = CMD,
                 .about = "Reinforcement learning with verifiable rewards in one process. Writes "
-                         "one JSON line per step to RUN/metrics.jsonl and Hugging Face "
+                         "one JSON line per step (and one per --eval-every evaluation) to "
+                         "RUN/metrics.jsonl and Hugging Face "
                          "checkpoints to RUN/checkpoints (docs/ALGORITHMS.md, \"The RL loop\"). "
                          "SIGINT or SIGTERM stops after the current step with a checkpoint "
                          "(exit 130 or 143); `--out RUN --resume` continues.",

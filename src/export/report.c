@@ -517,6 +517,7 @@ lh_err lh_report_write(const lh_report_config *c, lh_report_summary *summary) {
   if (!e && c->eval_json) {
     if (!(e = lh_file_read(c->eval_json, LH_REPORT_MAX_FILE, &text, &len)))
       e = lh_report_eval_parse(text, len, c->eval_json, &ev);
+    free(text);
     has_eval = !e;
   }
   if (!e && stat(ledger, &st) == 0) e = read_ledger(ledger, &sv);

@@ -42,6 +42,12 @@ grep -q 'heldout [0-9.]*@12' rl.log || fail "the progress line shows no held-out
 grep -q '"eval_every": 4' run/run.json || fail "run.json does not record --eval-every"
 cmp run/checkpoints/step-000012/model.safetensors plain/checkpoints/step-000012/model.safetensors ||
   fail "--eval-every changed the trained weights"
+# a resumed run keeps --eval-every from run.json, and refuses another value
+"$BIN" rl --out run --resume --steps 14 --eval-every 5 >resume.log 2>&1 &&
+  fail "--resume accepted another --eval-every"
+grep -q -- '--eval-every 5 (the run has 4)' resume.log || fail "resume: $(cat resume.log)"
+"$BIN" rl --out run --resume --steps 16 "${T[@]}" >resume.log 2>&1 || fail "rl --resume"
+[ "$(grep -c '"kind":"eval"' run/metrics.jsonl)" = 5 ] || fail "evaluations after resume: $(grep -c '"kind":"eval"' run/metrics.jsonl), not 5 (steps 0, 4, 8, 12, 16)"
 "$BIN" eval --model run --env $ENV --n 40 --samples 2 --compare base --json ev.json "${T[@]}" \
   >eval.log 2>&1 || fail "eval --json"
 
@@ -141,9 +147,9 @@ if grep -Eo '(src|href)=' rl.html serve.html; then fail "the page references out
 
 # ---------------------------------------------------------------- bad input: file and line
 cp -r run broken
-printf '{"step":13,"reward_mean":"high"}\n' >>broken/metrics.jsonl
+printf '{"step":17,"reward_mean":"high"}\n' >>broken/metrics.jsonl
 if "$BIN" report --run broken --out b.html >bad.log 2>&1; then fail "a bad metrics line was accepted"; fi
-grep -q 'metrics.jsonl:17: "reward_mean": expected a number or null, found string' bad.log ||
+grep -q 'metrics.jsonl:22: "reward_mean": expected a number or null, found string' bad.log ||
   fail "the error does not name the file and line: $(cat bad.log)"
 [ ! -e b.html ] || fail "a page was written from bad metrics"
 echo "report: rl and serve pages open in Chromium with every plot's points, no console errors"

@@ -150,6 +150,17 @@ static void test_page(void **state) {
   assert_true(absent);
   plot_points(html, "eval", &absent);
   assert_true(absent);
+  free(html);
+  /* with an eval JSON: pass@1, pass@2 and the mean reward, for the model and the difference */
+  snprintf(path, sizeof path, "%s/ev.json", dir);
+  write_file(path, eval_json);
+  c.eval_json = path;
+  assert_int_equal(lh_report_write(&c, &s), LH_ERR_OK);
+  assert_int_equal(lh_file_read(out, (size_t)1 << 24, &html, &len), LH_ERR_OK);
+  assert_int_equal(plot_points(html, "eval", &absent), 3);
+  assert_false(absent);
+  assert_int_equal(plot_points(html, "paired", &absent), 3);
+  c.eval_json = NULL;
   assert_null(strstr(html, "src="));
   assert_null(strstr(html, "href="));
   assert_non_null(strstr(html, "longhaul rl &lt;x&gt;")); /* escaped */
