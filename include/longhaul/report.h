@@ -55,8 +55,10 @@ typedef struct lh_report_metrics {
  * integer "step" >= 1 above the previous update's, whose keys above are numbers or null; or an
  * eval line ("kind": "eval", docs/ARCHITECTURE.md, "Run directories") with "step" >= 0 and
  * "eval_pass1", "eval_lo", "eval_hi" in [0, 1] in that order and "eval_tasks" >= 1. Only a
- * final line may be empty. Anything else is LH_ERR_FORMAT "NAME:LINE: ..." saying what was
- * expected and found. *out is cleared first and holds nothing on failure. */
+ * final line may be empty; a last line without its newline that is not JSON is a write in
+ * progress (the run is still going): it is left out with a warning. Anything else is LH_ERR_FORMAT
+ * "NAME:LINE: ..." saying what was expected and found. *out is cleared first and holds nothing on
+ * failure. */
 lh_err lh_report_metrics_parse(const char *text, size_t len, const char *name,
                                lh_report_metrics *out);
 void lh_report_metrics_free(lh_report_metrics *m);

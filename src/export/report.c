@@ -345,8 +345,8 @@ static lh_report_ci row_ci(const lh_report_eval_block *blk, const lh_report_eval
 static void eval_section(page *p, const lh_report_eval *ev, const char *path) {
   if (!ev) {
     absent(p, "eval", "Evaluation with intervals",
-           "No evaluation given: pass an `longhaul eval --json FILE` output with --eval-json "
-           "FILE.");
+           "No evaluation given: pass the output of `longhaul eval --json FILE` with "
+           "--eval-json FILE.");
     return;
   }
   const lh_report_eval_block *m = &ev->model, *cm = ev->compare.present ? &ev->compare : NULL;

@@ -167,6 +167,11 @@ lh_err lh_report_metrics_parse(const char *text, size_t len, const char *name,
     }
     json_error_t je;
     json_t *o = json_loadb(s, n, JSON_REJECT_DUPLICATES, &je);
+    if (!o && !nl) { /* a run still writing: its last line may be half there */
+      lh_log(LH_LOG_WARN, "%s:%ld: the last line is incomplete (a write in progress?): left out",
+             name, line);
+      break;
+    }
     if (!o) {
       e = lh_errorf(LH_ERR_FORMAT, "%s:%ld: column %d: expected a JSON object: %s", name, line,
                     je.column, je.text);

@@ -62,7 +62,7 @@ static void test_metrics_bad_lines(void **state) {
   refused("{\"step\":0}\n", "run/metrics.jsonl:1: \"step\": expected an integer >= 1, found 0");
   refused("{\"step\":1}\n\n{\"step\":2}\n", "run/metrics.jsonl:2: an empty line");
   refused("{\"step\":1}\n[1]\n", "run/metrics.jsonl:2: expected a JSON object, found array");
-  refused("{\"step\":1,", "run/metrics.jsonl:1: column");
+  refused("{\"step\":1,\n", "run/metrics.jsonl:1: column");
   refused("{\"kind\":\"other\",\"step\":1}", "\"kind\": expected \"eval\"");
   refused("{\"kind\":\"eval\",\"step\":1,\"eval_pass1\":0.9,\"eval_lo\":0.95,\"eval_hi\":1,"
           "\"eval_tasks\":3}",
@@ -70,6 +70,16 @@ static void test_metrics_bad_lines(void **state) {
   refused("{\"kind\":\"eval\",\"step\":1,\"eval_pass1\":0.5,\"eval_lo\":0.25,\"eval_hi\":1.5,"
           "\"eval_tasks\":3}",
           "\"eval_hi\": expected a number in [0, 1], found 1.5");
+}
+
+static void test_metrics_line_being_written(void **state) {
+  (void)state;
+  /* a last line without its newline that does not parse is a write in progress: left out */
+  const char *text = "{\"step\":1,\"reward_mean\":0.5}\n{\"step\":2,\"rew";
+  lh_report_metrics m;
+  assert_int_equal(lh_report_metrics_parse(text, strlen(text), "m", &m), LH_ERR_OK);
+  assert_int_equal(m.n, 1);
+  lh_report_metrics_free(&m);
 }
 
 static const char eval_json[] =
@@ -180,6 +190,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_metrics_rl_and_eval_lines),
       cmocka_unit_test(test_metrics_bad_lines),
+      cmocka_unit_test(test_metrics_line_being_written),
       cmocka_unit_test(test_eval_json),
       cmocka_unit_test(test_page),
   };
