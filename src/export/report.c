@@ -371,8 +371,8 @@ static void eval_section(page *p, const lh_report_eval *ev, const char *path) {
       {.name = "model", .y = v, .n = n, .lo = v + n, .hi = v + 2 * n, .color = 0},
       {.name = "compare", .y = v + 3 * n, .n = n, .lo = v + 4 * n, .hi = v + 5 * n, .color = 7}};
   char title[160];
-  snprintf(title, sizeof title, "Evaluation: %d %s tasks, %d samples each (95%% intervals)",
-           ev->tasks, ev->split, ev->samples);
+  snprintf(title, sizeof title, "Evaluation: %d %s tasks, %d sample%s each (95%% intervals)",
+           ev->tasks, ev->split, ev->samples, ev->samples == 1 ? "" : "s");
   lh__chart c = {.id = "eval",
                  .title = title,
                  .xlabel = "",
