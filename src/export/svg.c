@@ -336,11 +336,26 @@ void lh__svg_bars(lh__sb *b, const lh__chart *c, const char *const *labels, int 
   y_ticks(b, &ya);
   double band = (double)PW / (n > 0 ? n : 1), bw = band * 0.8 / (n_series > 0 ? n_series : 1);
   int every = n > 24 ? (n + 23) / 24 : 1; /* at most 24 category labels */
+  /* a label wider than its room is cut (at a character boundary) with an ellipsis; the
+   * tooltips hold it whole */
+  size_t room = (size_t)(band * every / 6.5) > 4 ? (size_t)(band * every / 6.5) : 4;
   for (int i = 0; i < n; i++) {
     if (i % every) continue;
     lh__sb_printf(b, "<text class=\"tick\" x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">",
                   LEFT + band * (i + 0.5), TOP + PH + 16);
-    lh__sb_html(b, labels[i]);
+    size_t len = strlen(labels[i]);
+    if (len <= room) {
+      lh__sb_html(b, labels[i]);
+    } else {
+      char cut[256];
+      size_t k = room - 1 < sizeof cut - 1 ? room - 1 : sizeof cut - 1;
+      while (k > 0 && ((unsigned char)labels[i][k] & 0xC0) == 0x80)
+        k--; /* not inside a UTF-8 sequence */
+      memcpy(cut, labels[i], k);
+      cut[k] = '\0';
+      lh__sb_html(b, cut);
+      lh__sb_printf(b, "\xe2\x80\xa6"); /* U+2026 */
+    }
     lh__sb_printf(b, "</text>\n");
   }
   axes_labels(b, c);
