@@ -29,6 +29,7 @@ static const command commands[] = {
     {"netem", lh__cmd_netem, "a loopback TCP proxy that emulates a WAN link (delay, rate, drops)"},
     {"serve", lh__cmd_serve, "the networked trainer: HTTP API for workers, ledger, training"},
     {"worker", lh__cmd_worker, "a rollout worker: sync the policy, lease, generate, submit"},
+    {"export", lh__cmd_export, "release a model: Hugging Face directory, GGUF, model card"},
 };
 
 static void usage(FILE *out) {
