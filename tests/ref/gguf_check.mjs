@@ -120,7 +120,18 @@ const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "gguf-check-"));
 const lh = (...a) => execFileSync(args.bin, a, { encoding: "utf8", maxBuffer: 1 << 28 });
 
 if (args.corpus) {
-  const texts = fs.readFileSync(args.corpus, "utf8").split("\n").filter((l) => l.length).map((l) => JSON.parse(l));
+  let texts = fs.readFileSync(args.corpus, "utf8").split("\n").filter((l) => l.length).map((l) => JSON.parse(l));
+  // llama.cpp applies no normalizer: a tokenizer.json with NFC (Qwen's) gives the same ids only
+  // on text that is NFC already (JavaScript's own normalize() decides which)
+  if (JSON.stringify(tokJson.normalizer ?? null).includes('"NFC"')) {
+    const before = texts.length;
+    texts = texts.filter((t) => t === t.normalize("NFC"));
+    console.log(`tokenize: ${before - texts.length} of ${before} texts are not NFC; llama.cpp does not normalize, so they are left out`);
+    if (before - texts.length > before / 4) fail("tokenize: most of the corpus is not NFC");
+    const f = path.join(tmp, "nfc.jsonl");
+    fs.writeFileSync(f, texts.map((t) => JSON.stringify(t)).join("\n") + "\n");
+    args.corpus = f;
+  }
   const ours = lh("tokenize", "--tokenizer", args.model, "--file", args.corpus, "--jsonl").trim().split("\n").map((l) => JSON.parse(l));
   let bad = 0;
   texts.forEach((text, i) => {
@@ -142,11 +153,14 @@ if (args.greedy) {
     const gen = JSON.parse(lh("generate", "--model", args.model, "--prompt-tokens", prompt.join(","), "--temperature", "0", "--max-new", String(maxNew), "--json", "--threads", "2"));
     const seq = context.getSequence();
     const theirs = [];
+    let stopped = true; // node-llama-cpp ends the generator at an end-of-generation token
     for await (const t of seq.evaluate(prompt, { temperature: 0 })) {
       theirs.push(t);
-      if (theirs.length >= gen.tokens.length) break;
+      if (theirs.length >= gen.tokens.length) { stopped = false; break; }
     }
     seq.dispose();
+    // longhaul's last token is the eos it stopped at; llama.cpp stopped there without yielding it
+    if (stopped && gen.finish === "eos" && theirs.length === gen.tokens.length - 1) theirs.push(gen.tokens.at(-1));
     total += gen.tokens.length;
     let i = 0;
     while (i < gen.tokens.length && theirs[i] === gen.tokens[i]) i++;

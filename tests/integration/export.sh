@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# Integration test of `longhaul export`: each GGUF is read by two independent implementations,
+# @huggingface/gguf (metadata and tensor shapes/types against config.json) and llama.cpp itself
+# (node-llama-cpp 3.21.1's prebuilt CPU build): F32 exports of qwen2, qwen3 and llama models
+# (biases, q/k norms, tied and untied heads, GQA, llama3 rope_scaling) continue prompts greedily
+# exactly as `longhaul generate` does; f16, bf16 and q8_0 exports load and generate; the real
+# Qwen3 and Llama-3 tokenizers embedded in a GGUF tokenize a corpus as longhaul does. The Hugging
+# Face directory (single file and sharded) loads in the PyTorch reference with the same logits,
+# and longhaul loads it back. Refusals give clear errors. The model card is checked by
+# tests/integration/export_card.sh.
+# Usage: bash export.sh LONGHAUL_BIN SOURCE_DIR. Prints every failed check; exits 1 if any failed.
+set -uo pipefail
+
+BIN=${1:?usage: export.sh LONGHAUL_BIN SOURCE_DIR}
+SRC=${2:?usage: export.sh LONGHAUL_BIN SOURCE_DIR}
+[ -f "$SRC/include/longhaul/export.h" ] || { echo "export.sh: $SRC is not the longhaul source tree"; exit 1; }
+NODE_DIR=$SRC/tests/ref/gguf/node_modules
+if [ ! -d "$NODE_DIR/node-llama-cpp" ] || [ ! -d "$NODE_DIR/@huggingface/gguf" ]; then
+  echo "FAIL: $NODE_DIR lacks node-llama-cpp or @huggingface/gguf: run scripts/install-deps.sh"
+  exit 1
+fi
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/longhaul-export.XXXXXX")
+trap '[ -n "${KEEP_TMP:-}" ] || rm -rf "$TMP"' EXIT
+PY=/usr/bin/python3
+CHECK="node $SRC/tests/ref/gguf_check.mjs --bin $BIN"
+export OMP_NUM_THREADS=2
+FAILED=0
+fail() {
+  echo "FAIL: $*"
+  FAILED=$((FAILED + 1))
+}
+
+# name arch tied extra-json: every model is 2 layers, hidden 64, 4 query heads, perturbed
+VARIANTS=(
+  "qwen2_untied qwen2 false ,\"num_key_value_heads\":2,\"head_dim\":16"
+  "qwen3_tied   qwen3 true  ,\"num_key_value_heads\":2,\"head_dim\":24"
+  "llama_gqa    llama false ,\"num_key_value_heads\":2,\"head_dim\":16,\"rope_theta\":500000.0,\"rms_norm_eps\":1e-5"
+  "llama_bias   llama true  ,\"num_key_value_heads\":1,\"head_dim\":16,\"attention_bias\":true"
+  "llama_rope3  llama false ,\"num_key_value_heads\":2,\"head_dim\":16,\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8.0,\"low_freq_factor\":1.0,\"high_freq_factor\":4.0,\"original_max_position_embeddings\":32}"
+)
+for p in "3+4=" "hello world" "The answer is 42." "(a+b)*c ="; do
+  "$BIN" tokenize --tokenizer chars --text "$p"
+done >"$TMP/prompts.jsonl"
+
+for v in "${VARIANTS[@]}"; do
+  read -r name arch tied extra <<<"$v"
+  cat >"$TMP/$name.json" <<JSON
+{"hidden_size":64,"intermediate_size":160,"num_hidden_layers":2,"num_attention_heads":4,
+ "max_position_embeddings":128,"tie_word_embeddings":$tied${extra}}
+JSON
+  "$BIN" init-model --arch "$arch" --preset "$TMP/$name.json" --seed 5 --tokenizer chars \
+    --out "$TMP/$name" >/dev/null 2>"$TMP/init.err" || { fail "$name: init-model: $(cat "$TMP/init.err")"; continue; }
+  "$PY" "$SRC/tests/ref/perturb_model.py" "$TMP/$name" || { fail "$name: perturb"; continue; }
+  "$BIN" export --model "$TMP/$name" --out "$TMP/$name.out" --gguf f32 >/dev/null 2>"$TMP/exp.err" ||
+    { fail "$name: export: $(cat "$TMP/exp.err")"; continue; }
+  $CHECK --model "$TMP/$name" --gguf "$TMP/$name.out/model-f32.gguf" --type f32 --pre default \
+    --greedy "$TMP/prompts.jsonl" --max-new 24 || fail "$name: the f32 GGUF (above)"
+  "$PY" "$SRC/tests/ref/export_check.py" "$TMP/$name" "$TMP/$name.out" || fail "$name: the HF directory (above)"
+done
+
+# other tensor types load in llama.cpp and generate (qwen2: rows of 64 and 160, all q8_0-able;
+# qwen3: head_dim 24 q/k norms stay f32)
+for t in f16 bf16 q8_0; do
+  for name in qwen2_untied qwen3_tied; do
+    "$BIN" export --model "$TMP/$name" --out "$TMP/$name.$t" --gguf "$t" >/dev/null 2>"$TMP/exp.err" ||
+      { fail "$name $t: export: $(cat "$TMP/exp.err")"; continue; }
+    $CHECK --model "$TMP/$name" --gguf "$TMP/$name.$t/model-$t.gguf" --type "$t" --pre default \
+      --greedy "$TMP/prompts.jsonl" --max-new 16 || fail "$name: the $t GGUF (above)"
+  done
+done
+
+# sharded Hugging Face export: the reference loads it, and so does longhaul
+"$BIN" export --model "$TMP/qwen2_untied" --out "$TMP/sharded" --shard-bytes 60000 >/dev/null \
+  2>"$TMP/exp.err" || fail "sharded export: $(cat "$TMP/exp.err")"
+"$PY" "$SRC/tests/ref/export_check.py" "$TMP/qwen2_untied" "$TMP/sharded" --shards 4 ||
+  fail "the sharded HF directory (above)"
+a=$("$BIN" generate --model "$TMP/sharded" --prompt "3+4=" --temperature 0 --max-new 12 --json 2>&1)
+b=$("$BIN" generate --model "$TMP/qwen2_untied.out" --prompt "3+4=" --temperature 0 --max-new 12 --json 2>&1)
+[ -n "$a" ] && [ "$a" = "$b" ] || fail "longhaul generate on the sharded export: $a vs $b"
+
+# the real tokenizers embedded: llama.cpp tokenizes the corpus as longhaul does
+for tk in qwen3:qwen2:qwen3 llama3:llama-bpe:llama; do
+  IFS=: read -r tname pre arch <<<"$tk"
+  zstd -q -d "$SRC/tests/fixtures/tokenizer/$tname.tokenizer.json.zst" -o "$TMP/$tname.tokenizer.json"
+  echo '{"hidden_size":32,"intermediate_size":64,"num_hidden_layers":1,"num_attention_heads":2,"num_key_value_heads":1,"head_dim":16,"max_position_embeddings":256}' >"$TMP/$tname.preset.json"
+  "$BIN" init-model --arch "$arch" --preset "$TMP/$tname.preset.json" --seed 1 \
+    --tokenizer "$TMP/$tname.tokenizer.json" --out "$TMP/$tname" >/dev/null 2>"$TMP/init.err" ||
+    { fail "$tname: init-model: $(cat "$TMP/init.err")"; continue; }
+  "$BIN" export --model "$TMP/$tname" --out "$TMP/$tname.out" --gguf q8_0 >/dev/null 2>"$TMP/exp.err" ||
+    { fail "$tname: export: $(cat "$TMP/exp.err")"; continue; }
+  node -e 'const fs=require("fs");for(const l of fs.readFileSync(process.argv[1],"utf8").split("\n")){if(!l)continue;const o=JSON.parse(l);if(o.tokenizer===process.argv[2])console.log(JSON.stringify(o.text))}' \
+    "$SRC/tests/fixtures/tokenizer/expected.jsonl" "$tname" >"$TMP/$tname.corpus.jsonl"
+  $CHECK --model "$TMP/$tname" --gguf "$TMP/$tname.out/model-q8_0.gguf" --type q8_0 --pre "$pre" \
+    --corpus "$TMP/$tname.corpus.jsonl" || fail "$tname: tokenization in llama.cpp (above)"
+  grep -q '"chat_template"' "$TMP/$tname.out/tokenizer_config.json" || fail "$tname: no chat_template in tokenizer_config.json"
+done
+
+# refusals
+expect_fail() { # expect_fail WHAT PATTERN CMD...
+  local what=$1 pat=$2
+  shift 2
+  if "$@" >"$TMP/out.txt" 2>"$TMP/err.txt"; then
+    fail "$what: succeeded"
+  elif ! grep -q -- "$pat" "$TMP/err.txt"; then
+    fail "$what: expected /$pat/, got: $(cat "$TMP/err.txt")"
+  fi
+}
+"$BIN" init-model --arch qwen2 --preset tiny --seed 1 --out "$TMP/notok" >/dev/null 2>&1
+expect_fail "no tokenizer.json" "no tokenizer.json" "$BIN" export --model "$TMP/notok" --out "$TMP/x1"
+expect_fail "non-empty --out" "not empty (pass --force" "$BIN" export --model "$TMP/qwen2_untied" --out "$TMP/qwen2_untied.out"
+"$BIN" export --model "$TMP/qwen2_untied" --out "$TMP/qwen2_untied.out" --force --gguf bf16 >/dev/null 2>&1 ||
+  fail "--force into an existing export"
+expect_fail "bad --gguf" "expected f32, f16, bf16 or q8_0" "$BIN" export --model "$TMP/qwen2_untied" --out "$TMP/x2" --gguf q4_0
+echo '{"attention_bias":true}' >"$TMP/q3b.json"
+"$BIN" init-model --arch qwen3 --preset "$TMP/q3b.json" --seed 1 --tokenizer chars --out "$TMP/q3b" >/dev/null 2>&1
+expect_fail "qwen3 with biases" "llama.cpp's qwen3 graph" "$BIN" export --model "$TMP/q3b" --out "$TMP/x3" --gguf f16
+[ ! -e "$TMP/x3/model-f16.gguf" ] || fail "a refused GGUF was left behind"
+
+if [ "$FAILED" -ne 0 ]; then
+  echo "export.sh: $FAILED check(s) failed"
+  exit 1
+fi
+echo "export.sh: all checks passed"
