@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "export_impl.h"
 #include "longhaul/env.h"
 #include "longhaul/eval.h"
 #include "longhaul/export.h"
@@ -415,10 +416,7 @@ lh_err lh_card_gather(const lh_card_opts *o, lh_card **out) {
   if (e) goto out;
   c->n_params = lh_config_n_params(&c->cfg);
   lh_tokenizer *tok = NULL;
-  char *tp = lh_path_join(o->model_dir, "tokenizer.json");
-  e = lh_tokenizer_load(tp, &tok);
-  free(tp);
-  if (e) goto out;
+  if ((e = lh__export_tokenizer(o->model_dir, &tok))) goto out;
   snprintf(c->tokenizer, sizeof c->tokenizer, "%s",
            !lh_tokenizer_byte_level(tok) ? "the built-in characters"
                                          : lh_tokenizer_pretokenizer(tok));
