@@ -61,7 +61,7 @@ struct lh_card {
   size_t n_params;
   char tokenizer[32];
   int64_t step; /* the checkpoint's step, -1 unknown */
-  int64_t metric_lines, updates, groups_trained;
+  int64_t metric_lines, updates, groups_trained, groups_skipped;
   char first_time[40], last_time[40];
   card_ledger ledger;
   card_eval eval;
@@ -171,14 +171,19 @@ static lh_err read_metrics(lh_card *c) {
       snprintf(c->last_time, sizeof c->last_time, "%s", json_string_value(t));
       if (!c->first_time[0]) snprintf(c->first_time, sizeof c->first_time, "%s", c->last_time);
     }
-    /* rl lines: updates and groups_used; serve lines: groups (one update per line) */
-    json_t *u = json_object_get(o, "updates"), *g = json_object_get(o, "groups_used");
-    if (!g) g = json_object_get(o, "groups");
-    if (json_is_integer(u))
+    /* rl lines: updates, groups_used and skipped_groups; serve lines: one update (a published
+     * version) each, groups (the ledger's trained ones) of which groups_skipped had no signal */
+    json_t *u = json_object_get(o, "updates"), *g = json_object_get(o, "groups_used"),
+           *sk = json_object_get(o, "skipped_groups");
+    if (json_is_integer(u)) {
       c->updates += json_integer_value(u);
-    else if (json_is_integer(g) && json_integer_value(g) > 0)
+    } else {
       c->updates++;
+      g = json_object_get(o, "groups");
+      sk = json_object_get(o, "groups_skipped");
+    }
     if (json_is_integer(g)) c->groups_trained += json_integer_value(g);
+    if (json_is_integer(sk)) c->groups_skipped += json_integer_value(sk);
     json_decref(o);
   }
   if (e == LH_ERR_OK || e == LH_ERR_NOTFOUND) e = LH_ERR_OK;
@@ -602,6 +607,11 @@ lh_err lh_card_write(const lh_card *c, const char *gguf_file, const char *path) 
     long long per = json_is_integer(group) ? json_integer_value(group) : 0;
     out(&b, "- prompt groups trained: %lld", (long long)c->groups_trained);
     if (per > 0) out(&b, " (%lld rollouts of %lld per group)", c->groups_trained * per, per);
+    if (c->groups_skipped > 0)
+      out(&b,
+          serve ? "; %lld of them had equal rewards (no learning signal)"
+                : "; %lld more had equal rewards (no learning signal) and were skipped",
+          (long long)c->groups_skipped);
     out(&b, "\n");
     if (c->step >= 0) out(&b, "- exported checkpoint: step %lld\n", (long long)c->step);
     if (serve) {

@@ -58,14 +58,15 @@ has $C "llama-cli -m model-q8_0.gguf"
 has $C "$(sed -n 's/.*"command": "\(.*\)",/\1/p' rlrun/run.json)"
 has $C "longhaul export --model rlrun --out ex1 --gguf q8_0 --eval-json ev.json"
 # the provenance numbers, summed here from metrics.jsonl
-read -r updates groups < <($PY -c '
+read -r updates groups skipped < <($PY -c '
 import json,sys
-u=g=0
+u=g=s=0
 for l in open("rlrun/metrics.jsonl"):
-    o=json.loads(l); u+=o["updates"]; g+=o["groups_used"]
-print(u,g)')
+    o=json.loads(l); u+=o["updates"]; g+=o["groups_used"]; s+=o["skipped_groups"]
+print(u,g,s)')
 has $C "- updates: $updates (3 metrics lines"
 has $C "- prompt groups trained: $groups ($((groups * 4)) rollouts of 4 per group)"
+[ "$skipped" -eq 0 ] || has $C "; $skipped more had equal rewards (no learning signal) and were skipped"
 has $C "- exported checkpoint: step 3"
 # the evaluation rows, formatted here from the eval JSON
 $PY - ev.json >rows.txt <<'PY'
@@ -77,7 +78,7 @@ for name, key in (("pass@1", None), ("mean reward", "mean_reward")):
     print(f"| {name} | {f(get(e['compare']))} | {f(get(e['model']))} | {f(get(e['paired']), '+')} |")
 PY
 while read -r row; do has $C "$row"; done <rows.txt
-has $C "| metric | base \`$TMP/base\` | this model | difference (paired, 95% interval) |"
+has $C "| metric | base \`base\` | this model | difference (paired, 95% interval) |"
 
 # ---------------------------------------------------------------- --eval SPEC: the same numbers
 "$BIN" export --model rlrun --out ex2 --eval "$ENV" --eval-n 12 >/dev/null 2>ex2.err ||
@@ -100,8 +101,10 @@ for _ in $(seq 1 600); do kill -0 "$SERVE" 2>/dev/null || break; sleep 0.1; done
 wait "$SERVE" || fail "serve exited with $? ($(tail -2 serve.log))"
 "$BIN" export --model srun --out ex3 >/dev/null 2>ex3.err || fail "export serve: $(cat ex3.err)"
 C=ex3/README.md
-trained=$(sqlite3 srun/ledger.sqlite "SELECT count(*) FROM groups WHERE state='trained'")
-rejected=$(sqlite3 srun/ledger.sqlite "SELECT count(*) FROM groups WHERE state='rejected'")
+# group states in the ledger: 2 rejected, 3 trained (include/longhaul/ledger.h)
+trained=$(sqlite3 srun/ledger.sqlite "SELECT count(*) FROM groups WHERE state = 3")
+rejected=$(sqlite3 srun/ledger.sqlite "SELECT count(*) FROM groups WHERE state = 2")
+[ "$trained" -gt 0 ] || fail "the serve run trained no group"
 latest=$(sqlite3 srun/ledger.sqlite "SELECT max(version) FROM versions")
 hash=$($PY -c '
 import hashlib,sqlite3,sys
@@ -109,6 +112,8 @@ db=sqlite3.connect("srun/ledger.sqlite")
 m=db.execute("SELECT manifest FROM versions ORDER BY version DESC LIMIT 1").fetchone()[0]
 print(hashlib.blake2b(bytes(m),digest_size=32).hexdigest())')
 has $C "networked run (\`longhaul serve\`)"
+has $C "- updates: 3 (3 metrics lines"
+has $C "- prompt groups trained: $trained ($((trained * 4)) rollouts of 4 per group)"
 has $C "  - workers: 1"
 has $C "    - w1: $trained groups trained, $rejected rejected"
 has $C "  - groups: $trained trained, $rejected rejected"
