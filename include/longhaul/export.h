@@ -120,5 +120,10 @@ const char *lh_card_name(const lh_card *c);
  * gguf_file names the GGUF file beside it, or NULL. */
 lh_err lh_card_write(const lh_card *c, const char *gguf_file, const char *path);
 void lh_card_free(lh_card *c);
+/* Reads the text of an `eval --json` file as the card does (every field it shows, of its type;
+ * each interval lo <= mean <= hi; the JSON's cost bounded before parsing) and frees it: *rows
+ * (may be NULL) is the table's row count (pass@k for each k, then the mean reward). Errors name
+ * `what` and the field. For fuzzing and tools. */
+lh_err lh_card_eval_check(const char *json, size_t len, const char *what, int *rows);
 
 #endif

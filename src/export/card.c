@@ -21,9 +21,13 @@
 
 #define MAX_RUN_JSON  (1u << 20)
 #define MAX_EVAL_JSON (256u << 20)
-#define MAX_METRICS   ((size_t)1 << 30)
-#define MAX_ROWS      16
-#define PATH_MAX_TEXT 4200 /* a path and a field's name, in messages */
+/* objects and arrays, and brackets and separators in all, of an eval file: 2^22 tasks' entries
+ * fit; parsing costs at most ~1 GB whatever the text holds (lh_json_check_cost) */
+#define MAX_EVAL_OPEN   ((size_t)1 << 22)
+#define MAX_EVAL_TOKENS ((size_t)1 << 25)
+#define MAX_METRICS     ((size_t)1 << 30)
+#define MAX_ROWS        16
+#define PATH_MAX_TEXT   4200 /* a path and a field's name, in messages */
 
 typedef struct {
   char name[32];
@@ -267,10 +271,14 @@ static int cmp_int(const void *a, const void *b) {
   return *(const int *)a - *(const int *)b;
 }
 
-static lh_err read_eval_json(const char *path, card_eval *ev) {
-  json_t *root = NULL;
-  lh_err e = load_json(path, MAX_EVAL_JSON, &root);
+/* Parses an `eval --json` file's text into ev (what the table shows); `path` names it. */
+static lh_err parse_eval(const char *text, size_t len, const char *path, card_eval *ev) {
+  lh_err e = lh_json_check_cost(text, len, MAX_EVAL_OPEN, MAX_EVAL_TOKENS, path);
   if (e) return e;
+  json_error_t jerr;
+  json_t *root = json_loadb(text, len, 0, &jerr);
+  if (!root)
+    return lh_errorf(LH_ERR_FORMAT, "%s: not valid JSON: %s (line %d)", path, jerr.text, jerr.line);
   json_t *cmd = field(path, root, "command", JSON_STRING, false, &e);
   if (!e && strcmp(json_string_value(cmd), "eval"))
     e = lh_errorf(LH_ERR_FORMAT, "%s: field command: expected \"eval\" (an `eval --json` file)",
@@ -342,6 +350,32 @@ static lh_err read_eval_json(const char *path, card_eval *ev) {
   }
 out:
   json_decref(root);
+  return e;
+}
+
+static void eval_clear(card_eval *ev) {
+  free(ev->source);
+  free(ev->env);
+  free(ev->split);
+  free(ev->model_dir);
+  free(ev->base_dir);
+  memset(ev, 0, sizeof *ev);
+}
+
+static lh_err read_eval_json(const char *path, card_eval *ev) {
+  char *text = NULL;
+  size_t len = 0;
+  lh_err e = lh_file_read(path, MAX_EVAL_JSON, &text, &len);
+  if (!e) e = parse_eval(text, len, path, ev);
+  free(text);
+  return e;
+}
+
+lh_err lh_card_eval_check(const char *json, size_t len, const char *what, int *rows) {
+  card_eval ev = {0};
+  lh_err e = parse_eval(json, len, what, &ev);
+  if (rows) *rows = e ? 0 : ev.n_rows;
+  eval_clear(&ev);
   return e;
 }
 
@@ -464,11 +498,7 @@ const char *lh_card_name(const lh_card *c) {
 
 void lh_card_free(lh_card *c) {
   if (!c) return;
-  free(c->eval.source);
-  free(c->eval.env);
-  free(c->eval.split);
-  free(c->eval.model_dir);
-  free(c->eval.base_dir);
+  eval_clear(&c->eval);
   json_decref(c->run);
   free(c->name);
   free(c->model_dir);
