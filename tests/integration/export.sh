@@ -4,7 +4,8 @@
 # (node-llama-cpp 3.21.1's prebuilt CPU build): F32 exports of qwen2, qwen3 and llama models
 # (biases, q/k norms, tied and untied heads, GQA, llama3 rope_scaling) continue prompts greedily
 # exactly as `longhaul generate` does; f16, bf16 and q8_0 exports load and generate; the real
-# Qwen3 and Llama-3 tokenizers embedded in a GGUF tokenize a corpus as longhaul does. The Hugging
+# Qwen3 and Llama-3 tokenizers and the built-in character tokenizer embedded in a GGUF tokenize
+# a corpus as longhaul does. The Hugging
 # Face directory (single file and sharded) loads in the PyTorch reference with the same logits,
 # and longhaul loads it back. Refusals give clear errors. The model card is checked by
 # tests/integration/export_card.sh.
@@ -65,6 +66,11 @@ JSON
   job "$TMP/$name" "$TMP/$name.out/model-f32.gguf" f32 default greedy "\"$TMP/prompts.jsonl\"" max_new 24
   "$PY" "$SRC/tests/ref/export_check.py" "$TMP/$name" "$TMP/$name.out" || fail "$name: the HF directory (above)"
 done
+
+# the built-in character tokenizer, as embedded: llama.cpp tokenizes its corpus as longhaul does
+node -e 'const fs=require("fs");for(const l of fs.readFileSync(process.argv[1],"utf8").split("\n")){if(!l)continue;const o=JSON.parse(l);if(o.tokenizer==="chars")console.log(JSON.stringify(o.text))}' \
+  "$SRC/tests/fixtures/tokenizer/expected.jsonl" >"$TMP/chars.corpus.jsonl"
+job "$TMP/llama_gqa" "$TMP/llama_gqa.out/model-f32.gguf" f32 default corpus "\"$TMP/chars.corpus.jsonl\""
 
 # other tensor types load in llama.cpp and generate (rows of 64 and 160 are q8_0 blocks; the
 # qwen3 q/k norms of 24 stay f32)
