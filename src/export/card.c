@@ -59,6 +59,7 @@ typedef struct {
 
 struct lh_card {
   char *name, *model_dir, *out_dir, *run_dir; /* run_dir NULL: a plain model directory */
+  char *base_dir;                             /* run.json's base found beside the run */
   json_t *run;                                /* run.json */
   char *export_cmd;
   lh_config cfg;
@@ -474,6 +475,14 @@ lh_err lh_card_gather(const lh_card_opts *o, lh_card **out) {
     free(rj);
     if (e) goto out;
     base = json_string_value(m);
+    /* a relative base was named from where the run started; try beside the run too */
+    struct stat sb;
+    if (base[0] != '/' && stat(base, &sb) != 0) {
+      char *up = dir_name(c->run_dir);
+      c->base_dir = lh_path_join(up, base);
+      free(up);
+      if (stat(c->base_dir, &sb) == 0) base = c->base_dir;
+    }
     int64_t step_dir = c->step;
     c->step = -1;
     if ((e = read_metrics(c)) || (e = read_ledger(c))) goto out;
@@ -504,6 +513,7 @@ void lh_card_free(lh_card *c) {
   free(c->model_dir);
   free(c->out_dir);
   free(c->run_dir);
+  free(c->base_dir);
   free(c->export_cmd);
   free(c);
 }
