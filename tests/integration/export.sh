@@ -52,6 +52,7 @@ for p in "3+4=" "hello world" "The answer is 42."; do
   "$BIN" tokenize --tokenizer chars --text "$p"
 done >"$TMP/prompts.jsonl"
 
+NAMES=()
 for v in "${VARIANTS[@]}"; do
   read -r name arch tied extra <<<"$v"
   cat >"$TMP/$name.json" <<JSON
@@ -59,12 +60,16 @@ for v in "${VARIANTS[@]}"; do
  "max_position_embeddings":128,"tie_word_embeddings":$tied${extra}}
 JSON
   "$BIN" init-model --arch "$arch" --preset "$TMP/$name.json" --seed 5 --tokenizer chars \
-    --out "$TMP/$name" >/dev/null 2>"$TMP/init.err" || { fail "$name: init-model: $(cat "$TMP/init.err")"; continue; }
-  "$PY" "$SRC/tests/ref/perturb_model.py" "$TMP/$name" || { fail "$name: perturb"; continue; }
+    --out "$TMP/$name" >/dev/null 2>"$TMP/init.err" && NAMES+=("$name") ||
+    fail "$name: init-model: $(cat "$TMP/init.err")"
+done
+"$PY" "$SRC/tests/ref/perturb_model.py" "${NAMES[@]/#/$TMP/}" || fail "perturb_model.py"
+PAIRS=()
+for name in "${NAMES[@]}"; do
   "$BIN" export --model "$TMP/$name" --out "$TMP/$name.out" --gguf f32 >/dev/null 2>"$TMP/exp.err" ||
     { fail "$name: export: $(cat "$TMP/exp.err")"; continue; }
   job "$TMP/$name" "$TMP/$name.out/model-f32.gguf" f32 default greedy "\"$TMP/prompts.jsonl\"" max_new 24
-  "$PY" "$SRC/tests/ref/export_check.py" "$TMP/$name" "$TMP/$name.out" || fail "$name: the HF directory (above)"
+  PAIRS+=("$TMP/$name" "$TMP/$name.out")
 done
 
 # the built-in character tokenizer, as embedded: llama.cpp tokenizes its corpus as longhaul does
@@ -84,8 +89,8 @@ done
 # sharded Hugging Face export: the reference loads it, and so does longhaul
 "$BIN" export --model "$TMP/qwen2_untied" --out "$TMP/sharded" --shard-bytes 60000 >/dev/null \
   2>"$TMP/exp.err" || fail "sharded export: $(cat "$TMP/exp.err")"
-"$PY" "$SRC/tests/ref/export_check.py" "$TMP/qwen2_untied" "$TMP/sharded" --shards 4 ||
-  fail "the sharded HF directory (above)"
+PAIRS+=("$TMP/qwen2_untied" "$TMP/sharded:4")
+"$PY" "$SRC/tests/ref/export_check.py" "${PAIRS[@]}" || fail "the Hugging Face directories (above)"
 a=$("$BIN" generate --model "$TMP/sharded" --prompt "3+4=" --temperature 0 --max-new 12 --json 2>&1)
 b=$("$BIN" generate --model "$TMP/qwen2_untied.out" --prompt "3+4=" --temperature 0 --max-new 12 --json 2>&1)
 [ -n "$a" ] && [ "$a" = "$b" ] || fail "longhaul generate on the sharded export: $a vs $b"

@@ -7,7 +7,8 @@ PyTorch reference (tests/ref/torch_model.py, no transformers):
     weights rounded to bf16): the directory loads as the same model;
   - config.json gives the same model, tokenizer.json is the source's byte for byte, and
     tokenizer_config.json / generation_config.json name the config's bos/eos tokens.
-Usage: /usr/bin/python3 tests/ref/export_check.py SRC_DIR OUT_DIR [--shards N]
+Usage: /usr/bin/python3 tests/ref/export_check.py SRC_DIR OUT_DIR[:SHARDS] ...
+(pairs of a source and its export; SHARDS, default 1, is how many weight files it must have).
 Prints each failure; exits 1 if any.
 """
 import argparse
@@ -55,11 +56,17 @@ def load_export(out):
 
 
 def main(argv):
-    ap = argparse.ArgumentParser()
-    ap.add_argument("src")
-    ap.add_argument("out")
-    ap.add_argument("--shards", type=int, default=1)
-    a = ap.parse_args(argv)
+    if len(argv) < 2 or len(argv) % 2:
+        print(__doc__)
+        return 2
+    for i in range(0, len(argv), 2):
+        out, _, shards = argv[i + 1].partition(":")
+        check(argparse.Namespace(src=argv[i], out=out, shards=int(shards or 1)))
+    return 1 if FAILS else 0
+
+
+def check(a):
+    before = len(FAILS)
     src = tm.load_model_dir(a.src, torch.float64)
     with torch.no_grad():
         for p in src.parameters():
@@ -127,9 +134,9 @@ def main(argv):
     eos = cfg_src.get("eos_token_id")
     if eos is not None and gc.get("eos_token_id") not in (eos, [eos]):
         fail(f"generation_config.json eos_token_id {gc.get('eos_token_id')} vs {eos}")
+    bad = len(FAILS) - before
     print(f"export_check: {a.out}: {len(want)} tensors, {n_files} file(s): "
-          f"{'ok' if not FAILS else str(len(FAILS)) + ' failure(s)'}")
-    return 1 if FAILS else 0
+          f"{'ok' if not bad else str(bad) + ' failure(s)'}")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@ fixtures do (torch_model.perturb: matrices and embeddings x SCALE, norm weights 
 biases 0.1*N(0,1)), then writes model.safetensors back in F32. config.json and tokenizer.json
 are kept. Used by tests/integration/export.sh on models `longhaul init-model` wrote.
 
-    /usr/bin/python3 tests/ref/perturb_model.py MODEL_DIR [--seed S] [--scale X]
+    /usr/bin/python3 tests/ref/perturb_model.py MODEL_DIR... [--seed S] [--scale X]
 """
 import argparse
 import json
@@ -18,21 +18,26 @@ import torch_model as tm  # noqa: E402
 
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("dir")
+    ap.add_argument("dirs", nargs="+")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--scale", type=float, default=5.0)
     a = ap.parse_args(argv)
-    with open(os.path.join(a.dir, "config.json")) as f:
+    for d in a.dirs:
+        perturb_dir(d, a.seed, a.scale)
+    return 0
+
+
+def perturb_dir(path, seed, scale):
+    with open(os.path.join(path, "config.json")) as f:
         config = json.load(f)
-    model = tm.load_model_dir(a.dir, torch.float64)
-    tm.perturb(model, a.seed, a.scale, torch.float32)
-    tm.write_safetensors(os.path.join(a.dir, "model.safetensors"),
+    model = tm.load_model_dir(path, torch.float64)
+    tm.perturb(model, seed, scale, torch.float32)
+    tm.write_safetensors(os.path.join(path, "model.safetensors"),
                          tm.model_state(model, torch.float32), {"format": "pt"})
     config["torch_dtype"] = "float32"
-    with open(os.path.join(a.dir, "config.json"), "w") as f:
+    with open(os.path.join(path, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
         f.write("\n")
-    return 0
 
 
 if __name__ == "__main__":
