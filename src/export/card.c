@@ -672,7 +672,9 @@ lh_err lh_card_write(const lh_card *c, const char *gguf_file, const char *path) 
         for (int i = 0; i < L->n_reasons; i++)
           out(&b, "    - `%s`: %lld\n", L->rejected[i].reason, (long long)L->rejected[i].count);
       }
-      out(&b, "  - published versions: %lld (latest %lld), restarts rewound: %lld\n",
+      out(&b,
+          "  - published versions: %lld (latest %lld); server starts: %lld (each resumes from the "
+          "newest checkpoint)\n",
           (long long)L->versions, (long long)L->latest_version, (long long)L->rewinds);
       if (L->manifest_hash[0])
         out(&b,
