@@ -191,7 +191,11 @@ static lh_err read_metrics(lh_card *c) {
     if (json_is_integer(sk)) c->groups_skipped += json_integer_value(sk);
     json_decref(o);
   }
-  if (e == LH_ERR_OK || e == LH_ERR_NOTFOUND) e = LH_ERR_OK;
+  if (e == LH_ERR_LIMIT || e == LH_ERR_IO) {
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s", lh_last_error());
+    e = lh_errorf(e, "%s:%lld: %s", path, (long long)line + 1, msg);
+  }
   free(buf);
   fclose(f);
 out:

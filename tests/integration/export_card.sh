@@ -138,6 +138,11 @@ if "$BIN" export --model rlrun --out bad3 --eval-json rlrun/run.json >/dev/null 
 fi
 grep -q "field command: expected \"eval\"" bad3.err || fail "not an eval file: $(cat bad3.err)"
 
+cp -r rlrun badm && echo 'not json' >>badm/metrics.jsonl
+if "$BIN" export --model badm --out bad4 >/dev/null 2>bad4.err; then fail "a bad metrics line was accepted"; fi
+grep -q "badm/metrics.jsonl:4: expected a JSON object per line" bad4.err || fail "bad metrics: $(cat bad4.err)"
+[ ! -e bad4 ] || fail "a refused export wrote bad4"
+
 if [ "$FAILED" -ne 0 ]; then
   echo "export_card.sh: $FAILED check(s) failed"
   exit 1
