@@ -19,8 +19,8 @@ static const lh__flag flags[] = {
      "also write OUT/model-TYPE.gguf for llama.cpp: f32, f16, bf16 or q8_0 (norms and biases "
      "stay f32)"},
     {"eval-json", "FILE", false,
-     "the model card's evaluation: an `eval --json` file (with --compare BASE: the paired "
-     "table)"},
+     "the model card's evaluation: the JSON file `longhaul eval` writes (evaluated with a "
+     "base to compare: the paired table)"},
     {"eval", "SPEC", false,
      "run the evaluation here: greedy pass@1 on the test split of SPEC, against the run's base "
      "model"},
