@@ -40,13 +40,15 @@ fail() {
   FAILED=$((FAILED + 1))
 }
 
-# name arch tied extra-json: every model is 2 layers, hidden 64, 4 query heads, perturbed
+# name arch tied intermediate extra-json: every model is 2 layers, hidden 64, 4 query heads,
+# perturbed. llama_bias's intermediate 168 is no multiple of 32: its ffn_down cannot be q8_0
+# blocks and goes f16.
 VARIANTS=(
-  "qwen2_untied qwen2 false ,\"num_key_value_heads\":2,\"head_dim\":16"
-  "qwen3_tied   qwen3 true  ,\"num_key_value_heads\":2,\"head_dim\":24"
-  "llama_gqa    llama false ,\"num_key_value_heads\":2,\"head_dim\":16,\"rope_theta\":500000.0,\"rms_norm_eps\":1e-5"
-  "llama_bias   llama true  ,\"num_key_value_heads\":1,\"head_dim\":16,\"attention_bias\":true"
-  "llama_rope3  llama false ,\"num_key_value_heads\":2,\"head_dim\":16,\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8.0,\"low_freq_factor\":1.0,\"high_freq_factor\":4.0,\"original_max_position_embeddings\":32}"
+  "qwen2_untied qwen2 false 160 ,\"num_key_value_heads\":2,\"head_dim\":16"
+  "qwen3_tied   qwen3 true  160 ,\"num_key_value_heads\":2,\"head_dim\":24"
+  "llama_gqa    llama false 160 ,\"num_key_value_heads\":2,\"head_dim\":16,\"rope_theta\":500000.0,\"rms_norm_eps\":1e-5"
+  "llama_bias   llama true  168 ,\"num_key_value_heads\":1,\"head_dim\":16,\"attention_bias\":true"
+  "llama_rope3  llama false 160 ,\"num_key_value_heads\":2,\"head_dim\":16,\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8.0,\"low_freq_factor\":1.0,\"high_freq_factor\":4.0,\"original_max_position_embeddings\":32}"
 )
 for p in "3+4=" "hello world" "The answer is 42."; do
   "$BIN" tokenize --tokenizer chars --text "$p"
@@ -54,9 +56,9 @@ done >"$TMP/prompts.jsonl"
 
 NAMES=()
 for v in "${VARIANTS[@]}"; do
-  read -r name arch tied extra <<<"$v"
+  read -r name arch tied ffn extra <<<"$v"
   cat >"$TMP/$name.json" <<JSON
-{"hidden_size":64,"intermediate_size":160,"num_hidden_layers":2,"num_attention_heads":4,
+{"hidden_size":64,"intermediate_size":$ffn,"num_hidden_layers":2,"num_attention_heads":4,
  "max_position_embeddings":128,"tie_word_embeddings":$tied${extra}}
 JSON
   "$BIN" init-model --arch "$arch" --preset "$TMP/$name.json" --seed 5 --tokenizer chars \
@@ -78,8 +80,8 @@ node -e 'const fs=require("fs");for(const l of fs.readFileSync(process.argv[1],"
 job "$TMP/llama_gqa" "$TMP/llama_gqa.out/model-f32.gguf" f32 default corpus "\"$TMP/chars.corpus.jsonl\""
 
 # other tensor types load in llama.cpp and generate (rows of 64 and 160 are q8_0 blocks; the
-# qwen3 q/k norms of 24 stay f32)
-for tn in f16:qwen3_tied bf16:llama_bias q8_0:qwen2_untied q8_0:qwen3_tied; do
+# qwen3 q/k norms of 24 stay f32; llama_bias's ffn_down rows of 168 fall back to f16)
+for tn in f16:qwen3_tied bf16:llama_bias q8_0:qwen2_untied q8_0:qwen3_tied q8_0:llama_bias; do
   IFS=: read -r t name <<<"$tn"
   "$BIN" export --model "$TMP/$name" --out "$TMP/$name.$t" --gguf "$t" >/dev/null 2>"$TMP/exp.err" ||
     { fail "$name $t: export: $(cat "$TMP/exp.err")"; continue; }
