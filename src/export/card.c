@@ -763,8 +763,9 @@ lh_err lh_card_write(const lh_card *c, const char *gguf_file, const char *path) 
       "- The evaluation above is on %s; its intervals are statistical (95%%), not a "
       "guarantee, and a different split, sampling or prompt format can change it.\n",
       ev->present ? "the tasks it names" : "nothing (none was given)");
-  out(&b, "- The weights are the bf16 policy. A q8_0 or f16 GGUF rounds them further, so its "
-          "outputs can differ from longhaul's; an f32 or bf16 GGUF holds them exactly.\n"
+  out(&b, "- The weights are the bf16 policy. A q8_0 or f16 GGUF rounds them further, and "
+          "llama.cpp rounds activations to the weights' type (f16, bf16), so only an f32 GGUF "
+          "continues prompts exactly as longhaul does.\n"
           "- llama.cpp applies no Unicode normalizer: with a tokenizer that NFC-normalizes "
           "(Qwen's), text that is not NFC tokenizes differently in the GGUF.\n"
           "- The GGUF does not add a bos token (as longhaul and this tokenizer_config.json do "
