@@ -3,7 +3,9 @@
 # with sft (the base), then `longhaul serve` trains it with RL from three `longhaul worker`s,
 # each behind its own emulated WAN link (`longhaul netem`: 50, 150 and 300 ms round trip, the
 # last with 1% drops), for a bounded time; then base and trained are evaluated on held-out
-# tasks with the paired comparison, and a summary is printed from the run's ledger.
+# tasks with the paired comparison, a summary is printed from the run's ledger, and the trained
+# policy is exported (Hugging Face directory, q8_0 GGUF, model card) into DIR/release, and the
+# run is reported in one HTML page, DIR/report.html.
 # Everything runs on loopback. Exits non-zero if any step fails.
 # Usage: bash scripts/demo.sh LONGHAUL_BIN
 #   DEMO_DIR (default ./demo): where everything goes
@@ -74,8 +76,6 @@ echo
 echo "== 4. eval: held-out pass@1 of the trained policy against its base (paired, same tasks)"
 "$BIN" eval --model "$DIR/run" --env $ENV --n 500 --compare "$DIR/base" --json "$DIR/eval.json" |
   tee "$DIR/eval.txt"
-"$BIN" report --run "$DIR/run" --out "$DIR/report.html" --eval-json "$DIR/eval.json" >/dev/null
-echo "report (open in a browser): $DIR/report.html"
 
 echo
 echo "== summary"
@@ -116,3 +116,15 @@ for name, tr, dr, rj in rows:
 print(f"the run directory: {run} (ledger.sqlite, blobs/, checkpoints/, metrics.jsonl); "
       f"workers: {d}/worker0..2")
 PY
+
+echo
+echo "== 5. export: the release of the trained policy (Hugging Face directory, GGUF for llama.cpp,"
+echo "     model card with the recipe, the ledger's provenance and the evaluation above)"
+"$BIN" export --model "$DIR/run" --out "$DIR/release" --gguf q8_0 --eval-json "$DIR/eval.json"
+echo "Hugging Face directory: $DIR/release (bf16 model.safetensors, config.json, tokenizer files)"
+echo "GGUF for llama.cpp:     $DIR/release/model-q8_0.gguf"
+echo "  run it: llama-cli -m $DIR/release/model-q8_0.gguf -p \"sort 9 6 3 5=\" -n 8 --temp 0"
+echo "      or: npx -y node-llama-cpp@3.21.1 chat --model $DIR/release/model-q8_0.gguf"
+echo "model card:             $DIR/release/README.md"
+"$BIN" report --run "$DIR/run" --out "$DIR/report.html" --eval-json "$DIR/eval.json" >/dev/null
+echo "report (open in a browser): $DIR/report.html"

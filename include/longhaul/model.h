@@ -203,6 +203,13 @@ void lh_model_files_free(lh_model_files *files);
  * weights are written bit for bit. */
 lh_err lh_model_dir_save_bf16(const lh_config *cfg, const uint16_t *slab, const char *dir,
                               const lh_model_files *files);
+/* The same, sharded when the weights pass shard_bytes (0: never): model-0000k-of-0000n
+ * .safetensors files, each at most shard_bytes (a larger tensor alone), in the tensor table's
+ * order, and model.safetensors.index.json (metadata.total_size, weight_map), as Hugging Face's
+ * save_pretrained writes them. The layout not written (model.safetensors, or the index) is
+ * removed. */
+lh_err lh_model_dir_save_bf16_shards(const lh_config *cfg, const uint16_t *slab, const char *dir,
+                                     const lh_model_files *files, size_t shard_bytes);
 
 /* ---------------------------------------------------------------- training */
 

@@ -48,6 +48,23 @@ int32_t lh_tokenizer_find(const lh_tokenizer *t, const char *token);
 /* Whether the id is a special added token (e.g. <|im_end|>). */
 bool lh_tokenizer_is_special(const lh_tokenizer *t, int32_t id);
 
+/* What another format needs to re-create the tokenizer (the GGUF export): */
+/* Whether the id is an added token (special or not: Qwen3's <think> is added, not special). */
+bool lh_tokenizer_is_added(const lh_tokenizer *t, int32_t id);
+/* Whether BPE runs over bytes mapped to unicode (a ByteLevel pre-tokenizer: GPT-2, Llama-3,
+ * Qwen); false for the chars tokenizer, whose vocabulary holds the characters themselves. */
+bool lh_tokenizer_byte_level(const lh_tokenizer *t);
+/* The pre-tokenizer's split pattern: "gpt2", "llama3", "qwen2", or "none" (the text between
+ * added tokens is one piece). */
+const char *lh_tokenizer_pretokenizer(const lh_tokenizer *t);
+/* The merges in rank order (a pair listed twice appears once, at its last rank, as Hugging
+ * Face's map keeps it): left[i] and right[i] are the ids of merge i's parts. Returns the count;
+ * writes at most cap pairs (call with cap 0 to count). */
+size_t lh_tokenizer_merges(const lh_tokenizer *t, int32_t *left, int32_t *right, size_t cap);
+/* The GPT-2 byte-to-unicode map a byte-level vocabulary spells bytes with: the code point that
+ * stands for byte b. */
+uint32_t lh_tokenizer_byte_char(uint8_t b);
+
 /* Encodes UTF-8 text. With allow_special, special tokens that appear verbatim in the text become
  * their ids; without it they are encoded as ordinary text (added tokens that are not special,
  * such as Qwen3's <think>, are always recognised, as in Hugging Face). Added tokens are matched

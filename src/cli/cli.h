@@ -150,6 +150,7 @@ int lh__cmd_netem(int argc, char **argv);
 int lh__cmd_serve(int argc, char **argv);
 int lh__cmd_worker(int argc, char **argv);
 int lh__cmd_report(int argc, char **argv);
+int lh__cmd_export(int argc, char **argv);
 /* `bench generate`, in cmd_generate.c next to the command it measures */
 int lh__bench_generate(int argc, char **argv);
 

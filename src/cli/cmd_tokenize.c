@@ -1,6 +1,7 @@
 /* `longhaul tokenize`: encodes text with a tokenizer.json (or the built-in character tokenizer)
  * and prints the ids as one JSON array line, or decodes comma-separated ids and prints exactly
  * the bytes they stand for (no newline added). */
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,8 @@ static const lh__flag flags[] = {
     {"text", "S", false, "text to encode"},
     {"file", "F", false, "file whose bytes to encode (- for stdin)"},
     {"decode", "IDS", false, "comma-separated token ids to decode instead"},
+    {"jsonl", NULL, false,
+     "with --file: each line is a JSON string to encode; prints one id array per line"},
     {"no-special", NULL, false,
      "encode special-token text as plain text; with --decode, leave special tokens out"},
 };
@@ -102,6 +105,26 @@ static int do_encode(const lh_tokenizer *t, const char *text, size_t len, bool a
   return LH__EXIT_OK;
 }
 
+/* --jsonl: encodes each line of text (a JSON string) as do_encode does. */
+static int do_encode_lines(const lh_tokenizer *t, const char *path, const char *text, size_t len,
+                           bool allow_special) {
+  size_t line = 0;
+  for (size_t i = 0; i < len; line++) {
+    const char *nl = memchr(text + i, '\n', len - i);
+    size_t end = nl ? (size_t)(nl - text) : len;
+    json_error_t err;
+    json_t *v = json_loadb(text + i, end - i, JSON_DECODE_ANY | JSON_ALLOW_NUL, &err);
+    int rc = json_is_string(v)
+                 ? do_encode(t, json_string_value(v), json_string_length(v), allow_special)
+                 : lh__cli_error(CMD, LH__EXIT_FAIL, "%s:%zu: expected a JSON string, found %s",
+                                 path, line + 1, v ? lh_json_type_name(v) : err.text);
+    json_decref(v);
+    if (rc != LH__EXIT_OK) return rc;
+    i = end + 1;
+  }
+  return LH__EXIT_OK;
+}
+
 int lh__cmd_tokenize(int argc, char **argv) {
   lh__args a = {.cmd = CMD,
                 .about = "Encodes text (--text or --file) and prints its token ids as one JSON "
@@ -118,6 +141,8 @@ int lh__cmd_tokenize(int argc, char **argv) {
                          "give exactly one of --text, --file or --decode (see longhaul %s --help)",
                          CMD);
   bool no_special = lh__args_has(&a, "no-special");
+  if (lh__args_has(&a, "jsonl") && !lh__args_has(&a, "file"))
+    return lh__cli_error(CMD, LH__EXIT_USAGE, "--jsonl reads lines of --file");
 
   lh_tokenizer *t = NULL;
   if ((rc = load(lh__args_str(&a, "tokenizer", NULL), &t)) != LH__ARGS_CONTINUE) return rc;
@@ -135,7 +160,9 @@ int lh__cmd_tokenize(int argc, char **argv) {
     else
       rc = lh_file_read(path, MAX_TEXT_BYTES, &text, &len) == LH_ERR_OK ? LH__ARGS_CONTINUE
                                                                         : lh__cli_fail(CMD);
-    if (rc == LH__ARGS_CONTINUE) rc = do_encode(t, text, len, !no_special);
+    if (rc == LH__ARGS_CONTINUE)
+      rc = lh__args_has(&a, "jsonl") ? do_encode_lines(t, path, text, len, !no_special)
+                                     : do_encode(t, text, len, !no_special);
     free(text);
   }
   lh_tokenizer_free(t);

@@ -30,6 +30,7 @@ static const command commands[] = {
     {"serve", lh__cmd_serve, "the networked trainer: HTTP API for workers, ledger, training"},
     {"worker", lh__cmd_worker, "a rollout worker: sync the policy, lease, generate, submit"},
     {"report", lh__cmd_report, "one self-contained HTML page of a run's plots (and an eval's)"},
+    {"export", lh__cmd_export, "release a model: Hugging Face directory, GGUF, model card"},
 };
 
 static void usage(FILE *out) {

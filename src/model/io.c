@@ -632,13 +632,71 @@ lh_err lh_model_dir_save(const lh_model *m, const char *dir, lh_save_dtype dtype
 
 lh_err lh_model_dir_save_bf16(const lh_config *cfg, const uint16_t *slab, const char *dir,
                               const lh_model_files *files) {
+  return lh_model_dir_save_bf16_shards(cfg, slab, dir, files, 0);
+}
+
+/* Writes the shards of ent[0..n) (each at most shard_bytes, a larger tensor alone) as
+ * model-0000k-of-0000n.safetensors, then model.safetensors.index.json. */
+static lh_err save_shards(const char *dir, const lh_st_entry *ent, int n, size_t shard_bytes) {
+  int *shard = lh_xcalloc((size_t)n, sizeof *shard);
+  size_t used = 0, total = 0;
+  int n_shards = 1;
+  for (int i = 0; i < n; i++) {
+    size_t b = 2;
+    for (int d = 0; d < ent[i].ndim; d++)
+      b *= (size_t)ent[i].shape[d];
+    if (used > 0 && used + b > shard_bytes) {
+      n_shards++;
+      used = 0;
+    }
+    used += b;
+    total += b;
+    shard[i] = n_shards - 1;
+  }
+  lh_err e = LH_ERR_OK;
+  json_t *map = json_object();
+  char name[64];
+  for (int k = 0, first = 0; k < n_shards && !e; k++) {
+    int last = first;
+    while (last < n && shard[last] == k)
+      last++;
+    snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", k + 1, n_shards);
+    char *path = lh_path_join(dir, name);
+    e = lh_safetensors_write(path, ent + first, last - first);
+    free(path);
+    for (int i = first; i < last; i++)
+      json_object_set_new(map, ent[i].name, json_string(name));
+    first = last;
+  }
+  if (!e) {
+    json_t *root =
+        json_pack("{s:{s:I}, s:o}", "metadata", "total_size", (json_int_t)total, "weight_map", map);
+    char *text = json_dumps(root, JSON_INDENT(2));
+    char *p = lh_path_join(dir, "model.safetensors.index.json");
+    e = lh_file_write_atomic(p, text, strlen(text));
+    free(p);
+    free(text);
+    json_decref(root);
+  } else {
+    json_decref(map);
+  }
+  free(shard);
+  return e;
+}
+
+lh_err lh_model_dir_save_bf16_shards(const lh_config *cfg, const uint16_t *slab, const char *dir,
+                                     const lh_model_files *files, size_t shard_bytes) {
   static const lh_model_files none = {0};
   if (!files) files = &none;
+  size_t bytes = 2 * lh_config_n_params(cfg);
+  bool sharded = shard_bytes > 0 && bytes > shard_bytes;
   lh_err e = lh_config_validate(cfg);
+  /* whichever layout is not written is removed, so the loader never picks a stale one */
   if (e || (e = lh_mkdir_p(dir)) ||
       (e = put_or_remove(dir, "generation_config.json", files->generation_config,
                          files->generation_len)) ||
-      (e = put_or_remove(dir, "model.safetensors.index.json", NULL, 0)))
+      (e = put_or_remove(dir, sharded ? "model.safetensors" : "model.safetensors.index.json", NULL,
+                         0)))
     return e;
   int n = lh_model_tensors(cfg, NULL, 0);
   lh_tensor_info *info = lh_xcalloc((size_t)n, sizeof *info);
@@ -655,8 +713,8 @@ lh_err lh_model_dir_save_bf16(const lh_config *cfg, const uint16_t *slab, const 
   char *st_path = lh_path_join(dir, "model.safetensors"),
        *cfg_path = lh_path_join(dir, "config.json");
   /* weights first, so a fresh directory never holds a config.json without its weights */
-  if (!(e = lh_safetensors_write(st_path, ent, n)))
-    e = lh__config_save_dtype(cfg_path, cfg, "bfloat16");
+  e = sharded ? save_shards(dir, ent, n, shard_bytes) : lh_safetensors_write(st_path, ent, n);
+  if (!e) e = lh__config_save_dtype(cfg_path, cfg, "bfloat16");
   free(st_path);
   free(cfg_path);
   free(ent);

@@ -75,14 +75,23 @@ static void vocab_insert(lh_tokenizer *t, int32_t id) {
   t->vocab[h] = id;
 }
 
+static bool byte_prints(int b) {
+  return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+}
+
+uint32_t lh_tokenizer_byte_char(uint8_t b) {
+  /* GPT-2: printable Latin-1 bytes map to themselves, the others to U+0100 onwards in order. */
+  if (byte_prints(b)) return b;
+  uint32_t next = 256;
+  for (int c = 0; c < b; c++)
+    next += !byte_prints(c);
+  return next;
+}
+
 /* Fills cp_of_byte and byte_of_cp with the GPT-2 byte-to-unicode map. */
 static void byte_map(lh_tokenizer *t) {
-  /* GPT-2: printable Latin-1 bytes map to themselves, the others to U+0100 onwards in order. */
-  uint32_t next = 256;
-  for (int b = 0; b < 256; b++) {
-    bool keep = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-    t->cp_of_byte[b] = keep ? (uint32_t)b : next++;
-  }
+  for (int b = 0; b < 256; b++)
+    t->cp_of_byte[b] = lh_tokenizer_byte_char((uint8_t)b);
   for (size_t c = 0; c < sizeof t->byte_of_cp / sizeof t->byte_of_cp[0]; c++)
     t->byte_of_cp[c] = -1;
   for (int b = 0; b < 256; b++)

@@ -37,6 +37,51 @@ bool lh_tokenizer_is_special(const lh_tokenizer *t, int32_t id) {
   return id >= 0 && id < t->n_ids && (t->id_flags[id] & LH__TOK_ID_SPECIAL);
 }
 
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return (x > y) - (x < y);
+}
+
+bool lh_tokenizer_is_added(const lh_tokenizer *t, int32_t id) {
+  return id >= 0 && id < t->n_ids && (t->id_flags[id] & LH__TOK_ID_ADDED);
+}
+
+bool lh_tokenizer_byte_level(const lh_tokenizer *t) {
+  return t->byte_level;
+}
+
+const char *lh_tokenizer_pretokenizer(const lh_tokenizer *t) {
+  switch (t->pre) {
+  case LH__TOK_PRE_GPT2:
+    return "gpt2";
+  case LH__TOK_PRE_LLAMA3:
+    return "llama3";
+  case LH__TOK_PRE_QWEN2:
+    return "qwen2";
+  case LH__TOK_PRE_NONE:
+    break;
+  }
+  return "none";
+}
+
+size_t lh_tokenizer_merges(const lh_tokenizer *t, int32_t *left, int32_t *right, size_t cap) {
+  if (cap == 0 || !t->merges) return t->n_merges;
+  /* ranks are positions in the merges list, with gaps where a pair was listed again: sort the
+   * table's entries by rank */
+  size_t slots = (size_t)t->merge_mask + 1, n = 0;
+  uint64_t *by = lh_xmalloc((t->n_merges ? t->n_merges : 1) * sizeof *by);
+  for (size_t s = 0; s < slots; s++)
+    if (t->merges[s].rank != UINT32_MAX) by[n++] = (uint64_t)t->merges[s].rank << 32 | s;
+  qsort(by, n, sizeof *by, cmp_u64);
+  for (size_t i = 0; i < n && i < cap; i++) {
+    const lh__tok_merge *m = &t->merges[(uint32_t)by[i]];
+    left[i] = (int32_t)(m->pair >> 32);
+    right[i] = (int32_t)(uint32_t)m->pair;
+  }
+  free(by);
+  return n;
+}
+
 /* ---------------------------------------------------------------- scratch of one call */
 
 /* A candidate merge in the heap: rank << 32 | position of its left symbol, so the smallest key

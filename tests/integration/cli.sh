@@ -415,8 +415,22 @@ run bench-longseq "$BIN" bench train --model "$MODEL" --batch 1 --seq $((MAXPOS 
 expect_rc bench-longseq 2 && expect_one_line_error bench-longseq 'max_position'
 
 # ------------------------------------------------------------------ tokenize, init-model --tokenizer
-check_help help-tokenize tokenizer text file decode no-special -- tokenize
+check_help help-tokenize tokenizer text file decode jsonl no-special -- tokenize
 grep -q -- tokenize "$TMP/top-help.out" || fail "longhaul --help does not list tokenize"
+check_help help-export model out gguf eval-json eval eval-n shard-bytes force -- export
+grep -q -- "export " "$TMP/top-help.out" || fail "longhaul --help does not list export"
+
+# --jsonl: one id array per line of JSON strings, each as --text gives it; a line that is not a
+# JSON string names the file and line
+printf '"12+34=46"\n"a\\nb<|eos|>"\n' >"$TMP/lines.jsonl"
+run tok-jsonl "$BIN" tokenize --tokenizer chars --file "$TMP/lines.jsonl" --jsonl
+expect_rc tok-jsonl 0 && { [ "$(cat "$TMP/tok-jsonl.out")" = "$(printf '[20,21,14,22,23,32,23,25]\n[68,98,69,2]')" ] ||
+  fail "tokenize --jsonl: $(cat "$TMP/tok-jsonl.out")"; }
+printf '"ok"\n42\n' >"$TMP/lines-bad.jsonl"
+run tok-jsonl-bad "$BIN" tokenize --tokenizer chars --file "$TMP/lines-bad.jsonl" --jsonl
+expect_rc tok-jsonl-bad 1 && expect_one_line_error tok-jsonl-bad 'lines-bad.jsonl:2: expected a JSON string, found integer'
+run tok-jsonl-text "$BIN" tokenize --tokenizer chars --text x --jsonl
+expect_rc tok-jsonl-text 2
 
 # The character tokenizer: ids are 3 + (c - ' ') for printable ASCII, 98 for \n.
 run tok-chars "$BIN" tokenize --tokenizer chars --text "12+34=46"
