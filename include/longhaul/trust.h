@@ -42,7 +42,7 @@ lh_err lh_trust_config_validate(const lh_trust_config *c);
 /* Which check decided. */
 typedef enum {
   LH_TRUST_OK = 0,     /* accepted */
-  LH_TRUST_MEMBERS,    /* a member without completion tokens, or one repeating another */
+  LH_TRUST_MEMBERS,    /* a member without completion tokens */
   LH_TRUST_TOKEN,      /* a token that no honest machine chooses (INCONSISTENT) */
   LH_TRUST_BORDERLINE, /* more BORDERLINE positions in one member than honest noise gives */
   LH_TRUST_LOGPROB,    /* a reported behaviour log-prob far from the recomputed one */

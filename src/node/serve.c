@@ -1104,9 +1104,12 @@ static lh_err verify_group(server *s, queued *q, bool *ok) {
   q->verified = true;
   if (v.failed != LH_TRUST_OK) {
     *ok = false;
+    char why[LH_TRUST_REASON_MAX + 48];
+    snprintf(why, sizeof why, "%s (after %lld of %lld tokens)", v.reason,
+             (long long)v.tokens_checked, (long long)v.tokens);
     lh_log(LH_LOG_WARN, "serve: group %lld (version %lld) refused: %s", (long long)q->group,
-           (long long)q->version, v.reason);
-    e = lh_ledger_group_refute(s->ledger, q->group, v.reason, now_ms());
+           (long long)q->version, why);
+    e = lh_ledger_group_refute(s->ledger, q->group, why, now_ms());
   }
   pthread_mutex_lock(&s->mu);
   s->forward_s += t1 - t0;

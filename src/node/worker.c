@@ -152,6 +152,20 @@ static void error_code(const lh_http_reply *r, char *code, size_t cap) {
   json_decref(o);
 }
 
+/* A 403 banned or not_allowed: the server will not serve this key, and waiting changes nothing:
+ * the worker stops with *e saying so. */
+static void refused_for_good(worker *w, const lh_http_reply *r, const char *code, const char *what,
+                             lh_err *e) {
+  if (r->status != 403 || (strcmp(code, "banned") && strcmp(code, "not_allowed"))) return;
+  *e = lh_errorf(LH_ERR_INVAL, "%s: HTTP 403 %s: %.*s", what, code,
+                 (int)(r->len < 300 ? r->len : 300), r->body ? (char *)r->body : "");
+  pthread_mutex_lock(&w->mu);
+  w->net_error = *e;
+  w->stop = true;
+  pthread_cond_broadcast(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+}
+
 static lh_err register_worker(worker *w) {
   char host[256] = "";
   gethostname(host, sizeof host - 1);
@@ -169,6 +183,7 @@ static lh_err register_worker(worker *w) {
     error_code(&r, code, sizeof code);
     e = lh_errorf(r.status >= 500 ? LH_ERR_IO : LH_ERR_INVAL, "register: HTTP %ld %s", r.status,
                   code);
+    refused_for_good(w, &r, code, "register", &e);
   }
   lh_http_reply_free(&r);
   return e;
@@ -511,6 +526,7 @@ static lh_err lease(worker *w, int want, int64_t version) {
     char code[64];
     error_code(&r, code, sizeof code);
     e = lh_errorf(LH_ERR_INVAL, "lease: HTTP %ld %s", r.status, code);
+    refused_for_good(w, &r, code, "lease", &e);
   }
   lh_http_reply_free(&r);
   return e;

@@ -254,7 +254,7 @@ static void test_duplicated_member(void **state) {
   attack a = honest();
   lh_rollout_batch b;
   generate(&a, &b);
-  /* member 3 := member 0 (same length, so it fits in place: regenerate until it does) */
+  /* member 3 := member 0 (member 3 takes member 0's length) */
   int n0 = b.seq_start[1] - b.seq_start[0], n3 = b.seq_start[4] - b.seq_start[3];
   if (n0 != n3) {
     b.seq_start[4] = b.seq_start[3] + n0;
@@ -263,10 +263,12 @@ static void test_duplicated_member(void **state) {
   }
   memcpy(b.tokens + b.seq_start[3], b.tokens, (size_t)n0 * sizeof *b.tokens);
   memcpy(b.mu + b.seq_start[3], b.mu, (size_t)n0 * sizeof *b.mu);
+  /* a copy under another member's stream: caught token by token (an honest group may hold
+   * two equal sequences, so a copy as such is no proof) */
   lh_trust_verdict v = verify(&b, &c, 1e-4);
-  assert_int_equal(v.failed, LH_TRUST_MEMBERS);
+  assert_int_equal(v.failed, LH_TRUST_TOKEN);
   assert_int_equal(v.member, 3);
-  assert_non_null(strstr(v.reason, "member 0"));
+  assert_true(v.position < 8);
   lh_rollout_batch_free(&b);
 }
 
