@@ -33,10 +33,10 @@ if [ ! -f "$OUT/base/config.json" ]; then
     "$B0" keygen --out trainer.key >/dev/null 2>&1)
 fi
 
-# run NAME BIN THREADS SLOTS MODE: serve for STEPS updates with two honest workers (THREADS
+# run NAME BIN THREADS SLOTS MODE [FLAGS]: serve for STEPS updates with two honest workers (THREADS
 # generation threads, SLOTS sequences at once) and, unless MODE is none, a cheating worker.
 run() {
-  local name=$1 bin=$2 threads=$3 slots=$4 mode=$5
+  local name=$1 bin=$2 threads=$3 slots=$4 mode=$5 flags=${6:-}
   [ -f "$OUT/$name.json" ] && return 0
   local d="$OUT/runs/$name"
   rm -rf "$d" && mkdir -p "$d"
@@ -46,7 +46,7 @@ run() {
     # shellcheck disable=SC2086
     "$bin" serve --run run --model "$OUT/base" --env $ENV --key "$OUT/trainer.key" --port-file port \
       --steps "$STEPS" --prompts 3 --group 4 --max-new 16 --lease-s 5 --ban-after 0 \
-      --max-wall 120 $SERVE_FLAGS >serve.log 2>&1 &
+      --max-wall 120 $SERVE_FLAGS $flags >serve.log 2>&1 &
     local sp=$!
     PIDS+=("$sp")
     for _ in $(seq 1 200); do [ -s port ] && break; sleep 0.05; done
@@ -88,11 +88,11 @@ run() {
       logprob_err_max: (map(.logprob_err_max // 0) | max), recompute_s: (map(.recompute_s // 0) | add),
       verify_s: (map(.verify_s // 0) | add), train_s: (map(.train_s // 0) | add), steps: length}' run/metrics.jsonl)
     # the server stayed responsive: /v1/status was not needed after exit; steps reached
-    jq -n --arg name "$name" --arg mode "$mode" --arg bin "$bin" --argjson threads "$threads" \
+    jq -n --arg name "$name" --arg mode "$mode" --arg flags "$flags" --arg bin "$bin" --argjson threads "$threads" \
       --argjson slots "$slots" --argjson rc "$rc" --argjson h_ok "$h_ok" --argjson h_rej "$h_rej" \
       --argjson a_sub "$a_sub" --argjson a_rej "$a_rej" --argjson a_tr "$a_tr" \
       --argjson reasons "$reasons" --argjson h_why "$h_why" --arg until "$until" --argjson stats "$stats" \
-      '{name: $name, mode: $mode, bin: $bin, threads: $threads, slots: $slots, serve_rc: $rc,
+      '{name: $name, mode: $mode, flags: $flags, bin: $bin, threads: $threads, slots: $slots, serve_rc: $rc,
         honest_groups: $h_ok, honest_rejected: $h_rej, honest_reasons: $h_why, adv_submitted: $a_sub, adv_rejected: $a_rej,
         adv_trained: $a_tr, reasons: $reasons,
         tokens_until: ($until | split(" ") | map(select(. != "") | tonumber)), metrics: $stats}' \
@@ -114,12 +114,19 @@ for r in $(seq 1 "$ROUNDS"); do
 done
 # one run per adversary mode (the first engine, 2 threads, 8 slots)
 for m in $MODES; do run "adv-$m" "$B0" 2 8 "$m"; done
+# the generation cheats again with the log-prob check off: what the token check alone catches
+# (a cheat that reports the log-probs of the leased distribution; for a wrong model it cannot)
+for m in $MODES; do
+  case $m in other-model | quant4 | quant8 | temperature | top-p | best-of-n | tokens | dup-member)
+    run "adv-tokenonly-$m" "$B0" 2 8 "$m" "--logprob-tol 1000" ;;
+  esac
+done
 
 # summary
 {
   jq -rs '[.[] | select(.mode == "none")] |
     "honest: \(length) runs, \(map(.honest_groups) | add) groups verified, \(map(.honest_rejected) | add) rejected; \(map(.metrics.tokens) | add) tokens, \(map(.metrics.borderline) | add) BORDERLINE; largest log-prob difference \(map(.metrics.logprob_err_max) | max); verification \(map(.metrics.verify_s) | add) s, recompute forwards \(map(.metrics.recompute_s) | add) s, training \(map(.metrics.train_s) | add) s"' "$OUT"/*.json
-  echo "mode | groups submitted | rejected | trained | by | tokens until detection (median)"
+  echo "mode | checks | groups submitted | rejected | trained | by | tokens until detection (median)"
   jq -rs '.[] | select(.mode != "none") |
-    "\(.mode) | \(.adv_submitted) | \(.adv_rejected) | \(.adv_trained) | \(.reasons | to_entries | map("\(.key) \(.value)") | join(", ")) | \(if (.tokens_until | length) > 0 then (.tokens_until | sort | .[(length - 1) / 2 | floor]) else "-" end)"' "$OUT"/*.json
+    "\(.mode) | \(if (.flags // "") == "" then "all" else "token only" end) | \(.adv_submitted) | \(.adv_rejected) | \(.adv_trained) | \(.reasons | to_entries | map("\(.key) \(.value)") | join(", ")) | \(if (.tokens_until | length) > 0 then (.tokens_until | sort | .[(length - 1) / 2 | floor]) else "-" end)"' "$OUT"/*.json
 } | tee "$OUT/summary.txt"
