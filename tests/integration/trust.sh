@@ -145,15 +145,27 @@ kill -TERM "$SERVE"
 wait "$SERVE" || true
 grep -q '"verify_s"' run/metrics.jsonl || fail "metrics.jsonl has no verify_s"
 
-# ---------------------------------------------------------------- allowlist
+# ---------------------------------------------------------------- allowlist and rate limits
 cat wa.key.pub >allow.txt
 "$BIN" serve --run run2 --model base --env $ENV --key trainer.key --port-file port2 \
-  --steps 3 --max-wall 60 --prompts 2 --group 4 --max-new 8 --allow-keys allow.txt >serve2.log 2>&1 &
-PIDS+=("$!")
+  --steps 100000 --max-wall 60 --prompts 2 --group 4 --max-new 8 --allow-keys allow.txt \
+  --rate-limit 0.5 >serve2.log 2>&1 &
+SERVE2=$!
+PIDS+=("$SERVE2")
 for _ in $(seq 1 200); do [ -s port2 ] && break; sleep 0.05; done
 URL=http://127.0.0.1:$(cat port2)
+worker wa
 worker wb
 wait "$LAST" 2>/dev/null || true
-grep -q 'not_allowed' wb.log || fail "a key not on the allowlist was served: $(tail -2 wb.log)"
+grep -q 'HTTP 403 not_allowed' wb.log || fail "a key not on the allowlist was served: $(tail -2 wb.log)"
+limited=0
+for _ in $(seq 1 100); do
+  curl -sf "$URL/metrics" | grep -q '^longhaul_requests_refused_total{why="rate_limited"} [1-9]' &&
+    limited=1 && break
+  sleep 0.1
+done
+[ "$limited" = 1 ] || fail "the allowed worker was never rate limited at 0.5 requests/s"
+kill -TERM "$SERVE2"
+wait "$SERVE2" || true
 trained_x=$(q "SELECT name || ' ' || count(*) FROM ($J) WHERE name LIKE 'x-%' AND state = 3 GROUP BY name" | paste -sd, -)
-echo "trust.sh: ok ($trained1 honest groups trained, 0 rejected; $(q "SELECT count(*) FROM groups WHERE state = 2") cheating groups rejected; trained, all harmless: ${trained_x:-none})"
+echo "trust.sh: ok ($trained1 honest groups trained, 0 rejected; $(q "SELECT count(*) FROM groups WHERE state = 2") cheating groups rejected; trained (as docs/SECURITY.md allows): ${trained_x:-none})"
