@@ -71,8 +71,9 @@ const char *lh_trust_check_name(lh_trust_check c);
  * of the same sequence: the layout of lh_train_logits after a forward of the batch's sequences
  * packed end to end (lh_rollout_recompute, when no sequence is empty). Member j uses sampler
  * stream stream_base + t * group_size + j and position = its index in the sequence, as the
- * generator does. Stops at the first failure. The group must be ok (group_ok) and the batch
- * consistent (lh_rollout_validate); otherwise LH_ERR_INVAL. Never allocates; O(tokens * V). */
+ * generator does. Stops at the first failure. The group must be ok (group_ok), its sampling
+ * parameters valid, every member must have a prompt token, and the batch must be consistent
+ * (lh_rollout_validate); otherwise LH_ERR_INVAL. Never allocates; O(tokens * V). */
 lh_err lh_trust_verify_group(const lh_rollout_batch *b, int t, const float *logits, int V,
                              const lh_trust_config *c, lh_sample_scratch *s, lh_trust_verdict *out);
 

@@ -103,6 +103,10 @@ lh_err lh_trust_verify_group(const lh_rollout_batch *b, int t, const float *logi
                      b->n_groups);
   const lh_sample_params *p = &b->sample;
   int G = b->group_size;
+  if (lh_sample_params_validate(p)) return LH_ERR_INVAL; /* its message names the parameter */
+  for (int j = 0; j < G; j++)
+    if (b->prompt_len[t * G + j] < 1) /* the first completion token needs a row before it */
+      return lh_errorf(LH_ERR_INVAL, "trust: group %d member %d has no prompt token", t, j);
   for (int j = 0; j < G; j++) {
     int sq = t * G + j;
     out->tokens += b->seq_start[sq + 1] - b->seq_start[sq] - b->prompt_len[sq];
