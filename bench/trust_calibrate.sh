@@ -85,6 +85,7 @@ run() {
       sed -n 's/.*(after \([0-9]*\) of [0-9]* tokens)$/\1/p;t;s/.*/0/p' | sort -n | tr '\n' ' ')
     local stats
     stats=$(jq -s '{tokens: (map(.verified_tokens // 0) | add), borderline: (map(.borderline // 0) | add),
+      borderline_member_max: (map(.borderline_member_max // 0) | max),
       logprob_err_max: (map(.logprob_err_max // 0) | max), recompute_s: (map(.recompute_s // 0) | add),
       verify_s: (map(.verify_s // 0) | add), train_s: (map(.train_s // 0) | add), steps: length}' run/metrics.jsonl)
     # the server stayed responsive: /v1/status was not needed after exit; steps reached
@@ -125,7 +126,7 @@ done
 # summary
 {
   jq -rs '[.[] | select(.mode == "none")] |
-    "honest: \(length) runs, \(map(.honest_groups) | add) groups verified, \(map(.honest_rejected) | add) rejected; \(map(.metrics.tokens) | add) tokens, \(map(.metrics.borderline) | add) BORDERLINE; largest log-prob difference \(map(.metrics.logprob_err_max) | max); verification \(map(.metrics.verify_s) | add) s, recompute forwards \(map(.metrics.recompute_s) | add) s, training \(map(.metrics.train_s) | add) s"' "$OUT"/*.json
+    "honest: \(length) runs, \(map(.honest_groups) | add) groups verified, \(map(.honest_rejected) | add) rejected; \(map(.metrics.tokens) | add) tokens, \(map(.metrics.borderline) | add) BORDERLINE (at most \(map(.metrics.borderline_member_max // 0) | max) in one member, in the runs that record it); largest log-prob difference \(map(.metrics.logprob_err_max) | max); verification \(map(.metrics.verify_s) | add) s, recompute forwards \(map(.metrics.recompute_s) | add) s, training \(map(.metrics.train_s) | add) s"' "$OUT"/*.json
   echo "mode | checks | groups submitted | rejected | trained | by | tokens until detection (median)"
   jq -rs '.[] | select(.mode != "none") |
     "\(.mode) | \(if (.flags // "") == "" then "all" else "token only" end) | \(.adv_submitted) | \(.adv_rejected) | \(.adv_trained) | \(.reasons | to_entries | map("\(.key) \(.value)") | join(", ")) | \(if (.tokens_until | length) > 0 then (.tokens_until | sort | .[(length - 1) / 2 | floor]) else "-" end)"' "$OUT"/*.json

@@ -59,6 +59,7 @@ typedef struct lh_trust_verdict {
                                      * included: the tokens until detection */
   int64_t tokens;                   /* completion tokens of the group */
   int64_t borderline;               /* BORDERLINE positions seen */
+  int borderline_member_max;        /* the most BORDERLINE positions seen in one member */
   double max_logprob_err;           /* the largest |reported - recomputed| log-prob seen */
   char reason[LH_TRUST_REASON_MAX]; /* "token: member 2 position 5: ..." ("" when accepted) */
 } lh_trust_verdict;

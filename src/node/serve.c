@@ -116,6 +116,7 @@ typedef struct server {
   double step_verify_s, step_forward_s; /* the same since the last metrics line */
   double step_lp_err;                   /* the largest log-prob difference since then */
   int64_t step_tokens, step_borderline; /* tokens checked since then, BORDERLINE among them */
+  int step_border_member;               /* the most BORDERLINE positions in one member */
   uint64_t bytes_shipped, bytes_snapshots; /* blob bytes served; of full snapshots that many */
   int64_t versions_published;
   double busy_s;
@@ -1076,57 +1077,115 @@ static lh_err expire_leases(server *s) {
   return e;
 }
 
-/* Verifies a queued group (trust.h) on the forward that recomputes its behaviour log-probs
- * under the version it claims (kept for the loss when it wants them): *ok false when it is
- * refused, which the ledger records with the reason and the failing member and position, and
- * its task is leased again. Training thread only. */
-static lh_err verify_group(server *s, queued *q, bool *ok) {
-  *ok = true;
+#define VERIFY_LOGITS_MAX ((size_t)64 << 20) /* logits one verification forward holds at most */
+
+/* Verifies the queued groups take[idx[0..m)], all of one version (trust.h), on one forward that
+ * recomputes their logits under that version's kept weights, the forward that also gives their
+ * behaviour log-probs (kept for the loss when it wants them). A group that fails is marked in
+ * bad[], recorded in the ledger as rejected with the reason, the failing member and position,
+ * and its task is leased again. Training thread only. */
+static lh_err verify_parts(server *s, queued *take, const int *idx, int m, bool *bad) {
+  int64_t version = take[idx[0]].version;
   pthread_mutex_lock(&s->mu);
-  const uint16_t *slab = kept_slab(s, q->version);
+  const uint16_t *slab = kept_slab(s, version);
   pthread_mutex_unlock(&s->mu);
   if (!slab)
     return lh_errorf(LH_ERR_NOTFOUND, "serve: the weights of version %lld are not kept",
-                     (long long)q->version);
+                     (long long)version);
+  const lh_rollout_batch **parts = lh_xmalloc((size_t)m * sizeof *parts);
+  for (int k = 0; k < m; k++)
+    parts[k] = &take[idx[k]].b;
+  lh_rollout_batch all;
   double t0 = lh_time_now();
-  lh_err e = lh_trainer_recompute(s->tr, slab, s->n_params, &q->b);
+  lh_err e = lh_rollout_concat(parts, m, &all);
+  if (!e) e = lh_trainer_recompute(s->tr, slab, s->n_params, &all);
   double t1 = lh_time_now();
-  lh_trust_verdict v;
-  if (!e)
-    e = lh_trust_verify_group(&q->b, 0, lh_trainer_recompute_logits(s->tr), s->vocab, &s->trust,
-                              s->scratch, &v);
+  const float *logits = e ? NULL : lh_trainer_recompute_logits(s->tr);
+  size_t off = 0; /* the rows of the group being checked start here */
+  bool old = lh_loss_wants_old(s->rl.loss.kind);
+  for (int k = 0; !e && k < m; k++) {
+    queued *q = &take[idx[k]];
+    int n = q->b.seq_start[q->b.group_size];
+    lh_trust_verdict v;
+    if ((e = lh_trust_verify_group(&q->b, 0, logits + off * (size_t)s->vocab, s->vocab, &s->trust,
+                                   s->scratch, &v)))
+      break;
+    if (old) {
+      free(q->b.old);
+      q->b.old = lh_xmalloc((size_t)n * sizeof *q->b.old);
+      memcpy(q->b.old, all.old + off, (size_t)n * sizeof *q->b.old);
+    }
+    off += (size_t)n;
+    q->verified = true;
+    if (v.failed != LH_TRUST_OK) {
+      bad[idx[k]] = true;
+      char why[LH_TRUST_REASON_MAX + 48];
+      snprintf(why, sizeof why, "%s (after %lld of %lld tokens)", v.reason,
+               (long long)v.tokens_checked, (long long)v.tokens);
+      lh_log(LH_LOG_WARN, "serve: group %lld (version %lld) refused: %s", (long long)q->group,
+             (long long)q->version, why);
+      e = lh_ledger_group_refute(s->ledger, q->group, why, now_ms());
+    }
+    pthread_mutex_lock(&s->mu);
+    s->verified++;
+    s->verified_tokens += v.tokens_checked;
+    s->step_tokens += v.tokens_checked;
+    s->step_borderline += v.borderline;
+    if (v.max_logprob_err > s->step_lp_err) s->step_lp_err = v.max_logprob_err;
+    if (v.borderline_member_max > s->step_border_member)
+      s->step_border_member = v.borderline_member_max;
+    if (bad[idx[k]]) {
+      s->refuted++;
+      s->rejected++;
+      reissue_push(s, q->b.task_index[0]);
+    }
+    pthread_mutex_unlock(&s->mu);
+  }
   double t2 = lh_time_now();
-  if (e) return e;
-  if (!lh_loss_wants_old(s->rl.loss.kind)) {
-    free(q->b.old);
-    q->b.old = NULL;
-  }
-  q->verified = true;
-  if (v.failed != LH_TRUST_OK) {
-    *ok = false;
-    char why[LH_TRUST_REASON_MAX + 48];
-    snprintf(why, sizeof why, "%s (after %lld of %lld tokens)", v.reason,
-             (long long)v.tokens_checked, (long long)v.tokens);
-    lh_log(LH_LOG_WARN, "serve: group %lld (version %lld) refused: %s", (long long)q->group,
-           (long long)q->version, why);
-    e = lh_ledger_group_refute(s->ledger, q->group, why, now_ms());
-  }
   pthread_mutex_lock(&s->mu);
   s->forward_s += t1 - t0;
   s->verify_s += t2 - t1;
   s->step_forward_s += t1 - t0;
   s->step_verify_s += t2 - t1;
-  s->verified++;
-  s->verified_tokens += v.tokens_checked;
-  s->step_tokens += v.tokens_checked;
-  s->step_borderline += v.borderline;
-  if (v.max_logprob_err > s->step_lp_err) s->step_lp_err = v.max_logprob_err;
-  if (!*ok) {
-    s->refuted++;
-    s->rejected++;
-    reissue_push(s, q->b.task_index[0]);
-  }
   pthread_mutex_unlock(&s->mu);
+  lh_rollout_batch_free(&all);
+  free(parts);
+  return e;
+}
+
+/* Verifies the groups of take[0..n) not checked yet, those of one version together (up to
+ * VERIFY_LOGITS_MAX logits per forward), then keeps in take[0..*n_ok) the groups that passed and
+ * frees the others. On an error nothing is moved or freed (the caller frees take[0..n)). */
+static lh_err verify_take(server *s, queued *take, int n, int *n_ok) {
+  bool *bad = lh_xcalloc((size_t)n, sizeof *bad);
+  int *idx = lh_xmalloc((size_t)n * sizeof *idx);
+  lh_err e = LH_ERR_OK;
+  for (int i = 0; !e && i < n; i++) {
+    if (take[i].verified) continue;
+    int m = 0;
+    size_t rows = 0;
+    for (int k = i; k < n; k++) {
+      size_t r = (size_t)take[k].b.seq_start[take[k].b.group_size];
+      if (take[k].verified || take[k].version != take[i].version ||
+          (m > 0 && (rows + r) * (size_t)s->vocab > VERIFY_LOGITS_MAX))
+        continue;
+      idx[m++] = k;
+      rows += r;
+    }
+    e = verify_parts(s, take, idx, m, bad);
+  }
+  if (!e) {
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+      if (bad[i])
+        lh_rollout_batch_free(&take[i].b);
+      else
+        take[k++] = take[i];
+    }
+    *n_ok = k;
+  }
+  free(bad);
+  free(idx);
   return e;
 }
 
@@ -1173,15 +1232,7 @@ static lh_err train_once(server *s) {
    * than P remain the rest go back to the queue (checked) to wait for more */
   if (n_take > 0 && !s->c->no_verify) {
     int n_ok = 0;
-    for (int i = 0; !e && i < n_take; i++) {
-      bool ok = true;
-      if (!take[i].verified) e = verify_group(s, &take[i], &ok);
-      if (ok)
-        take[n_ok++] = take[i];
-      else
-        lh_rollout_batch_free(&take[i].b);
-    }
-    if (e) {
+    if ((e = verify_take(s, take, n_take, &n_ok))) {
       for (int i = 0; i < n_take; i++)
         lh_rollout_batch_free(&take[i].b);
       free(dropped);
@@ -1282,9 +1333,11 @@ static lh_err train_once(server *s) {
     json_object_set_new(line, "refuted", json_integer(s->refuted));
     json_object_set_new(line, "verified_tokens", json_integer(s->step_tokens));
     json_object_set_new(line, "borderline", json_integer(s->step_borderline));
+    json_object_set_new(line, "borderline_member_max", json_integer(s->step_border_member));
     put_num(line, "logprob_err_max", s->step_lp_err);
     s->step_forward_s = s->step_verify_s = s->step_lp_err = 0;
     s->step_tokens = s->step_borderline = 0;
+    s->step_border_member = 0;
     pthread_mutex_unlock(&s->mu);
     if (line) e = lh_rundir_metrics_append(s->rd, line);
     json_decref(line);

@@ -146,7 +146,8 @@ lh_err lh_trust_verify_group(const lh_rollout_batch *b, int t, const float *logi
       }
       if (sv == LH_SAMPLE_BORDERLINE) {
         out->borderline++;
-        if (++border > allowed) {
+        if (++border > out->borderline_member_max) out->borderline_member_max = (int)border;
+        if (border > allowed) {
           fail(out, LH_TRUST_BORDERLINE, j, pos,
                "%lld of %d tokens BORDERLINE, honest noise allows %.0f", (long long)border, n,
                allowed);

@@ -167,5 +167,6 @@ done
 [ "$limited" = 1 ] || fail "the allowed worker was never rate limited at 0.5 requests/s"
 kill -TERM "$SERVE2"
 wait "$SERVE2" || true
+! grep -l 'Sanitizer' ./*.log >/dev/null 2>&1 || fail "a sanitizer report: $(grep -l Sanitizer ./*.log)"
 trained_x=$(q "SELECT name || ' ' || count(*) FROM ($J) WHERE name LIKE 'x-%' AND state = 3 GROUP BY name" | paste -sd, -)
 echo "trust.sh: ok ($trained1 honest groups trained, 0 rejected; $(q "SELECT count(*) FROM groups WHERE state = 2") cheating groups rejected; trained (as docs/SECURITY.md allows): ${trained_x:-none})"
