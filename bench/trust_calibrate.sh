@@ -127,6 +127,16 @@ done
 {
   jq -rs '[.[] | select(.mode == "none")] |
     "honest: \(length) runs, \(map(.honest_groups) | add) groups verified, \(map(.honest_rejected) | add) rejected; \(map(.metrics.tokens) | add) tokens, \(map(.metrics.borderline) | add) BORDERLINE (at most \(map(.metrics.borderline_member_max // 0) | max) in one member, in the runs that record it); largest log-prob difference \(map(.metrics.logprob_err_max) | max); verification \(map(.metrics.verify_s) | add) s, recompute forwards \(map(.metrics.recompute_s) | add) s, training \(map(.metrics.train_s) | add) s"' "$OUT"/*.json
+  echo "engine | threads | groups | rejected | tokens | BORDERLINE | largest log-prob difference"
+  jq -rs '[.[] | select(.mode == "none")] | group_by((.bin | split("/") | .[-2]) + " \(.threads)") | .[] |
+    "\(.[0].bin | split("/") | .[-2]) | \(.[0].threads) | \(map(.honest_groups) | add) | \(map(.honest_rejected) | add) | \(map(.metrics.tokens) | add) | \(map(.metrics.borderline) | add) | \(map(.metrics.logprob_err_max) | max)"' "$OUT"/*.json
+  echo "slots | groups | rejected | BORDERLINE | largest log-prob difference"
+  jq -rs '[.[] | select(.mode == "none")] | group_by(.slots) | .[] |
+    "\(.[0].slots) | \(map(.honest_groups) | add) | \(map(.honest_rejected) | add) | \(map(.metrics.borderline) | add) | \(map(.metrics.logprob_err_max) | max)"' "$OUT"/*.json
+  echo "cost, runs recording borderline_member_max: engine | threads | train_s | recompute_s | verify_s | recompute/train | verify/recompute"
+  jq -rs '[.[] | select(.mode == "none" and .metrics.borderline_member_max != null)] | group_by((.bin | split("/") | .[-2]) + " \(.threads)") | .[] |
+    (map(.metrics.train_s) | add) as $t | (map(.metrics.recompute_s) | add) as $r | (map(.metrics.verify_s) | add) as $v |
+    "\(.[0].bin | split("/") | .[-2]) | \(.[0].threads) | \($t) | \($r) | \($v) | \($r / $t) | \($v / $r)"' "$OUT"/*.json
   echo "mode | checks | groups submitted | rejected | trained | by | tokens until detection (median)"
   jq -rs '.[] | select(.mode != "none") |
     "\(.mode) | \(if (.flags // "") == "" then "all" else "token only" end) | \(.adv_submitted) | \(.adv_rejected) | \(.adv_trained) | \(.reasons | to_entries | map("\(.key) \(.value)") | join(", ")) | \(if (.tokens_until | length) > 0 then (.tokens_until | sort | .[(length - 1) / 2 | floor]) else "-" end)"' "$OUT"/*.json
