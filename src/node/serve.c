@@ -326,7 +326,8 @@ static lh_err rebuild_slab(server *s, int64_t v, uint16_t **out) {
 
 /* Whether a key that signed a request is served: on the allowlist (when there is one), not
  * banned (fewer than ban_after rejected groups), within its rate. Writes the refusal itself. */
-static bool admit(server *s, const lh_sync_public_key *pk, lh_http_response *res) {
+static bool admit(server *s, const lh_sync_public_key *pk, const lh_ledger_worker *known,
+                  lh_http_response *res) {
   if (s->n_allow > 0) {
     bool listed = false;
     for (int i = 0; i < s->n_allow && !listed; i++)
@@ -341,7 +342,11 @@ static bool admit(server *s, const lh_sync_public_key *pk, lh_http_response *res
   }
   if (s->c->ban_after > 0) {
     lh_ledger_worker w;
-    lh_err e = lh_ledger_worker_get(s->ledger, pk->bytes, &w);
+    lh_err e = LH_ERR_OK;
+    if (known) /* read by authenticate a moment ago */
+      w = *known;
+    else
+      e = lh_ledger_worker_get(s->ledger, pk->bytes, &w);
     if (e && e != LH_ERR_NOTFOUND) {
       lh_http_respond_error(res, 500, "ledger", "%s", lh_last_error());
       return false;
@@ -391,8 +396,8 @@ static bool authenticate(server *s, const lh_http_request *req, lh_http_response
     lh_http_respond_error(res, 401, "bad_auth", "%s", lh_last_error());
     return false;
   }
+  lh_ledger_worker w; /* the signer's record (not read when registering) */
   if (!registering) {
-    lh_ledger_worker w;
     lh_err e = lh_ledger_worker_get(s->ledger, a.key.bytes, &w);
     if (e == LH_ERR_NOTFOUND) {
       lh_http_respond_error(res, 401, "unknown_key",
@@ -455,7 +460,7 @@ static bool authenticate(server *s, const lh_http_request *req, lh_http_response
     return false;
   }
   *pk = a.key;
-  return admit(s, pk, res);
+  return admit(s, pk, registering ? NULL : &w, res);
 }
 
 /* ---------------------------------------------------------------- HTTP: endpoints */
