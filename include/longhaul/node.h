@@ -135,7 +135,8 @@ typedef struct lh_serve_config {
                            * by serve) */
   bool no_verify;         /* testing only (--no-verify): train on groups without checking them */
   int ban_after;          /* a key with this many rejected groups gets 403 banned; 0: never */
-  double rate_limit;      /* signed requests per second per key (bursts of 4 s worth); 0: off */
+  double rate_limit;      /* signed requests per second per key (bursts of 4 s worth, at least 8);
+                           * 0: off */
   const char *allow_keys; /* a file of public-key lines: only these keys are served; NULL: any */
   void (*progress)(const lh_serve_progress *p, void *ud);
   void *progress_ud;

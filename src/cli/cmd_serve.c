@@ -52,7 +52,7 @@ static const lh__flag flags[] = {
     {"ban-after", "N", false,
      "a key with N rejected groups is banned: its requests get 403 banned (default 8; 0: never)"},
     {"rate-limit", "R", false,
-     "signed requests per second per key, bursts of 4 s (default 0: off)"},
+     "signed requests per second per key, bursts of 4 s worth, at least 8 (default 0: off)"},
     {"allow-keys", "FILE", false, "serve only the keys listed in FILE, one public-key line each"},
     {"no-verify", NULL, false,
      "testing only: train on groups without checking their tokens (load tests)"},
