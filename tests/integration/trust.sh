@@ -93,6 +93,7 @@ before=$(count "name IN ('wa','wb') AND state = 3")
 sleep 6
 after=$(count "name IN ('wa','wb') AND state = 3")
 [ "$after" -gt "$before" ] || fail "no honest group trained during slowloris ($before, $after)"
+for _ in $(seq 1 600); do grep -q 'HTTP 413' x-oversized.log && break; sleep 0.1; done
 kill -TERM "$LORIS" "$BIG" 2>/dev/null || true
 wait "$LORIS" "$BIG" 2>/dev/null || true
 grep -q 'HTTP 413' x-oversized.log || fail "the oversized body did not get 413: $(tail -2 x-oversized.log)"
