@@ -158,6 +158,11 @@ lh_err lh_ledger_group_accept(lh_ledger *l, int64_t group, int64_t version_used,
  * version_used (-1 when the submission did not say); no body is kept. Other states LH_ERR_INVAL. */
 lh_err lh_ledger_group_reject(lh_ledger *l, int64_t group, int64_t version_used, const char *reason,
                               int64_t now_ms);
+/* ACCEPTED -> REJECTED with the reason (1 .. LH_LEDGER_REASON_MAX bytes): a group that verification
+ * refused after it was stored (the server verifies on the training thread's forward). Its body
+ * is kept as evidence. Other states LH_ERR_INVAL naming the state; an unknown id LH_ERR_NOTFOUND.
+ */
+lh_err lh_ledger_group_refute(lh_ledger *l, int64_t group, const char *reason, int64_t now_ms);
 /* A copy of a group's body (malloc'd, *len bytes). LH_ERR_NOTFOUND for an unknown group or one
  * without a body (never accepted, or pruned), the message saying which. */
 lh_err lh_ledger_group_body(lh_ledger *l, int64_t group, void **body, size_t *len);

@@ -20,6 +20,7 @@
 #include "longhaul/rl.h"
 #include "longhaul/sample.h"
 #include "longhaul/sync.h"
+#include "longhaul/trust.h"
 
 /* ---------------------------------------------------------------- signed requests */
 #define LH_NODE_SIGNING_CONTEXT "longhaul-request-v1\n"
@@ -121,20 +122,35 @@ typedef struct lh_serve_progress {
 } lh_serve_progress;
 
 typedef struct lh_serve_config {
-  lh_rl_run_config rl;   /* model, run directory, environment, training settings; staleness is
-                          * the staleness bound (--max-staleness); resume, stop, argv as rl */
-  const char *key_path;  /* the trainer's Ed25519 secret key */
-  const char *listen;    /* HOST:PORT (loopback by default; port 0: a free one) */
-  const char *port_file; /* when set, the bound port is written there (atomically) */
-  int keyframe_every;    /* a snapshot every K versions (and when a chain costs more) */
-  int lease_ms;          /* a lease expires after this */
-  double max_wall_s;     /* stop after this long (0: at --steps only) */
-  double linger_s;       /* after the last update, keep serving this long (workers still
-                          * fetching the last version); a stop signal ends it */
-  bool sync_mode;        /* --sync: leases only for the current version's update */
+  lh_rl_run_config rl;    /* model, run directory, environment, training settings; staleness is
+                           * the staleness bound (--max-staleness); resume, stop, argv as rl */
+  const char *key_path;   /* the trainer's Ed25519 secret key */
+  const char *listen;     /* HOST:PORT (loopback by default; port 0: a free one) */
+  const char *port_file;  /* when set, the bound port is written there (atomically) */
+  int keyframe_every;     /* a snapshot every K versions (and when a chain costs more) */
+  int lease_ms;           /* a lease expires after this */
+  double max_wall_s;      /* stop after this long (0: at --steps only) */
+  double linger_s;        /* after the last update, keep serving this long (workers still
+                           * fetching the last version); a stop signal ends it */
+  bool sync_mode;         /* --sync: leases only for the current version's update */
+  lh_trust_config trust;  /* verification tolerances (its stop ids are the model's eos ids, set
+                           * by serve) */
+  bool no_verify;         /* testing only (--no-verify): train on groups without checking them */
+  int ban_after;          /* a key with this many rejected groups gets 403 banned; 0: never */
+  double rate_limit;      /* signed requests per second per key (bursts of 4 s worth, at least 8);
+                           * 0: off */
+  const char *allow_keys; /* a file of public-key lines: only these keys are served; NULL: any */
   void (*progress)(const lh_serve_progress *p, void *ud);
   void *progress_ud;
 } lh_serve_config;
+
+/* Parses an allowlist of worker keys (serve --allow-keys): one public-key line per line
+ * (docs/PROTOCOL.md, "Keys"), blank lines and lines starting with '#' ignored, at most
+ * LH_NODE_ALLOW_MAX keys; anything else is LH_ERR_FORMAT (LH_ERR_LIMIT) naming `what` and the
+ * line. *keys is malloc'd (NULL when none). */
+#define LH_NODE_ALLOW_MAX 65536
+lh_err lh_node_allowlist_parse(const void *text, size_t len, const char *what,
+                               lh_sync_public_key **keys, int *n);
 
 lh_serve_config lh_serve_defaults(void);
 /* Runs the server until rl.steps updates, max_wall_s, or *rl.stop; errors name the file or
@@ -142,6 +158,32 @@ lh_serve_config lh_serve_defaults(void);
 lh_err lh_serve_run(const lh_serve_config *c);
 
 /* ---------------------------------------------------------------- worker */
+/* A worker that cheats, for testing the server's defences (`worker --adversary MODE`,
+ * docs/SECURITY.md has what each does and what catches it). */
+typedef enum {
+  LH_ADV_NONE = 0,
+  LH_ADV_OTHER_MODEL, /* generates with other weights of the same shape (every weight moved) */
+  LH_ADV_QUANT4,      /* with the weights rounded to 4 bits (blocks of 32, absmax scale) */
+  LH_ADV_QUANT8,      /* to 8 bits */
+  LH_ADV_PROMPT,      /* changes a prompt token */
+  LH_ADV_TOKENS,      /* changes one completion token of one member */
+  LH_ADV_TEMPERATURE, /* samples at temperature 0.9 where 1.0 was leased */
+  LH_ADV_TOP_P,       /* samples with top-p 0.95 where 1.0 was leased */
+  LH_ADV_BEST_OF_N,   /* generates 4 groups with other seeds, submits the most likely one */
+  LH_ADV_DROP_MEMBER, /* leaves the last member out */
+  LH_ADV_DUP_MEMBER,  /* the last member a copy of the first */
+  LH_ADV_LOGPROBS,    /* reports behaviour log-probs 0.1 higher */
+  LH_ADV_REWARD,      /* claims reward 1 and correct for every member */
+  LH_ADV_REPLAY,      /* submits its first group's body again for every later group */
+  LH_ADV_VERSION,     /* claims the version after the one it generated with */
+  LH_ADV_GARBAGE,     /* submits random bytes */
+  LH_ADV_OVERSIZED,   /* submits a body larger than the server takes */
+  LH_ADV_SLOWLORIS,   /* also holds connections open, trickling a request a byte at a time */
+  LH_ADV__COUNT
+} lh_node_adversary;
+/* "none", "other-model", "quant4", ... in the order above, NULL-terminated. */
+extern const char *const lh_node_adversary_names[];
+
 typedef struct lh_worker_config {
   const char *server;     /* http://HOST:PORT */
   const char *key_path;   /* the worker's Ed25519 secret key (created when missing) */
@@ -151,6 +193,7 @@ typedef struct lh_worker_config {
   int threads, slots;
   int64_t max_groups; /* stop after submitting this many (0: never) */
   volatile sig_atomic_t *stop;
+  lh_node_adversary adversary; /* testing only: cheat this way (docs/SECURITY.md) */
 } lh_worker_config;
 
 typedef struct lh_worker_result {

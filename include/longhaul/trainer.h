@@ -113,6 +113,11 @@ lh_err lh_trainer_submit(lh_trainer *t, lh_rollout_batch *b);
  * than the model's parameter count is LH_ERR_MISMATCH; a sequence longer than max_seq
  * LH_ERR_LIMIT. */
 lh_err lh_trainer_recompute(lh_trainer *t, const uint16_t *slab, size_t n, lh_rollout_batch *b);
+/* The logits of the last lh_trainer_recompute, (N, V) for its batch's N tokens, row i for token
+ * i + 1 of the same sequence (the batch's non-empty sequences packed end to end): what the
+ * verifier checks a worker's tokens against (trust.h), from the same forward. Valid until the
+ * next lh_trainer_recompute; NULL before the first. */
+const float *lh_trainer_recompute_logits(const lh_trainer *t);
 
 typedef struct lh_trainer_step_stats {
   lh_rl_step_stats update; /* loss figures are NAN when no token was trained on, grad_norm

@@ -45,6 +45,21 @@ static const lh__flag flags[] = {
     {"sync", NULL, false, "synchronous mode: groups only for the current version (a baseline)"},
     {"log-every", "N", false, "progress line every N updates when stderr is not a terminal"},
     {"threads", "K", false, "training threads (default: all cores)"},
+    {"logit-tol", "X", false,
+     "verification: the most one logit may differ between a worker and the server (default "
+     "1e-3; docs/SECURITY.md)"},
+    {"logprob-tol", "X", false,
+     "verification: the most a reported behaviour log-prob may differ (default 1e-2)"},
+    {"borderline-max", "N+F", false,
+     "verification: BORDERLINE tokens a completion may hold: N plus F of its tokens (default "
+     "4+0.25)"},
+    {"ban-after", "N", false,
+     "a key with N rejected groups is banned: its requests get 403 banned (default 8; 0: never)"},
+    {"rate-limit", "R", false,
+     "signed requests per second per key, bursts of 4 s worth, at least 8 (default 0: off)"},
+    {"allow-keys", "FILE", false, "serve only the keys listed in FILE, one public-key line each"},
+    {"no-verify", NULL, false,
+     "testing only: train on groups without checking their tokens (load tests)"},
 };
 
 typedef struct {
@@ -81,7 +96,8 @@ int lh__cmd_serve(int argc, char **argv) {
   lh_serve_config c = lh_serve_defaults();
   long steps, group, prompts, max_new, max_prompt, stale, kf, keep, log_every, threads, eval_every,
       eval_n;
-  double lr, lease_s, max_wall, linger;
+  double lr, lease_s, max_wall, linger, rate;
+  long ban_after;
   int loss_i;
   char *model = NULL;
   if ((rc = lh__args_int(&a, "steps", 1, 1 << 24, c.rl.steps, &steps)) != LH__ARGS_CONTINUE ||
@@ -105,10 +121,32 @@ int lh__cmd_serve(int argc, char **argv) {
           LH__ARGS_CONTINUE ||
       (rc = lh__args_double(&a, "max-wall", 0, 1e9, 0, &max_wall)) != LH__ARGS_CONTINUE ||
       (rc = lh__args_double(&a, "linger", 0, 1e9, 0, &linger)) != LH__ARGS_CONTINUE ||
+      (rc = lh__args_double(&a, "logit-tol", 0, 0.999, c.trust.logit_tol, &c.trust.logit_tol)) !=
+          LH__ARGS_CONTINUE ||
+      (rc = lh__args_double(&a, "logprob-tol", 1e-9, 1e3, c.trust.logprob_tol,
+                            &c.trust.logprob_tol)) != LH__ARGS_CONTINUE ||
+      (rc = lh__args_int(&a, "ban-after", 0, 1 << 30, c.ban_after, &ban_after)) !=
+          LH__ARGS_CONTINUE ||
+      (rc = lh__args_double(&a, "rate-limit", 0, 1e6, 0, &rate)) != LH__ARGS_CONTINUE ||
       (rc = lh__args_u64(&a, "seed", LH__SEED_MAX, c.rl.seed, &c.rl.seed)) != LH__ARGS_CONTINUE ||
       (rc = lh__args_choice(&a, "loss", lh_loss_kind_names, (int)c.rl.loss.kind, &loss_i)) !=
           LH__ARGS_CONTINUE)
     return rc;
+  if (lh__args_has(&a, "borderline-max")) {
+    const char *bm = lh__args_str(&a, "borderline-max", "");
+    int n = 0, used = 0;
+    double f = 0;
+    if (sscanf(bm, "%d+%lf%n", &n, &f, &used) != 2 || bm[used] || n < 0 || !(f >= 0 && f <= 1)) {
+      fprintf(stderr, "longhaul %s: --borderline-max: \"%s\", expected N+F (4+0.25)\n", CMD, bm);
+      return LH__EXIT_USAGE;
+    }
+    c.trust.borderline_min = n;
+    c.trust.borderline_frac = f;
+  }
+  c.ban_after = (int)ban_after;
+  c.rate_limit = rate;
+  c.allow_keys = lh__args_str(&a, "allow-keys", NULL);
+  c.no_verify = lh__args_has(&a, "no-verify");
   lh_set_threads((int)threads);
   if (lh__args_has(&a, "model") && !(model = lh__model_dir(CMD, lh__args_str(&a, "model", NULL))))
     return LH__EXIT_FAIL;

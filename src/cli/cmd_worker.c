@@ -20,6 +20,11 @@ static const lh__flag flags[] = {
     {"threads", "N", false, "generation threads (default: all cores)"},
     {"slots", "N", false, "sequences generated concurrently (default 16)"},
     {"max-groups", "N", false, "stop after submitting N groups (default 0: never)"},
+    {"adversary", "MODE", false,
+     "TESTING ONLY: cheat in this way, to test a server's defences (docs/SECURITY.md): "
+     "other-model | quant4 | quant8 | prompt | tokens | temperature | top-p | best-of-n | "
+     "drop-member | dup-member | logprobs | reward | replay | version | garbage | oversized | "
+     "slowloris"},
 };
 
 int lh__cmd_worker(int argc, char **argv) {
@@ -34,9 +39,12 @@ int lh__cmd_worker(int argc, char **argv) {
   if (rc != LH__ARGS_CONTINUE) return rc;
   lh_worker_config c = lh_worker_defaults();
   long threads, slots, max_groups;
+  int adv = 0;
   if ((rc = lh__args_int(&a, "threads", 0, 1024, 0, &threads)) != LH__ARGS_CONTINUE ||
       (rc = lh__args_int(&a, "slots", 1, 4096, c.slots, &slots)) != LH__ARGS_CONTINUE ||
-      (rc = lh__args_int(&a, "max-groups", 0, 1L << 40, 0, &max_groups)) != LH__ARGS_CONTINUE)
+      (rc = lh__args_int(&a, "max-groups", 0, 1L << 40, 0, &max_groups)) != LH__ARGS_CONTINUE ||
+      (rc = lh__args_choice(&a, "adversary", lh_node_adversary_names, 0, &adv)) !=
+          LH__ARGS_CONTINUE)
     return rc;
   lh_set_threads((int)threads);
   c.server = lh__args_str(&a, "server", NULL);
@@ -47,6 +55,10 @@ int lh__cmd_worker(int argc, char **argv) {
   c.threads = (int)threads;
   c.slots = (int)slots;
   c.max_groups = max_groups;
+  c.adversary = (lh_node_adversary)adv;
+  if (adv)
+    fprintf(stderr, "worker: --adversary %s: a cheating worker, for testing only\n",
+            lh_node_adversary_names[adv]);
   c.stop = &lh__stop;
   lh__stop_on_signals();
   lh_worker_result res;

@@ -338,3 +338,44 @@ void lh_node_lease_clear(lh_node_lease *l) {
   free(l->groups);
   memset(l, 0, sizeof *l);
 }
+
+/* ---------------------------------------------------------------- allowlist */
+
+lh_err lh_node_allowlist_parse(const void *text, size_t len, const char *what,
+                               lh_sync_public_key **keys, int *n) {
+  *keys = NULL;
+  *n = 0;
+  const char *p = text, *end = p + len;
+  int cap = 0, line = 0;
+  lh_err e = LH_ERR_OK;
+  while (p < end && !e) {
+    const char *nl = memchr(p, '\n', (size_t)(end - p));
+    const char *eol = nl ? nl : end;
+    line++;
+    size_t l = (size_t)(eol - p);
+    if (l > 0 && p[l - 1] == '\r') l--;
+    if (l > 0 && p[0] != '#') {
+      if (*n >= LH_NODE_ALLOW_MAX) {
+        e = lh_errorf(LH_ERR_LIMIT, "%s: line %d: more than %d keys", what, line,
+                      LH_NODE_ALLOW_MAX);
+        break;
+      }
+      char where[160];
+      snprintf(where, sizeof where, "%s: line %d", what, line);
+      lh_sync_public_key k;
+      if ((e = lh_sync_public_key_parse(p, l, where, &k))) break;
+      if (*n == cap) {
+        cap = cap ? 2 * cap : 16;
+        *keys = lh_xrealloc(*keys, (size_t)cap * sizeof **keys);
+      }
+      (*keys)[(*n)++] = k;
+    }
+    p = nl ? nl + 1 : end;
+  }
+  if (e) {
+    free(*keys);
+    *keys = NULL;
+    *n = 0;
+  }
+  return e;
+}

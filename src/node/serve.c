@@ -45,6 +45,7 @@ static int64_t now_ms(void) {
 typedef struct queued {
   int64_t group, version, arrived;
   lh_rollout_batch b;
+  bool verified; /* checked (trust.h) on the forward that recomputed its log-probs */
 } queued;
 
 /* The bf16 weights of a published version, kept for recomputing behaviour log-probs. */
@@ -99,13 +100,26 @@ typedef struct server {
   uint64_t *reissue; /* tasks of expired or rejected groups, to lease again */
   int n_reissue, reissue_cap;
   nonce_slot *nonces;
-  int64_t outstanding;    /* groups leased and not yet answered or expired */
-  int64_t sync_version;   /* --sync: the version whose groups are being leased, */
-  int sync_issued;        /* and how many of them are out */
-  pthread_mutex_t env_mu; /* scoring: an environment is used by one thread at a time */
+  int64_t outstanding;        /* groups leased and not yet answered or expired */
+  int64_t sync_version;       /* --sync: the version whose groups are being leased, */
+  int sync_issued;            /* and how many of them are out */
+  pthread_mutex_t env_mu;     /* scoring: an environment is used by one thread at a time */
+  lh_trust_config trust;      /* the tolerances, with the model's stop ids */
+  lh_sample_scratch *scratch; /* the training thread's, for verification */
+  lh_trust_limiter *limiter;  /* per-key rate limits, or NULL */
+  lh_sync_public_key *allow;  /* --allow-keys, or NULL (any key) */
+  int n_allow;
   bool stopping;
   /* counters */
   int64_t accepted, rejected, trained, dropped, repeats;
+  int64_t refuted, verified, verified_tokens; /* groups verification rejected, checked; tokens */
+  int64_t refused[3];                         /* requests refused: banned, not allowed, rate */
+  double verify_s;                            /* time spent in the check itself (not the forward) */
+  double forward_s;                     /* time spent in the forwards that recompute the logits */
+  double step_verify_s, step_forward_s; /* the same since the last metrics line */
+  double step_lp_err;                   /* the largest log-prob difference since then */
+  int64_t step_tokens, step_borderline; /* tokens checked since then, BORDERLINE among them */
+  int step_border_member;               /* the most BORDERLINE positions in one member */
   uint64_t bytes_shipped, bytes_snapshots; /* blob bytes served; of full snapshots that many */
   int64_t versions_published;
   double busy_s;
@@ -313,6 +327,60 @@ static lh_err rebuild_slab(server *s, int64_t v, uint16_t **out) {
 
 /* ---------------------------------------------------------------- HTTP: authentication */
 
+/* Whether a key that signed a request is served: on the allowlist (when there is one), not
+ * banned (fewer than ban_after rejected groups), within its rate. Writes the refusal itself. */
+static bool admit(server *s, const lh_sync_public_key *pk, const lh_ledger_worker *known,
+                  lh_http_response *res) {
+  if (s->n_allow > 0) {
+    bool listed = false;
+    for (int i = 0; i < s->n_allow && !listed; i++)
+      listed = !memcmp(s->allow[i].bytes, pk->bytes, sizeof pk->bytes);
+    if (!listed) {
+      pthread_mutex_lock(&s->mu);
+      s->refused[1]++;
+      pthread_mutex_unlock(&s->mu);
+      lh_http_respond_error(res, 403, "not_allowed", "this key is not on the server's allowlist");
+      return false;
+    }
+  }
+  if (s->c->ban_after > 0) {
+    lh_ledger_worker w;
+    lh_err e = LH_ERR_OK;
+    if (known) /* read by authenticate a moment ago */
+      w = *known;
+    else
+      e = lh_ledger_worker_get(s->ledger, pk->bytes, &w);
+    if (e && e != LH_ERR_NOTFOUND) {
+      lh_http_respond_error(res, 500, "ledger", "%s", lh_last_error());
+      return false;
+    }
+    if (!e && w.groups[LH_GROUP_REJECTED] >= s->c->ban_after) {
+      pthread_mutex_lock(&s->mu);
+      s->refused[0]++;
+      pthread_mutex_unlock(&s->mu);
+      lh_http_respond_error(res, 403, "banned",
+                            "this key is banned: %lld of its groups were rejected (the limit is "
+                            "%d)",
+                            (long long)w.groups[LH_GROUP_REJECTED], s->c->ban_after);
+      return false;
+    }
+  }
+  double retry = 0;
+  if (s->limiter && !lh_trust_limiter_take(s->limiter, pk->bytes, lh_time_now(), &retry)) {
+    pthread_mutex_lock(&s->mu);
+    s->refused[2]++;
+    pthread_mutex_unlock(&s->mu);
+    char ra[24];
+    snprintf(ra, sizeof ra, "%d", (int)ceil(retry));
+    lh_http_response_header(res, "Retry-After", ra);
+    lh_http_respond_error(res, 429, "rate_limited",
+                          "more than %g requests per second from this key; retry in %.2f s",
+                          s->c->rate_limit, retry);
+    return false;
+  }
+  return true;
+}
+
 /* Checks a signed request; *pk is the signer. Writes the error response itself. */
 static bool authenticate(server *s, const lh_http_request *req, lh_http_response *res,
                          bool registering, lh_sync_public_key *pk) {
@@ -331,8 +399,8 @@ static bool authenticate(server *s, const lh_http_request *req, lh_http_response
     lh_http_respond_error(res, 401, "bad_auth", "%s", lh_last_error());
     return false;
   }
+  lh_ledger_worker w; /* the signer's record (not read when registering) */
   if (!registering) {
-    lh_ledger_worker w;
     lh_err e = lh_ledger_worker_get(s->ledger, a.key.bytes, &w);
     if (e == LH_ERR_NOTFOUND) {
       lh_http_respond_error(res, 401, "unknown_key",
@@ -395,7 +463,7 @@ static bool authenticate(server *s, const lh_http_request *req, lh_http_response
     return false;
   }
   *pk = a.key;
-  return true;
+  return admit(s, pk, registering ? NULL : &w, res);
 }
 
 /* ---------------------------------------------------------------- HTTP: endpoints */
@@ -710,7 +778,7 @@ static void h_rollout(server *s, const lh_http_request *req, lh_http_response *r
                (e = lh_ledger_group_accept(s->ledger, gid, b.version, body, len, meta, now_ms()))) {
       lh_http_respond_error(res, 500, "ledger", "%s", lh_last_error());
     } else {
-      queued q = {gid, b.version, now_ms(), b};
+      queued q = {gid, b.version, now_ms(), b, false};
       memset(&b, 0, sizeof b);
       pthread_mutex_lock(&s->mu);
       queue_push(s, &q);
@@ -895,6 +963,27 @@ static void h_metrics(server *s, lh_http_response *res) {
   PUT("# HELP longhaul_repeats_total Rollout submissions answered as before.\n"
       "# TYPE longhaul_repeats_total counter\nlonghaul_repeats_total %lld\n",
       (long long)s->repeats);
+  PUT("# HELP longhaul_groups_refuted_total Stored groups that verification rejected.\n"
+      "# TYPE longhaul_groups_refuted_total counter\nlonghaul_groups_refuted_total %lld\n",
+      (long long)s->refuted);
+  PUT("# HELP longhaul_groups_verified_total Groups checked token by token.\n"
+      "# TYPE longhaul_groups_verified_total counter\nlonghaul_groups_verified_total %lld\n",
+      (long long)s->verified);
+  PUT("# HELP longhaul_verified_tokens_total Completion tokens checked.\n"
+      "# TYPE longhaul_verified_tokens_total counter\nlonghaul_verified_tokens_total %lld\n",
+      (long long)s->verified_tokens);
+  PUT("# HELP longhaul_verify_seconds_total Time spent checking tokens (not the forward).\n"
+      "# TYPE longhaul_verify_seconds_total counter\nlonghaul_verify_seconds_total %.6f\n",
+      s->verify_s);
+  PUT("# HELP longhaul_recompute_seconds_total Time in the forwards that recompute logits.\n"
+      "# TYPE longhaul_recompute_seconds_total counter\nlonghaul_recompute_seconds_total %.6f\n",
+      s->forward_s);
+  PUT("# HELP longhaul_requests_refused_total Signed requests refused by admission.\n"
+      "# TYPE longhaul_requests_refused_total counter\n"
+      "longhaul_requests_refused_total{why=\"banned\"} %lld\n"
+      "longhaul_requests_refused_total{why=\"not_allowed\"} %lld\n"
+      "longhaul_requests_refused_total{why=\"rate_limited\"} %lld\n",
+      (long long)s->refused[0], (long long)s->refused[1], (long long)s->refused[2]);
   PUT("# HELP longhaul_trainer_busy_seconds_total Time the training thread spent training.\n"
       "# TYPE longhaul_trainer_busy_seconds_total counter\n"
       "longhaul_trainer_busy_seconds_total %.3f\n",
@@ -996,6 +1085,118 @@ static lh_err expire_leases(server *s) {
   return e;
 }
 
+#define VERIFY_LOGITS_MAX ((size_t)64 << 20) /* logits one verification forward holds at most */
+
+/* Verifies the queued groups take[idx[0..m)], all of one version (trust.h), on one forward that
+ * recomputes their logits under that version's kept weights, the forward that also gives their
+ * behaviour log-probs (kept for the loss when it wants them). A group that fails is marked in
+ * bad[], recorded in the ledger as rejected with the reason, the failing member and position,
+ * and its task is leased again. Training thread only. */
+static lh_err verify_parts(server *s, queued *take, const int *idx, int m, bool *bad) {
+  int64_t version = take[idx[0]].version;
+  pthread_mutex_lock(&s->mu);
+  const uint16_t *slab = kept_slab(s, version);
+  pthread_mutex_unlock(&s->mu);
+  if (!slab)
+    return lh_errorf(LH_ERR_NOTFOUND, "serve: the weights of version %lld are not kept",
+                     (long long)version);
+  const lh_rollout_batch **parts = lh_xmalloc((size_t)m * sizeof *parts);
+  for (int k = 0; k < m; k++)
+    parts[k] = &take[idx[k]].b;
+  lh_rollout_batch all;
+  double t0 = lh_time_now();
+  lh_err e = lh_rollout_concat(parts, m, &all);
+  if (!e) e = lh_trainer_recompute(s->tr, slab, s->n_params, &all);
+  double t1 = lh_time_now();
+  const float *logits = e ? NULL : lh_trainer_recompute_logits(s->tr);
+  size_t off = 0; /* the rows of the group being checked start here */
+  bool old = lh_loss_wants_old(s->rl.loss.kind);
+  for (int k = 0; !e && k < m; k++) {
+    queued *q = &take[idx[k]];
+    int n = q->b.seq_start[q->b.group_size];
+    lh_trust_verdict v;
+    if ((e = lh_trust_verify_group(&q->b, 0, logits + off * (size_t)s->vocab, s->vocab, &s->trust,
+                                   s->scratch, &v)))
+      break;
+    if (old) {
+      free(q->b.old);
+      q->b.old = lh_xmalloc((size_t)n * sizeof *q->b.old);
+      memcpy(q->b.old, all.old + off, (size_t)n * sizeof *q->b.old);
+    }
+    off += (size_t)n;
+    q->verified = true;
+    if (v.failed != LH_TRUST_OK) {
+      bad[idx[k]] = true;
+      char why[LH_TRUST_REASON_MAX + 48];
+      snprintf(why, sizeof why, "%s (after %lld of %lld tokens)", v.reason,
+               (long long)v.tokens_checked, (long long)v.tokens);
+      lh_log(LH_LOG_WARN, "serve: group %lld (version %lld) refused: %s", (long long)q->group,
+             (long long)q->version, why);
+      e = lh_ledger_group_refute(s->ledger, q->group, why, now_ms());
+    }
+    pthread_mutex_lock(&s->mu);
+    s->verified++;
+    s->verified_tokens += v.tokens_checked;
+    s->step_tokens += v.tokens_checked;
+    s->step_borderline += v.borderline;
+    if (v.max_logprob_err > s->step_lp_err) s->step_lp_err = v.max_logprob_err;
+    if (v.borderline_member_max > s->step_border_member)
+      s->step_border_member = v.borderline_member_max;
+    if (bad[idx[k]]) {
+      s->refuted++;
+      s->rejected++;
+      reissue_push(s, q->b.task_index[0]);
+    }
+    pthread_mutex_unlock(&s->mu);
+  }
+  double t2 = lh_time_now();
+  pthread_mutex_lock(&s->mu);
+  s->forward_s += t1 - t0;
+  s->verify_s += t2 - t1;
+  s->step_forward_s += t1 - t0;
+  s->step_verify_s += t2 - t1;
+  pthread_mutex_unlock(&s->mu);
+  lh_rollout_batch_free(&all);
+  free(parts);
+  return e;
+}
+
+/* Verifies the groups of take[0..n) not checked yet, those of one version together (up to
+ * VERIFY_LOGITS_MAX logits per forward), then keeps in take[0..*n_ok) the groups that passed and
+ * frees the others. On an error nothing is moved or freed (the caller frees take[0..n)). */
+static lh_err verify_take(server *s, queued *take, int n, int *n_ok) {
+  bool *bad = lh_xcalloc((size_t)n, sizeof *bad);
+  int *idx = lh_xmalloc((size_t)n * sizeof *idx);
+  lh_err e = LH_ERR_OK;
+  for (int i = 0; !e && i < n; i++) {
+    if (take[i].verified) continue;
+    int m = 0;
+    size_t rows = 0;
+    for (int k = i; k < n; k++) {
+      size_t r = (size_t)take[k].b.seq_start[take[k].b.group_size];
+      if (take[k].verified || take[k].version != take[i].version ||
+          (m > 0 && (rows + r) * (size_t)s->vocab > VERIFY_LOGITS_MAX))
+        continue;
+      idx[m++] = k;
+      rows += r;
+    }
+    e = verify_parts(s, take, idx, m, bad);
+  }
+  if (!e) {
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+      if (bad[i])
+        lh_rollout_batch_free(&take[i].b);
+      else
+        take[k++] = take[i];
+    }
+    *n_ok = k;
+  }
+  free(bad);
+  free(idx);
+  return e;
+}
+
 /* One update: waits a moment for enough groups, trains, publishes (or records only drops). */
 /* --eval-every: the held-out pass@1 of the policy that made version v, as a metrics line. On
  * the training thread, which owns the policy: an update waits for it, nothing else does. */
@@ -1055,7 +1256,27 @@ static lh_err train_once(server *s) {
   }
   pthread_mutex_unlock(&s->mu);
   lh_err e = LH_ERR_OK;
-  if (n_take == 0) { /* only drops: record them now */
+  /* verification: groups not checked yet are checked now; refused ones leave, and when fewer
+   * than P remain the rest go back to the queue (checked) to wait for more */
+  if (n_take > 0 && !s->c->no_verify) {
+    int n_ok = 0;
+    if ((e = verify_take(s, take, n_take, &n_ok))) {
+      for (int i = 0; i < n_take; i++)
+        lh_rollout_batch_free(&take[i].b);
+      free(dropped);
+      free(take);
+      return e;
+    }
+    n_take = n_ok;
+    if (n_take < P) {
+      pthread_mutex_lock(&s->mu);
+      for (int i = 0; i < n_take; i++)
+        queue_push(s, &take[i]);
+      pthread_mutex_unlock(&s->mu);
+      n_take = 0;
+    }
+  }
+  if (n_take == 0) { /* only drops (or nothing): record them now */
     if (n_dropped > 0) e = lh_ledger_train(s->ledger, v, NULL, 0, dropped, n_dropped);
     if (!e) {
       pthread_mutex_lock(&s->mu);
@@ -1078,7 +1299,7 @@ static lh_err train_once(server *s) {
     if (!slab)
       e = lh_errorf(LH_ERR_NOTFOUND, "serve: the weights of version %lld are not kept",
                     (long long)take[i].version);
-    else if (lh_loss_wants_old(s->rl.loss.kind))
+    else if (!take[i].verified && lh_loss_wants_old(s->rl.loss.kind))
       e = lh_trainer_recompute(s->tr, slab, s->n_params, &take[i].b);
     parts[i] = &take[i].b;
     trained[i] = take[i].group;
@@ -1134,6 +1355,18 @@ static lh_err train_once(server *s) {
     json_object_set_new(line, "groups_skipped", json_integer(st.groups_skipped));
     json_object_set_new(line, "dropped", json_integer(n_dropped));
     put_num(line, "train_s", dt);
+    pthread_mutex_lock(&s->mu);
+    put_num(line, "recompute_s", s->step_forward_s);
+    put_num(line, "verify_s", s->step_verify_s);
+    json_object_set_new(line, "refuted", json_integer(s->refuted));
+    json_object_set_new(line, "verified_tokens", json_integer(s->step_tokens));
+    json_object_set_new(line, "borderline", json_integer(s->step_borderline));
+    json_object_set_new(line, "borderline_member_max", json_integer(s->step_border_member));
+    put_num(line, "logprob_err_max", s->step_lp_err);
+    s->step_forward_s = s->step_verify_s = s->step_lp_err = 0;
+    s->step_tokens = s->step_borderline = 0;
+    s->step_border_member = 0;
+    pthread_mutex_unlock(&s->mu);
     if (line) e = lh_rundir_metrics_append(s->rd, line);
     json_decref(line);
     if (!e) e = heldout_at(s, nv);
@@ -1181,6 +1414,8 @@ lh_serve_config lh_serve_defaults(void) {
   c.listen = "127.0.0.1:0";
   c.keyframe_every = 20;
   c.lease_ms = 120000;
+  c.trust = lh_trust_defaults();
+  c.ban_after = 8;
   return c;
 }
 
@@ -1283,6 +1518,34 @@ lh_err lh_serve_run(const lh_serve_config *c) {
   }
   s->vocab = m->cfg.vocab_size;
   s->n_params = m->n_params;
+  /* verification: the tolerances given, the model's stop ids (what a worker's generator uses) */
+  s->trust = c->trust;
+  s->trust.n_stop = 0;
+  if (m->cfg.n_eos > 0) {
+    for (int i = 0; i < m->cfg.n_eos && i < 8; i++)
+      s->trust.stop_ids[s->trust.n_stop++] = m->cfg.eos_ids[i];
+  } else if (m->cfg.eos_token_id >= 0) {
+    s->trust.stop_ids[s->trust.n_stop++] = m->cfg.eos_token_id;
+  }
+  if ((e = lh_trust_config_validate(&s->trust))) goto out;
+  s->scratch = lh_sample_scratch_create(s->vocab);
+  if (c->rate_limit > 0) {
+    double burst = 4 * c->rate_limit > 8 ? 4 * c->rate_limit : 8;
+    s->limiter = lh_trust_limiter_create(c->rate_limit, burst, 4096);
+  }
+  if (c->allow_keys) {
+    char *text = NULL;
+    size_t len = 0;
+    if ((e = lh_file_read(c->allow_keys, (size_t)16 << 20, &text, &len))) goto out;
+    e = lh_node_allowlist_parse(text, len, c->allow_keys, &s->allow, &s->n_allow);
+    free(text);
+    if (e) goto out;
+    if (s->n_allow == 0) {
+      e = lh_errorf(LH_ERR_USAGE, "%s: no keys: the server would refuse every worker",
+                    c->allow_keys);
+      goto out;
+    }
+  }
   s->n_sections = lh_patch_sections(&m->cfg, NULL, 0);
   s->sections = lh_xmalloc((size_t)s->n_sections * sizeof *s->sections);
   lh_patch_sections(&m->cfg, s->sections, s->n_sections);
@@ -1398,7 +1661,7 @@ lh_err lh_serve_run(const lh_serve_config *c) {
     for (int i = 0; !e && i < n; i++) {
       void *body = NULL;
       size_t len = 0;
-      queued q = {ids[i], 0, 0, {0}};
+      queued q = {ids[i], 0, 0, {0}, false};
       if (!(e = lh_ledger_group_body(s->ledger, ids[i], &body, &len)) &&
           !(e = lh_rollout_decode(body, len, &lim, "ledger body", &q.b))) {
         q.version = q.b.version;
@@ -1467,6 +1730,9 @@ out:
   free(s->kept);
   free(s->reissue);
   free(s->nonces);
+  free(s->allow);
+  lh_trust_limiter_free(s->limiter);
+  lh_sample_scratch_free(s->scratch);
   free(s->sections);
   free(s->manifest);
   free(s->blob_dir);

@@ -26,6 +26,7 @@
 #include "longhaul/node.h"
 #include "longhaul/patch.h"
 #include "longhaul/rollout.h"
+#include "node_impl.h"
 
 #define REPLY_MAX        ((size_t)16 << 20)
 #define BLOB_MAX         ((uint64_t)16 << 30)
@@ -79,6 +80,8 @@ typedef struct worker {
   int sending;       /* groups a submitting thread holds */
   int64_t generated; /* groups generated since the start */
   bool lease_wait;   /* the last lease had nothing: wait for a new version before the next */
+  uint8_t *replay;   /* --adversary replay: the first body, sent again for every group */
+  size_t replay_len;
 } worker;
 
 static int64_t now_ms(const worker *w) {
@@ -149,6 +152,20 @@ static void error_code(const lh_http_reply *r, char *code, size_t cap) {
   json_decref(o);
 }
 
+/* A 403 banned or not_allowed: the server will not serve this key, and waiting changes nothing:
+ * the worker stops with *e saying so. */
+static void refused_for_good(worker *w, const lh_http_reply *r, const char *code, const char *what,
+                             lh_err *e) {
+  if (r->status != 403 || (strcmp(code, "banned") && strcmp(code, "not_allowed"))) return;
+  *e = lh_errorf(LH_ERR_INVAL, "%s: HTTP 403 %s: %.*s", what, code,
+                 (int)(r->len < 300 ? r->len : 300), r->body ? (char *)r->body : "");
+  pthread_mutex_lock(&w->mu);
+  w->net_error = *e;
+  w->stop = true;
+  pthread_cond_broadcast(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+}
+
 static lh_err register_worker(worker *w) {
   char host[256] = "";
   gethostname(host, sizeof host - 1);
@@ -166,6 +183,7 @@ static lh_err register_worker(worker *w) {
     error_code(&r, code, sizeof code);
     e = lh_errorf(r.status >= 500 ? LH_ERR_IO : LH_ERR_INVAL, "register: HTTP %ld %s", r.status,
                   code);
+    refused_for_good(w, &r, code, "register", &e);
   }
   lh_http_reply_free(&r);
   return e;
@@ -508,6 +526,7 @@ static lh_err lease(worker *w, int want, int64_t version) {
     char code[64];
     error_code(&r, code, sizeof code);
     e = lh_errorf(LH_ERR_INVAL, "lease: HTTP %ld %s", r.status, code);
+    refused_for_good(w, &r, code, "lease", &e);
   }
   lh_http_reply_free(&r);
   return e;
@@ -706,6 +725,57 @@ lh_worker_config lh_worker_defaults(void) {
   return c;
 }
 
+/* best-of-n (testing only): 3 more groups per task with other seeds; each group keeps the one of
+ * the 4 whose completions are the most likely (a stand-in for the best rewarded: the worker has
+ * no environment), under the leased seed's name. */
+static lh_err best_of_n(lh_generator *gen, const lh_gen_config *gc, const uint64_t *tasks,
+                        const int32_t *const *prompts, const int *plen, const uint64_t *bases,
+                        int n, int group_size, lh_rollout_batch *b) {
+  lh_gen_config g2 = *gc;
+  for (int k = 1; k < 4; k++) {
+    lh_rollout_batch alt[MAX_BATCH_GROUPS];
+    g2.seed = gc->seed + (uint64_t)k * 0x9e3779b97f4a7c15ull;
+    lh_err e = lh_rollout_generate_ids(gen, &g2, LH_SPLIT_TRAIN, tasks, prompts, plen, bases, n,
+                                       group_size, alt);
+    if (e) return e;
+    for (int i = 0; i < n; i++) {
+      lh_rollout_summary x = lh_rollout_summarise(&b[i]), y = lh_rollout_summarise(&alt[i]);
+      if (y.entropy < x.entropy) { /* more likely */
+        lh_rollout_batch t = b[i];
+        b[i] = alt[i];
+        alt[i] = t;
+      }
+      lh_rollout_batch_free(&alt[i]);
+    }
+  }
+  return LH_ERR_OK;
+}
+
+/* The body-level cheats (testing only): garbage, an oversized body, a replay of the first. */
+static void adversary_body(worker *w, uint8_t **body, size_t *len) {
+  lh_node_adversary a = w->c->adversary;
+  if (a == LH_ADV_GARBAGE) {
+    randombytes_buf(*body, *len);
+  } else if (a == LH_ADV_OVERSIZED) {
+    free(*body);
+    *len = ((size_t)32 << 20) + 4096;
+    *body = lh_xcalloc(*len, 1);
+  } else if (a == LH_ADV_REPLAY) {
+    pthread_mutex_lock(&w->mu);
+    if (!w->replay) {
+      w->replay = lh_xmalloc(*len);
+      memcpy(w->replay, *body, *len);
+      w->replay_len = *len;
+    } else {
+      free(*body);
+      *body = lh_xmalloc(w->replay_len);
+      memcpy(*body, w->replay, w->replay_len);
+      *len = w->replay_len;
+    }
+    pthread_mutex_unlock(&w->mu);
+  }
+}
+
 lh_err lh_worker_run(const lh_worker_config *c, lh_worker_result *res) {
   lh_worker_result local;
   res = res ? res : &local;
@@ -719,6 +789,7 @@ lh_err lh_worker_run(const lh_worker_config *c, lh_worker_result *res) {
   pthread_cond_init(&w->cv, NULL);
   lh_infer *inf = NULL;
   lh_generator *gen = NULL;
+  lh__slowloris *loris = NULL;
   pthread_t net, leaser, senders[SUBMITTERS];
   bool net_started = false, leaser_started = false;
   int n_senders = 0;
@@ -743,6 +814,7 @@ lh_err lh_worker_run(const lh_worker_config *c, lh_worker_result *res) {
   if ((e = load_pending(w))) goto out;
   if (w->n_done > 0)
     lh_log(LH_LOG_INFO, "worker: %d groups generated before a restart will be sent", w->n_done);
+  if (c->adversary == LH_ADV_SLOWLORIS) loris = lh__adv_slowloris_start(c->server, 32);
   if ((e = lh_http_client_create(c->server, &w->http))) goto out;
   if ((e = lh_http_client_create(c->server, &w->lease_http))) goto out;
   if (pthread_create(&net, NULL, policy_thread, w)) {
@@ -779,6 +851,7 @@ lh_err lh_worker_run(const lh_worker_config *c, lh_worker_result *res) {
         uint16_t *copy = lh_xmalloc(n * sizeof *copy);
         memcpy(copy, w->staged, n * sizeof *copy);
         pthread_mutex_unlock(&w->mu);
+        lh__adv_weights(c->adversary, copy, n); /* testing only: a cheat's weights */
         e = load_policy(w, copy, n, &inf);
         free(copy);
         pthread_mutex_lock(&w->mu);
@@ -786,8 +859,14 @@ lh_err lh_worker_run(const lh_worker_config *c, lh_worker_result *res) {
           int max_seq = w->cfg.max_positions < 4096 ? w->cfg.max_positions : 4096;
           e = lh_generator_create(inf, slots, max_seq, 0, &gen);
         }
-      } else {
+      } else if (c->adversary == LH_ADV_NONE) {
         e = lh_infer_set_range(inf, 0, w->staged, w->n);
+      } else {
+        uint16_t *copy = lh_xmalloc(w->n * sizeof *copy);
+        memcpy(copy, w->staged, w->n * sizeof *copy);
+        lh__adv_weights(c->adversary, copy, w->n);
+        e = lh_infer_set_range(inf, 0, copy, w->n);
+        free(copy);
       }
       if (e) {
         pthread_mutex_unlock(&w->mu);
@@ -840,8 +919,11 @@ lh_err lh_worker_run(const lh_worker_config *c, lh_worker_result *res) {
     }
     lh_rollout_batch b[MAX_BATCH_GROUPS];
     double t0 = lh_time_now();
+    lh__adv_sampling(c->adversary, &gc.sample); /* testing only: a cheat's sampling */
     e = lh_rollout_generate_ids(gen, &gc, LH_SPLIT_TRAIN, tasks, prompts, plen, bases, n_take,
                                 take[0].g.group_size, b);
+    if (!e && c->adversary == LH_ADV_BEST_OF_N)
+      e = best_of_n(gen, &gc, tasks, prompts, plen, bases, n_take, take[0].g.group_size, b);
     double gen_ms = 1000.0 * (lh_time_now() - t0) / n_take;
     for (int i = 0; i < n_take; i++) {
       uint8_t *body = NULL;
@@ -849,8 +931,12 @@ lh_err lh_worker_run(const lh_worker_config *c, lh_worker_result *res) {
       lh_err ei = e;
       if (!ei) {
         b[i].version = version;
+        b[i].seed = take[i].g.seed; /* what was leased, whatever a cheat used */
+        b[i].sample = take[i].g.sample;
+        lh__adv_batch(c->adversary, &b[i], w->cfg.vocab_size);
         ei = lh_rollout_encode(&b[i], &body, &len);
       }
+      if (!ei && c->adversary != LH_ADV_NONE) adversary_body(w, &body, &len);
       lh_rollout_batch_free(&b[i]);
       char *path = pending_path(w, take[i].lease, take[i].g.group);
       if (!ei) ei = lh_file_write_atomic(path, body, len);
@@ -894,6 +980,8 @@ out:
   for (int i = 0; i < w->n_done; i++)
     free(w->done[i].body);
   free(w->done);
+  free(w->replay);
+  lh__adv_slowloris_stop(loris);
   free(w->staged);
   free(w->blob_dir);
   free(w->pending_dir);

@@ -183,6 +183,10 @@ lh_err lh_trainer_recompute(lh_trainer *t, const uint16_t *slab, size_t n, lh_ro
   return lh_rollout_recompute(t->beh_train, b);
 }
 
+const float *lh_trainer_recompute_logits(const lh_trainer *t) {
+  return t->beh_train ? lh_train_logits(t->beh_train) : NULL;
+}
+
 lh_err lh_trainer_step(lh_trainer *t, lh_trainer_step_stats *st) {
   memset(st, 0, sizeof *st);
   while (t->q_len > 0 && t->version - queue_at(t, 0)->version > t->cfg.max_staleness) {

@@ -124,6 +124,8 @@ static const char SCHEMA[] =
   X(BODY_PUT, "INSERT INTO bodies (grp, body) VALUES (?1, ?2)")                                    \
   X(GROUP_REJECT, "UPDATE groups SET state = 2, version_used = ?2, reason = ?3,"                   \
                   " received_ms = ?4 WHERE id = ?1")                                               \
+  X(GROUP_REFUTE, "UPDATE groups SET state = 2, reason = ?2, received_ms = ?3"                     \
+                  " WHERE id = ?1 AND state = 1")                                                  \
   X(BODY_GET, "SELECT body FROM bodies WHERE grp = ?1")                                            \
   X(EXPIRED_LIST, "SELECT g.id FROM groups g JOIN leases l ON l.id = g.lease"                      \
                   " WHERE g.state = 0 AND l.expires_ms < ?1 ORDER BY g.id")                        \
@@ -966,6 +968,37 @@ lh_err lh_ledger_group_reject(lh_ledger *l, int64_t group, int64_t version_used,
                               int64_t now_ms) {
   pthread_mutex_lock(&l->mu);
   lh_err e = group_reject(l, group, version_used, reason, now_ms);
+  pthread_mutex_unlock(&l->mu);
+  return e;
+}
+
+static lh_err group_refute(lh_ledger *l, int64_t group, const char *reason, int64_t now_ms) {
+  char doing[64];
+  snprintf(doing, sizeof doing, "refuting group %" PRId64, group);
+  size_t reason_len = 0;
+  lh_err e = check_text(l, reason, LH_LEDGER_REASON_MAX, "rejection reason", &reason_len);
+  if (e) return e;
+  if (reason_len == 0) return lh_errorf(LH_ERR_INVAL, "%s: %s: no reason given", l->path, doing);
+  if ((e = begin(l, doing))) return e;
+  int64_t state = -1;
+  if (!(e = group_state(l, group, &state, NULL, doing)) && state != LH_GROUP_ACCEPTED)
+    e = lh_errorf(LH_ERR_INVAL, "%s: %s: the group is %s, expected accepted", l->path, doing,
+                  state_name_i(state));
+  if (!e) {
+    sqlite3_stmt *s = l->st[ST_GROUP_REFUTE];
+    if (sqlite3_bind_int64(s, 1, group) ||
+        sqlite3_bind_text(s, 2, reason, (int)reason_len, SQLITE_STATIC) ||
+        sqlite3_bind_int64(s, 3, now_ms))
+      e = bind_fail(l, s, doing);
+    else
+      e = run(l, s, doing);
+  }
+  return finish(l, e, doing);
+}
+
+lh_err lh_ledger_group_refute(lh_ledger *l, int64_t group, const char *reason, int64_t now_ms) {
+  pthread_mutex_lock(&l->mu);
+  lh_err e = group_refute(l, group, reason, now_ms);
   pthread_mutex_unlock(&l->mu);
   return e;
 }

@@ -574,6 +574,37 @@ static void test_reject(void **state) {
   lh_ledger_close(l);
 }
 
+/* A group stored (accepted) and then refused by verification: rejected with its reason, its
+ * body kept, counted against its worker; only an accepted group can be refuted. */
+static void test_refute(void **state) {
+  (void)state;
+  lh_ledger *l = NULL;
+  OK(lh_ledger_open(path_of("refute.db"), &l));
+  int64_t ids[3];
+  lease_n(l, 1, 3, 1000, 2000, ids);
+  accept_body(l, ids[0], 2);
+  OK(lh_ledger_group_refute(l, ids[0], "token: member 1 position 4: forged", 1500));
+  lh_ledger_group g;
+  OK(lh_ledger_group_get(l, ids[0], &g));
+  assert_int_equal(g.state, LH_GROUP_REJECTED);
+  assert_string_equal(g.reason, "token: member 1 position 4: forged");
+  assert_int_equal(g.version_used, 2);
+  assert_true(g.body_len > 0); /* the evidence stays */
+  lh_ledger_group_clear(&g);
+  expect_err(lh_ledger_group_refute(l, ids[1], "x", 1), LH_ERR_INVAL,
+             "is leased, expected accepted");
+  expect_err(lh_ledger_group_refute(l, ids[0], "x", 1), LH_ERR_INVAL, "is rejected");
+  expect_err(lh_ledger_group_refute(l, 999, "x", 1), LH_ERR_NOTFOUND, "no group 999");
+  expect_err(lh_ledger_train(l, 1, ids, 1, NULL, 0), LH_ERR_INVAL, "");
+  lh_ledger_worker *all = NULL;
+  int n = 0;
+  OK(lh_ledger_workers(l, &all, &n));
+  assert_int_equal(all[0].groups[LH_GROUP_REJECTED], 1);
+  assert_int_equal(all[0].groups[LH_GROUP_ACCEPTED], 0);
+  free(all);
+  lh_ledger_close(l);
+}
+
 /* ---------------------------------------------------------------- rewind */
 
 static void test_rewind(void **state) {
@@ -1048,6 +1079,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_lease_refusals, setup, teardown),
       cmocka_unit_test_setup_teardown(test_expire_late_accept, setup, teardown),
       cmocka_unit_test_setup_teardown(test_reject, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_refute, setup, teardown),
       cmocka_unit_test_setup_teardown(test_rewind, setup, teardown),
       cmocka_unit_test_setup_teardown(test_prune, setup, teardown),
       cmocka_unit_test_setup_teardown(test_versions, setup, teardown),
