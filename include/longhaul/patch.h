@@ -26,7 +26,7 @@ static inline uint16_t lh_bf16_from_key(uint16_t k) {
   return (uint16_t)(k & 0x8000 ? k & 0x7fff : ~k);
 }
 
-#define LH_PATCH_FORMAT       1
+#define LH_PATCH_FORMAT       2
 #define LH_PATCH_HEADER       128
 #define LH_PATCH_SECTION      40
 #define LH_PATCH_MAX_SECTIONS 65536
@@ -68,6 +68,11 @@ lh_err lh_patch_make(const uint16_t *parent, const uint16_t *child, uint64_t n,
  * which. */
 lh_err lh_patch_apply(uint16_t *slab, uint64_t n, const uint8_t *patch, size_t len,
                       const uint8_t *parent_hash);
+
+/* For benchmarks: applies the patch as lh_patch_apply does but checks neither hash (the stream
+ * is still bounded and checked, and a bad one restores the slab): the decode's own speed. A
+ * worker never uses this. */
+lh_err lh_patch_decode_unchecked(uint16_t *slab, uint64_t n, const uint8_t *patch, size_t len);
 
 /* For benchmarks: the bits an ideal coder needs for the symbols this format codes, each binary
  * decision at its own context's empirical frequency in its section (the static entropy of the
