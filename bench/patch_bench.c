@@ -4,9 +4,9 @@
  * verbatim, zstd), measured in one run. Prints one JSON object: values, changes, bytes of each
  * coding and their ratio, bits per change, the static entropy of longhaul's symbols (how close
  * the adaptive coder gets), and make/apply throughput on one thread in GB/s of bf16 weights
- * (apply: with the parent's hash computed, and with it given as a worker that checked it on
- * arrival does), next to BLAKE2b's and memcpy's speed in the same process; best of 3 runs (of 1
- * above 100M values).
+ * (apply: with the parent's hash computed, with it given as a worker that checked it on arrival
+ * does, and the decode alone, checking neither hash: lh_patch_decode_unchecked), next to
+ * BLAKE2b's and memcpy's speed in the same process; best of 3 runs (of 1 above 100M values).
  * Usage: patch_bench CONFIG.json PARENT.bf16 CHILD.bf16 */
 #include <stdio.h>
 #include <stdlib.h>
