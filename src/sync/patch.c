@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "longhaul/patch.h"
 
@@ -533,12 +534,24 @@ typedef struct undo {
   uint64_t n, cap;
 } undo;
 
+/* A buffer of bytes, grown from used bytes: from 2 MiB on in huge pages where the kernel gives
+ * them (one page fault per 2 MiB instead of per 4 KiB: a fresh undo record is touched once). */
+static void *grow(void *old, size_t used, size_t bytes) {
+  void *p = NULL;
+  if (bytes < ((size_t)2 << 20)) return realloc(old, bytes);
+  if (posix_memalign(&p, (size_t)2 << 20, bytes)) return NULL;
+  madvise(p, bytes, MADV_HUGEPAGE);
+  memcpy(p, old, used);
+  free(old);
+  return p;
+}
+
 static lh_err undo_push(undo *u, uint64_t pos, uint16_t val) {
   if (u->n == u->cap) {
     uint64_t cap = u->cap ? 2 * u->cap : 4096;
-    uint64_t *p = realloc(u->pos, (size_t)cap * sizeof *p);
+    uint64_t *p = grow(u->pos, (size_t)u->n * sizeof *p, (size_t)cap * sizeof *p);
     if (p) u->pos = p;
-    uint16_t *v = p ? realloc(u->val, (size_t)cap * sizeof *v) : NULL;
+    uint16_t *v = p ? grow(u->val, (size_t)u->n * sizeof *v, (size_t)cap * sizeof *v) : NULL;
     if (v) u->val = v;
     if (!p || !v)
       return lh_errorf(LH_ERR_NOMEM, "patch: cannot allocate the undo record of %llu changes",
