@@ -4,8 +4,8 @@
  * within the subsequence of elements whose old value has a given exponent (the exponent predicts
  * how likely an update moves a value by a bf16 step), so the decoder does one table lookup per
  * element and codes symbols only where a value changed; the change is the step in the
- * order-preserving integer image of bf16 (almost always
- * +-1), one symbol with contexts per exponent. */
+ * order-preserving integer image of bf16 (almost always +-1), one symbol with contexts per
+ * exponent. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,10 +24,10 @@
 /* ---------------------------------------------------------------- the range coder
  * Multi-symbol, adaptive: a symbol s of an alphabet of n has frequency f[s] >= 1 out of a total
  * T = sum f <= 2^16; coding it narrows the range to r * f[s] at r * (f[0] + .. + f[s-1]) with
- * r = range / T (the decoder: one division, then a scan of the cumulative frequencies). Raw bits (b
- * <= 16 of them, equally likely) use r = range >> b. 32-bit range renormalised a byte at a time;
- * the encoder carries into bytes already written through a pending byte and a count of 0xFF bytes.
- */
+ * r = range / T (the decoder: one division, then a scan of the cumulative frequencies). Raw
+ * bits (b <= 16 of them, equally likely) use r = range >> b. 32-bit range renormalised a byte at
+ * a time; the encoder carries into bytes already written through a pending byte and a count of
+ * 0xFF bytes. */
 
 #define TOP       (1u << 24)
 #define FREQ_INC  32
