@@ -35,7 +35,7 @@ import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 cases = sorted({r["case"] for r in rows})
 print(f"{'case':<14} {'pairs':>5} {'changed':>8} {'bits/chg':>8} {'entropy':>8} {'vs zstd3':>8} "
-      f"{'vs zstd19':>9} {'vs bf16':>8} {'make GB/s':>9} {'apply GB/s':>10} {'apply*':>7} {'blake2b':>7}")
+      f"{'vs zstd19':>9} {'vs bf16':>8} {'make GB/s':>9} {'apply GB/s':>10} {'apply*':>7} {'decode':>7} {'blake2b':>7}")
 for c in cases:
     for lag in ("consecutive", "v0->v8"):
         rs = [r for r in rows if r["case"] == c and ((r["to"] - r["from"] == 1) == (lag == "consecutive"))]
@@ -49,8 +49,11 @@ for c in cases:
               f"{tot('baseline_zstd3_bytes') / tot('longhaul_bytes'):>8.2f} "
               f"{tot('baseline_zstd19_bytes') / tot('longhaul_bytes'):>9.2f} "
               f"{tot('bf16_bytes') / tot('longhaul_bytes'):>8.1f} {med('make_gbps'):>9.3f} "
-              f"{med('apply_gbps'):>10.3f} {med('apply_known_parent_gbps'):>7.3f} {med('blake2b_gbps'):>7.3f}")
+              f"{med('apply_gbps'):>10.3f} {med('apply_known_parent_gbps'):>7.3f} "
+              f"{med('decode_gbps') if all('decode_gbps' in r for r in rs) else float('nan'):>7.3f} "
+              f"{med('blake2b_gbps'):>7.3f}")
 print("bits/chg: longhaul's bytes x 8 / changed values; entropy: the static entropy of its symbols "
       "(mean over pairs); vs zstd3/19: the published systems' coding of the same pairs / longhaul's "
-      "bytes; apply*: with the parent's hash known; GB/s of bf16 weights, one thread, medians")
+      "bytes; apply*: with the parent's hash known; decode: neither hash; GB/s of bf16 weights, one "
+      "thread, medians")
 PY

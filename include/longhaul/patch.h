@@ -3,7 +3,8 @@
  * the BLAKE2b-256 hash of the slab's bytes (little-endian uint16). A patch from version u to v
  * holds the two hashes and, tensor by tensor (one section each, so a pipeline stage can take only
  * its layers), which values changed and by how many steps of the order-preserving integer image
- * of bf16, coded with an adaptive binary range coder whose contexts are the old value's exponent.
+ * of bf16, coded with an adaptive multi-symbol range coder whose contexts are the old value's
+ * exponent.
  * Applying checks the parent's hash first and the child's last; any failure leaves the weights
  * as they were.
  * Ownership: buffers returned are malloc'd for the caller; lh_patch_info_free accepts NULL.
@@ -26,7 +27,7 @@ static inline uint16_t lh_bf16_from_key(uint16_t k) {
   return (uint16_t)(k & 0x8000 ? k & 0x7fff : ~k);
 }
 
-#define LH_PATCH_FORMAT       1
+#define LH_PATCH_FORMAT       2
 #define LH_PATCH_HEADER       128
 #define LH_PATCH_SECTION      40
 #define LH_PATCH_MAX_SECTIONS 65536
@@ -69,10 +70,15 @@ lh_err lh_patch_make(const uint16_t *parent, const uint16_t *child, uint64_t n,
 lh_err lh_patch_apply(uint16_t *slab, uint64_t n, const uint8_t *patch, size_t len,
                       const uint8_t *parent_hash);
 
-/* For benchmarks: the bits an ideal coder needs for the symbols this format codes, each binary
- * decision at its own context's empirical frequency in its section (the static entropy of the
- * model's binarisation, a bound the adaptive coder approaches); -1 for sections that do not
- * tile the slab. */
+/* For benchmarks: applies the patch as lh_patch_apply does but checks neither hash (the stream
+ * is still bounded and checked, and a bad one restores the slab): the decode's own speed. A
+ * worker never uses this. */
+lh_err lh_patch_decode_unchecked(uint16_t *slab, uint64_t n, const uint8_t *patch, size_t len);
+
+/* For benchmarks: the bits an ideal coder needs for the symbols this format codes, each symbol
+ * at its own table's empirical frequency in its section and each raw bit at 1 bit (the static
+ * entropy of the model, a bound the adaptive coder approaches); -1 for sections that do not tile
+ * the slab. */
 double lh_patch_entropy_bits(const uint16_t *parent, const uint16_t *child, uint64_t n,
                              const lh_patch_section *sections, int n_sections);
 

@@ -11,8 +11,9 @@ import os
 import struct
 import sys
 
-PROB_BITS, PROB_ONE, PROB_SHIFT, TOP = 12, 1 << 12, 5, 1 << 24
-GAP_BITS, STEP_BITS, BUCKETS, LANES = 64, 17, 256, 4
+TOP, FREQ_INC, FREQ_MAX = 1 << 24, 32, 1 << 16
+GAP_SYMS, TOP_BITS, STEP_EXACT, BUCKETS, LANES = 64, 1, 8, 256, 4
+STEP_SYMS = 2 * (STEP_EXACT + 13)
 
 
 def read_slab(path):
@@ -58,42 +59,88 @@ class Decoder:
         self.overrun += 1
         return 0
 
-    def bit(self, probs, i):
-        p = probs[i]
-        bound = (self.range >> PROB_BITS) * p
-        if self.code < bound:
-            self.range = bound
-            probs[i] = p + ((PROB_ONE - p) >> PROB_SHIFT)
-            b = 0
-        else:
-            self.code -= bound
-            self.range -= bound
-            probs[i] = p - (p >> PROB_SHIFT)
-            b = 1
+    def point(self, total):
+        r = self.range // total
+        v = self.code // r
+        if v >= total:
+            raise ValueError("a corrupted stream")
+        return r, v
+
+    def take(self, r, c, f):
+        self.code -= r * c
+        self.range = r * f
         while self.range < TOP:
             self.range = (self.range << 8) & 0xFFFFFFFF
             self.code = ((self.code << 8) | self.byte()) & 0xFFFFFFFF
-        return b
+
+    def symbol(self, table):
+        f = table.freq
+        r, v = self.point(table.total)
+        s, c = 0, 0
+        while c + f[s] <= v:
+            c += f[s]
+            s += 1
+        self.take(r, c, f[s])
+        table.adapt(s)
+        return s
+
+    def raw(self, bits):
+        x = 0
+        while bits > 0:
+            w = min(bits, 16)
+            bits -= w
+            r, v = self.point(1 << w)
+            self.take(r, v, 1)
+            x = (x << w) | v
+        return x
+
+
+class Table:
+    """An adaptive frequency table: every symbol starts at 1; a coded symbol gains FREQ_INC; when
+    the total passes FREQ_MAX - FREQ_INC all are halved, rounding up."""
+
+    def __init__(self, n):
+        self.freq, self.total = [1] * n, n
+
+    def adapt(self, s):
+        self.freq[s] += FREQ_INC
+        self.total += FREQ_INC
+        if self.total > FREQ_MAX - FREQ_INC:
+            self.freq = [(f + 1) >> 1 for f in self.freq]
+            self.total = sum(self.freq)
+
+
+def top_bits(length):
+    return min(length - 1, TOP_BITS)
 
 
 class Model:
     def __init__(self):
-        half = PROB_ONE // 2
-        self.gap_len = [[half] * GAP_BITS for _ in range(BUCKETS)]
-        self.gap_bits = [[half] * GAP_BITS for _ in range(GAP_BITS)]
-        self.sign = [half] * BUCKETS
-        self.step_len = [[half] * STEP_BITS for _ in range(BUCKETS)]
-        self.step_bits = [[half] * STEP_BITS for _ in range(STEP_BITS)]
+        self.gap_len = [Table(GAP_SYMS) for _ in range(BUCKETS)]
+        self.gap_top = [Table(1 << top_bits(L)) if L else None for L in range(GAP_SYMS + 1)]
+        self.step = [Table(STEP_SYMS) for _ in range(BUCKETS)]
 
+    def gap(self, d, e):
+        length = d.symbol(self.gap_len[e]) + 1
+        t = top_bits(length)
+        rest = length - 1 - t
+        x = 1 << t
+        if t:
+            x |= d.symbol(self.gap_top[length])
+        if rest:
+            x = (x << rest) | d.raw(rest)
+        return x - 1
 
-def number(d, len_probs, bits_probs, max_len):
-    n = 1
-    while n < max_len and d.bit(len_probs, n - 1):
-        n += 1
-    x = 1
-    for j in range(n - 2, -1, -1):
-        x = (x << 1) | d.bit(bits_probs[n - 1], j)
-    return x
+    def step_of(self, d, e):
+        s = d.symbol(self.step[e])
+        c = s >> 1  # the magnitude's class
+        a = c + 1
+        if c >= STEP_EXACT:
+            low = c - STEP_EXACT + 3  # a has low + 1 bits
+            a = (1 << low) | d.raw(low)
+            if a <= STEP_EXACT:
+                raise ValueError("a long step of at most 8")
+        return -a if s & 1 else a
 
 
 def decode_section(slab, off, count, buf, want, sec):
@@ -109,20 +156,18 @@ def decode_section(slab, off, count, buf, want, sec):
             continue
         if not seen[c]:
             seen[c] = True
-            rem[c] = number(d, m.gap_len[k], m.gap_bits, GAP_BITS) - 1
+            rem[c] = m.gap(d, k)
             if rem[c]:
                 rem[c] -= 1
                 continue
         if got == want:
             sys.exit(f"section {sec}: more changes than the {want} declared")
-        neg = d.bit(m.sign, k)
-        mag = number(d, m.step_len[k], m.step_bits, STEP_BITS)
-        nk = key(old) + (-mag if neg else mag)
+        nk = key(old) + m.step_of(d, k)
         if not 0 <= nk <= 0xFFFF:
             sys.exit(f"section {sec}: a step outside bf16")
         slab[i] = from_key(nk)
         got += 1
-        rem[c] = number(d, m.gap_len[k], m.gap_bits, GAP_BITS) - 1
+        rem[c] = m.gap(d, k)
     if got != want or any(rem) or d.overrun > 4:
         sys.exit(f"section {sec}: {got} changes of {want}, or a bad stream")
 
@@ -137,7 +182,7 @@ def main():
     version, flags, n_sections, reserved, n = struct.unpack_from("<HHIIQ", patch, 4)
     frm, to = struct.unpack_from("<qq", patch, 24)
     parent_hash, child_hash = patch[40:72], patch[72:104]
-    if version != 1 or flags or reserved or any(patch[104:128]):
+    if version != 2 or flags or reserved or any(patch[104:128]):
         sys.exit(f"format {version} or reserved fields set")
     if n != len(slab):
         sys.exit(f"the patch is for {n} values, the policy has {len(slab)}")
@@ -151,7 +196,10 @@ def main():
         if off != at or any(patch[128 + 40 * s + 33:128 + 40 * s + 40]):
             sys.exit(f"section {s}: bad table entry")
         if coding == 1:
-            decode_section(slab, off, count, patch[payload:payload + nbytes], changed, s)
+            try:
+                decode_section(slab, off, count, patch[payload:payload + nbytes], changed, s)
+            except (ValueError, IndexError) as e:
+                sys.exit(f"section {s}: {e}")
         elif coding != 0 or changed or nbytes:
             sys.exit(f"section {s}: coding {coding}")
         at += count

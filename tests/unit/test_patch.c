@@ -129,6 +129,33 @@ static void test_round_trip(void **state) {
   free(w);
 }
 
+/* Gaps longer than one chunk of raw bits (2^18 unchanged values of one lane and exponent before
+ * a change, and 2^20 after it): the bits below a gap's top bit come in chunks of 16. */
+static void test_long_gaps(void **state) {
+  (void)state;
+  const uint64_t n = (uint64_t)1 << 22;
+  uint16_t *p = malloc(n * 2), *c = malloc(n * 2), *w = malloc(n * 2);
+  for (uint64_t i = 0; i < n; i++)
+    p[i] = c[i] = (uint16_t)(0x3f80 + i % 128); /* one exponent */
+  uint64_t at[3] = {((uint64_t)1 << 20) + 5, ((uint64_t)1 << 20) + 9, n - 3};
+  for (int j = 0; j < 3; j++)
+    c[at[j]] = (uint16_t)(c[at[j]] + (j == 1 ? 1000 : 1));
+  lh_patch_section one = {0, n};
+  size_t len = 0;
+  uint8_t *patch = make(p, c, n, &one, 1, &len);
+  assert_true(len < LH_PATCH_HEADER + LH_PATCH_SECTION + 40);
+  memcpy(w, p, n * 2);
+  assert_int_equal(lh_patch_decode_unchecked(w, n, patch, len), LH_ERR_OK);
+  assert_memory_equal(w, c, n * 2);
+  memcpy(w, p, n * 2);
+  assert_int_equal(lh_patch_apply(w, n, patch, len, NULL), LH_ERR_OK);
+  assert_memory_equal(w, c, n * 2);
+  free(patch);
+  free(p);
+  free(c);
+  free(w);
+}
+
 static void expect_refused(uint16_t *w, const uint16_t *p, uint64_t n, const uint8_t *patch,
                            size_t len, const uint8_t *hash) {
   memcpy(w, p, n * 2);
@@ -181,6 +208,13 @@ static void test_tampering(void **state) {
   memcpy(bad, patch, len);
   bad[len] = 0;
   expect_refused(w, p, n, bad, len + 1, NULL);
+  /* another format version: refused with both versions named */
+  memcpy(bad, patch, len);
+  bad[4] = 1;
+  memcpy(w, p, n * 2);
+  assert_int_equal(lh_patch_apply(w, n, bad, len, NULL), LH_ERR_UNSUPPORTED);
+  assert_non_null(strstr(lh_last_error(), "format 1, this longhaul reads 2"));
+  assert_memory_equal(w, p, n * 2);
   /* another element count */
   memcpy(w, p, n * 2);
   assert_int_equal(lh_patch_apply(w, n - 1, patch, len, NULL), LH_ERR_MISMATCH);
@@ -202,6 +236,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_key_order),
       cmocka_unit_test(test_round_trip),
+      cmocka_unit_test(test_long_gaps),
       cmocka_unit_test(test_tampering),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
