@@ -356,10 +356,13 @@ static lh_err get_chain(worker *w, int64_t have, double wait_s, lh_sync_manifest
   return e;
 }
 
-/* Brings *slab (version *have, -1: none) to the newest published version: the chain of
- * manifests since the version held (or since the newest keyframe), the cheapest route through
- * them, every blob checked, and the result checked against the manifest's slab hash. */
-static lh_err sync_policy(worker *w, uint16_t **slab, int64_t *have, double wait_s) {
+/* Brings *slab (version *have, -1: none; hash: its BLAKE2b-256 as verified when it was made) to
+ * the newest published version: the chain of manifests since the version held (or since the
+ * newest keyframe), the cheapest route through them, every blob checked, and the result checked
+ * against the manifest's slab hash. A slab's hash is computed once per version at most: a patch
+ * is given its parent's verified hash, and its child hash, which apply verified, is the next. */
+static lh_err sync_policy(worker *w, uint16_t **slab, int64_t *have, uint8_t hash[LH_HASH_BYTES],
+                          double wait_s) {
   lh_sync_manifest *ms = NULL;
   int n = 0;
   lh_err e = get_chain(w, *have, wait_s, &ms, &n);
@@ -371,6 +374,10 @@ static lh_err sync_policy(worker *w, uint16_t **slab, int64_t *have, double wait
     goto out;
   if (route.n > 1) prefetch_route(w, ms, &route);
   uint16_t *cur = *slab;
+  uint8_t known[LH_HASH_BYTES]; /* the hash of cur, when known_ok */
+  bool known_ok = cur && *have >= 0;
+  if (known_ok) memcpy(known, hash, LH_HASH_BYTES);
+  int64_t reached = *have; /* the version cur holds */
   for (int i = 0; !e && i < route.n; i++) {
     const lh_sync_blob_ref *b = &ms[route.steps[i].manifest].blobs[route.steps[i].blob];
     uint8_t *data = NULL;
@@ -382,14 +389,22 @@ static lh_err sync_policy(worker *w, uint16_t **slab, int64_t *have, double wait
                                         &cnt))) {
         free(cur);
         cur = fresh;
+        known_ok = false;
       }
     } else if (!cur) {
       e = lh_errorf(LH_ERR_FORMAT, "a patch before any snapshot");
     } else {
-      e = lh_patch_apply(cur, newest.elements, data, len, NULL);
+      lh_patch_info info = {0};
+      e = lh_patch_apply(cur, newest.elements, data, len, known_ok ? known : NULL);
+      if (!e && !(e = lh_patch_read_info(data, len, &info))) {
+        memcpy(known, info.child_hash, LH_HASH_BYTES);
+        known_ok = true;
+      }
+      lh_patch_info_free(&info);
     }
     free(data);
     if (!e) {
+      reached = ms[route.steps[i].manifest].version;
       pthread_mutex_lock(&w->mu);
       w->res->versions_applied++;
       pthread_mutex_unlock(&w->mu);
@@ -397,14 +412,24 @@ static lh_err sync_policy(worker *w, uint16_t **slab, int64_t *have, double wait
   }
   lh_sync_route_free(&route);
   if (!e) {
-    uint8_t h[LH_HASH_BYTES];
-    lh_sync_slab_hash(cur, (size_t)newest.elements, h);
-    if (memcmp(h, newest.slab, LH_HASH_BYTES))
+    if (!known_ok) lh_sync_slab_hash(cur, (size_t)newest.elements, known);
+    if (memcmp(known, newest.slab, LH_HASH_BYTES)) {
       e = lh_errorf(LH_ERR_MISMATCH, "version %lld: the weights do not hash to the manifest's",
                     (long long)newest.version);
+      free(cur); /* weights of no published version: the next sync starts from a snapshot */
+      cur = NULL;
+      reached = *have = -1;
+    }
   }
   *slab = cur;
-  if (!e) *have = newest.version;
+  if (!e) {
+    *have = newest.version;
+    memcpy(hash, newest.slab, LH_HASH_BYTES);
+  } else if (reached != *have) { /* part of the route applied: the next sync goes on from there */
+    if (!known_ok) lh_sync_slab_hash(cur, (size_t)newest.elements, known);
+    *have = reached;
+    memcpy(hash, known, LH_HASH_BYTES);
+  }
 out:
   free(ms);
   return e;
@@ -532,11 +557,10 @@ static lh_err lease(worker *w, int want, int64_t version) {
   return e;
 }
 
-/* DIR/version: "VERSION HASH" of the newest version synced (for people and tests). */
-static void write_version(const worker *w, int64_t v, const uint16_t *slab) {
-  uint8_t h[LH_HASH_BYTES];
+/* DIR/version: "VERSION HASH" of the newest version synced (for people and tests); h is the
+ * slab's hash as sync_policy verified it. */
+static void write_version(const worker *w, int64_t v, const uint8_t h[LH_HASH_BYTES]) {
   char hx[2 * LH_HASH_BYTES + 1], text[128];
-  lh_sync_slab_hash(slab, w->n, h);
   lh_hash_hex(h, hx);
   int n = snprintf(text, sizeof text, "%lld %s\n", (long long)v, hx);
   char *path = lh_path_join(w->c->dir, "version");
@@ -584,9 +608,10 @@ static void *policy_thread(void *ud) {
   worker *w = ud;
   uint16_t *slab = NULL; /* this thread's copy of the newest version */
   int64_t have = -1;
+  uint8_t hash[LH_HASH_BYTES] = {0}; /* of slab, once have >= 0 */
   int fails = 0;
   while (!stopping(w)) {
-    lh_err e = sync_policy(w, &slab, &have, have >= 0 ? 5.0 : 0.0);
+    lh_err e = sync_policy(w, &slab, &have, hash, have >= 0 ? 5.0 : 0.0);
     if (e == LH_ERR_NOTFOUND) continue; /* nothing newer within the poll */
     if (e) {
       failed(w, e, &fails);
@@ -601,7 +626,7 @@ static void *policy_thread(void *ud) {
     w->staged_version = have;
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
-    write_version(w, have, slab);
+    write_version(w, have, hash);
   }
   free(slab);
   return NULL;
