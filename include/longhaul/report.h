@@ -12,6 +12,7 @@
 #ifndef LONGHAUL_REPORT_H
 #define LONGHAUL_REPORT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -83,6 +84,10 @@ typedef struct lh_report_eval_block {
 typedef struct lh_report_eval {
   char *env, *split; /* malloc'd */
   int tasks, samples;
+  bool has_sampling; /* max_new, temperature and seed were given (eval --json writes them) */
+  int max_new;
+  double temperature;
+  long long seed;
   lh_report_eval_block model, compare, paired; /* model always present */
 } lh_report_eval;
 
@@ -90,7 +95,9 @@ typedef struct lh_report_eval {
  * "env" and "split" strings, "tasks" and "samples" integers >= 1, a "model" block and optional
  * "compare" and "paired" blocks, each with "pass_at_k" (an object of 1 .. LH_REPORT_MAX_K
  * entries keyed by k as decimal text, each {"mean", "lo", "hi", "tasks"}) and "mean_reward";
- * lo <= mean <= hi, finite, within [0, 1] ([-1, 1] for "paired"). Other keys are ignored.
+ * lo <= mean <= hi, finite, within [0, 1] ([-1, 1] for "paired"); "max_new" (integer >= 1),
+ * "temperature" (number >= 0) and "seed" (integer) are optional, all three or none. Other keys
+ * are ignored. The one reader of eval files: the report and the model card both use it.
  * Errors are LH_ERR_FORMAT naming NAME and the field. */
 lh_err lh_report_eval_parse(const char *text, size_t len, const char *name, lh_report_eval *out);
 void lh_report_eval_free(lh_report_eval *e);

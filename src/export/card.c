@@ -17,17 +17,14 @@
 #include "longhaul/export.h"
 #include "longhaul/gen.h"
 #include "longhaul/ledger.h"
+#include "longhaul/report.h"
 #include "longhaul/sync.h"
 
 #define MAX_RUN_JSON  (1u << 20)
-#define MAX_EVAL_JSON (256u << 20)
-/* objects and arrays, and brackets and separators in all, of an eval file: 2^22 tasks' entries
- * fit; parsing costs at most ~1 GB whatever the text holds (lh_json_check_cost) */
-#define MAX_EVAL_OPEN   ((size_t)1 << 22)
-#define MAX_EVAL_TOKENS ((size_t)1 << 25)
-#define MAX_METRICS     ((size_t)1 << 30)
-#define MAX_ROWS        16
-#define PATH_MAX_TEXT   4200 /* a path and a field's name, in messages */
+#define MAX_EVAL_JSON LH_REPORT_MAX_FILE
+#define MAX_METRICS   ((size_t)1 << 30)
+#define MAX_ROWS      16
+#define PATH_MAX_TEXT 4200 /* a path and a field's name, in messages */
 
 typedef struct {
   char name[32];
@@ -254,107 +251,61 @@ out:
 
 /* ---------------------------------------------------------------- evaluation */
 
-static lh_err read_ci(const char *what, json_t *o, const char *key, lh_eval_ci *out) {
-  lh_err e = LH_ERR_OK;
-  char w[PATH_MAX_TEXT + 64];
-  snprintf(w, sizeof w, "%s: %s", what, key);
-  json_t *ci = field(what, o, key, JSON_OBJECT, false, &e);
-  json_t *mean = field(w, ci, "mean", JSON_REAL, false, &e),
-         *lo = field(w, ci, "lo", JSON_REAL, false, &e),
-         *hi = field(w, ci, "hi", JSON_REAL, false, &e),
-         *n = field(w, ci, "tasks", JSON_INTEGER, false, &e);
-  if (e) return e;
-  *out = (lh_eval_ci){json_number_value(mean), json_number_value(lo), json_number_value(hi),
-                      (int)json_integer_value(n)};
-  if (!(out->lo <= out->mean && out->mean <= out->hi))
-    return lh_errorf(LH_ERR_FORMAT, "%s: expected lo <= mean <= hi, found %g, %g, %g", w, out->lo,
-                     out->mean, out->hi);
-  return LH_ERR_OK;
+static lh_eval_ci ci_from(lh_report_ci c) {
+  return (lh_eval_ci){c.mean, c.lo, c.hi, c.tasks};
 }
 
-static int cmp_int(const void *a, const void *b) {
-  return *(const int *)a - *(const int *)b;
-}
-
-/* Parses an `eval --json` file's text into ev (what the table shows); `path` names it. */
+/* Reads an `eval --json` file's text into ev (what the table shows) through the report's reader,
+ * the one reader of eval files; `path` names it. The card also needs the sampling settings, and a
+ * "compare" block needs its "paired" one with the same k. */
 static lh_err parse_eval(const char *text, size_t len, const char *path, card_eval *ev) {
-  lh_err e = lh_json_check_cost(text, len, MAX_EVAL_OPEN, MAX_EVAL_TOKENS, path);
+  lh_report_eval r;
+  lh_err e = lh_report_eval_parse(text, len, path, &r);
   if (e) return e;
-  json_error_t jerr;
-  json_t *root = json_loadb(text, len, 0, &jerr);
-  if (!root)
-    return lh_errorf(LH_ERR_FORMAT, "%s: not valid JSON: %s (line %d)", path, jerr.text, jerr.line);
-  json_t *cmd = field(path, root, "command", JSON_STRING, false, &e);
-  if (!e && strcmp(json_string_value(cmd), "eval"))
-    e = lh_errorf(LH_ERR_FORMAT, "%s: field command: expected \"eval\" (an `eval --json` file)",
+  const lh_report_eval_block *m = &r.model, *cb = &r.compare, *pb = &r.paired;
+  if (!r.has_sampling)
+    e = lh_errorf(LH_ERR_FORMAT,
+                  "%s: \"max_new\", \"temperature\" and \"seed\" are missing "
+                  "(an `eval --json` file has them)",
                   path);
-  json_t *env = field(path, root, "env", JSON_STRING, false, &e),
-         *split = field(path, root, "split", JSON_STRING, false, &e),
-         *tasks = field(path, root, "tasks", JSON_INTEGER, false, &e),
-         *samples = field(path, root, "samples", JSON_INTEGER, false, &e),
-         *temp = field(path, root, "temperature", JSON_REAL, false, &e),
-         *max_new = field(path, root, "max_new", JSON_INTEGER, false, &e),
-         *seed = field(path, root, "seed", JSON_INTEGER, false, &e),
-         *model = field(path, root, "model", JSON_OBJECT, false, &e),
-         *compare = field(path, root, "compare", JSON_OBJECT, true, &e),
-         *paired = compare ? field(path, root, "paired", JSON_OBJECT, false, &e) : NULL;
-  char w[PATH_MAX_TEXT];
-  snprintf(w, sizeof w, "%s: model", path);
-  json_t *mdir = field(w, model, "dir", JSON_STRING, false, &e),
-         *pk = field(w, model, "pass_at_k", JSON_OBJECT, false, &e);
+  else if (cb->present && !pb->present)
+    e = lh_errorf(LH_ERR_FORMAT, "%s: \"compare\" without \"paired\"", path);
+  for (int i = 0; !e && cb->present && i < m->n_k; i++)
+    if (cb->n_k != m->n_k || pb->n_k != m->n_k || cb->k[i] != m->k[i] || pb->k[i] != m->k[i])
+      e = lh_errorf(LH_ERR_FORMAT,
+                    "%s: \"model\", \"compare\" and \"paired\": expected the same k in "
+                    "pass_at_k",
+                    path);
   if (e) goto out;
   ev->present = true;
   ev->source = lh_xstrdup(path);
-  ev->env = lh_xstrdup(json_string_value(env));
-  ev->split = lh_xstrdup(json_string_value(split));
-  ev->model_dir = lh_xstrdup(json_string_value(mdir));
-  ev->tasks = (int)json_integer_value(tasks);
-  ev->samples = (int)json_integer_value(samples);
-  ev->max_new = (int)json_integer_value(max_new);
-  ev->temperature = json_number_value(temp);
-  ev->seed = json_integer_value(seed);
-  ev->has_base = compare != NULL;
-  if (compare) {
-    snprintf(w, sizeof w, "%s: compare", path);
-    json_t *bdir = field(w, compare, "dir", JSON_STRING, false, &e);
-    if (e) goto out;
-    ev->base_dir = lh_xstrdup(json_string_value(bdir));
-  }
-  /* pass@k rows in increasing k, then the mean reward */
-  int ks[MAX_ROWS], nk = 0;
-  const char *key;
-  json_t *v;
-  json_object_foreach(pk, key, v) {
-    char *end;
-    long k = strtol(key, &end, 10);
-    if (*end || k < 1 || k > 1 << 20) {
-      e = lh_errorf(LH_ERR_FORMAT, "%s: model.pass_at_k: key \"%s\" is not a k", path, key);
-      goto out;
-    }
-    if (nk < MAX_ROWS - 1) ks[nk++] = (int)k;
-  }
-  qsort(ks, (size_t)nk, sizeof *ks, cmp_int);
-  for (int i = 0; i <= nk && !e; i++) {
-    erow *r = &ev->rows[ev->n_rows++];
-    char k[16];
-    if (i < nk) {
-      snprintf(r->name, sizeof r->name, "pass@%d", ks[i]);
-      snprintf(k, sizeof k, "%d", ks[i]);
-    } else {
-      snprintf(r->name, sizeof r->name, "mean reward");
-    }
-    const char *who[3] = {"model", "compare", "paired"};
-    json_t *src[3] = {model, compare, paired};
-    lh_eval_ci *dst[3] = {&r->model, &r->base, &r->diff};
-    for (int j = 0; j < (compare ? 3 : 1) && !e; j++) {
-      snprintf(w, sizeof w, "%s: %s%s", path, who[j], i < nk ? ".pass_at_k" : "");
-      json_t *o = i < nk ? field(w, src[j], "pass_at_k", JSON_OBJECT, false, &e) : src[j];
-      snprintf(w, sizeof w, "%s: %s", path, who[j]);
-      if (!e) e = read_ci(w, o, i < nk ? k : "mean_reward", dst[j]);
+  ev->env = lh_xstrdup(r.env);
+  ev->split = lh_xstrdup(r.split);
+  ev->model_dir = lh_xstrdup(m->dir);
+  ev->tasks = r.tasks;
+  ev->samples = r.samples;
+  ev->max_new = r.max_new;
+  ev->temperature = r.temperature;
+  ev->seed = r.seed;
+  ev->has_base = cb->present;
+  if (cb->present) ev->base_dir = lh_xstrdup(cb->dir);
+  /* pass@k rows in increasing k (as read), then the mean reward */
+  int nk = m->n_k < MAX_ROWS - 1 ? m->n_k : MAX_ROWS - 1;
+  for (int i = 0; i <= nk; i++) {
+    erow *row = &ev->rows[ev->n_rows++];
+    bool reward = i == nk;
+    if (reward)
+      snprintf(row->name, sizeof row->name, "mean reward");
+    else
+      snprintf(row->name, sizeof row->name, "pass@%d", m->k[i]);
+    row->model = ci_from(reward ? m->mean_reward : m->pass[i]);
+    if (cb->present) {
+      row->base = ci_from(reward ? cb->mean_reward : cb->pass[i]);
+      row->diff = ci_from(reward ? pb->mean_reward : pb->pass[i]);
     }
   }
 out:
-  json_decref(root);
+  lh_report_eval_free(&r);
   return e;
 }
 

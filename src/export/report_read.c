@@ -324,6 +324,23 @@ lh_err lh_report_eval_parse(const char *text, size_t len, const char *name, lh_r
     e = lh_errorf(LH_ERR_FORMAT, "%s: \"tasks\" and \"samples\": expected integers >= 1", name);
   else if (!json_object_get(root, "model"))
     e = lh_errorf(LH_ERR_FORMAT, "%s: \"model\" is missing", name);
+  json_t *max_new = json_object_get(root, "max_new"), *temp = json_object_get(root, "temperature"),
+         *seed = json_object_get(root, "seed");
+  if (!e && (max_new || temp || seed)) {
+    if (!json_is_integer(max_new) || json_integer_value(max_new) < 1 ||
+        json_integer_value(max_new) > INT32_MAX || !json_is_number(temp) ||
+        !(json_number_value(temp) >= 0) || !json_is_integer(seed))
+      e = lh_errorf(LH_ERR_FORMAT,
+                    "%s: \"max_new\", \"temperature\" and \"seed\": expected an integer >= 1, a "
+                    "number >= 0 and an integer, all three or none",
+                    name);
+    else {
+      ev->has_sampling = true;
+      ev->max_new = (int)json_integer_value(max_new);
+      ev->temperature = json_number_value(temp);
+      ev->seed = (long long)json_integer_value(seed);
+    }
+  }
   if (!e) {
     ev->env = lh_xstrdup(json_string_value(env));
     ev->split = lh_xstrdup(json_string_value(split));

@@ -1,6 +1,6 @@
-/* libFuzzer target for the model card's reader of `eval --json` files (lh_card_eval_check):
- * any bytes either give a table of at least one row (pass@k rows, then the mean reward) or an
- * error; never a crash, a leak or an unbounded parse. */
+/* libFuzzer target for the model card's use of the one reader of `eval --json` files
+ * (lh_card_eval_check over lh_report_eval_parse): any bytes either give a table of at least one row
+ * (pass@k rows, then the mean reward) or an error; never a crash, a leak or an unbounded parse. */
 #include <stdint.h>
 
 #include "fuzz_util.h"
