@@ -166,6 +166,10 @@ static lh_err read_metrics(lh_card *c) {
       json_decref(o);
       break;
     }
+    if (json_object_get(o, "kind")) { /* not an update: an eval line ("kind": "eval") */
+      json_decref(o);
+      continue;
+    }
     c->metric_lines++;
     json_t *step = json_object_get(o, "step"), *t = json_object_get(o, "time");
     if (json_is_integer(step) && c->step < 0) c->step = json_integer_value(step);

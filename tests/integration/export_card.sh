@@ -38,7 +38,8 @@ ENV=sort:count=3,digits=1
 
 # ---------------------------------------------------------------- an rl run, eval --json
 "$BIN" rl --model base --env $ENV --out rlrun --steps 3 --prompts 4 --group 4 --max-new 8 \
-  --threads 1 >/dev/null 2>rl.err || fail "rl: $(tail -2 rl.err)"
+  --threads 1 --eval-every 2 --eval-n 8 >/dev/null 2>rl.err || fail "rl: $(tail -2 rl.err)"
+grep -q '"kind":"eval"' rlrun/metrics.jsonl || fail "rl --eval-every wrote no eval line"
 "$BIN" eval --model rlrun --env $ENV --n 12 --max-new 8 --compare base --json ev.json \
   --threads 1 >/dev/null 2>&1 || fail "eval"
 "$BIN" export --model rlrun --out ex1 --gguf q8_0 --eval-json ev.json >/dev/null 2>ex1.err ||
@@ -62,7 +63,9 @@ read -r updates groups skipped < <($PY -c '
 import json,sys
 u=g=s=0
 for l in open("rlrun/metrics.jsonl"):
-    o=json.loads(l); u+=o["updates"]; g+=o["groups_used"]; s+=o["skipped_groups"]
+    o=json.loads(l)
+    if "kind" in o: continue
+    u+=o["updates"]; g+=o["groups_used"]; s+=o["skipped_groups"]
 print(u,g,s)')
 has $C "- updates: $updates (3 metrics lines"
 has $C "- prompt groups trained: $groups ($((groups * 4)) rollouts of 4 per group)"
@@ -140,7 +143,7 @@ grep -q '"command": expected "eval"' bad3.err || fail "not an eval file: $(cat b
 
 cp -r rlrun badm && echo 'not json' >>badm/metrics.jsonl
 if "$BIN" export --model badm --out bad4 >/dev/null 2>bad4.err; then fail "a bad metrics line was accepted"; fi
-grep -q "badm/metrics.jsonl:4: expected a JSON object per line" bad4.err || fail "bad metrics: $(cat bad4.err)"
+grep -q "badm/metrics.jsonl:$(($(wc -l <rlrun/metrics.jsonl) + 1)): expected a JSON object per line" bad4.err || fail "bad metrics: $(cat bad4.err)"
 [ ! -e bad4 ] || fail "a refused export wrote bad4"
 
 if [ "$FAILED" -ne 0 ]; then
