@@ -87,15 +87,21 @@ static const tile_fn tiles[MR][NR] = {TILE_ENTRIES(1), TILE_ENTRIES(2), TILE_ENT
 
 void PANEL(float *out, const float *x, const uint16_t *W, int M, int K, int N, int n0, int n1,
            bool accumulate) {
+  /* weight rows per chunk: a chunk's K block (NC x KC bf16, 192 KiB) stays in L2 while every
+   * row tile passes over it, and a row tile's K block (MR x KC fp32) stays in L1 */
+  enum { NC = NR * 32 };
   for (int k0 = 0; k0 < K; k0 += LH__BF16MM_KC) {
     int kc = K - k0 < LH__BF16MM_KC ? K - k0 : LH__BF16MM_KC;
     bool add = accumulate || k0 > 0;
-    for (int n = n0; n < n1; n += NR) {
-      int nr = n1 - n < NR ? n1 - n : NR;
-      const uint16_t *w = W + (size_t)n * K + k0;
+    for (int c0 = n0; c0 < n1; c0 += NC) {
+      int c1 = n1 - c0 < NC ? n1 : c0 + NC;
       for (int m = 0; m < M; m += MR) {
         int mr = M - m < MR ? M - m : MR;
-        tiles[mr - 1][nr - 1](out + (size_t)m * N + n, N, x + (size_t)m * K + k0, K, w, kc, add);
+        for (int n = c0; n < c1; n += NR) {
+          int nr = c1 - n < NR ? c1 - n : NR;
+          tiles[mr - 1][nr - 1](out + (size_t)m * N + n, N, x + (size_t)m * K + k0, K,
+                                W + (size_t)n * K + k0, kc, add);
+        }
       }
     }
   }
