@@ -262,6 +262,9 @@ lh_err lh_infer_forward(const lh_infer *m, lh_kv *kv, const lh_infer_row *rows, 
   }
   const uint16_t *W = m->w;
   float scale = 1.0f / sqrtf((float)hd);
+  long att_work = 0; /* multiply-adds of one layer's attention */
+  for (int r = 0; r < n; r++)
+    att_work += 2L * (rows[r].pos + 1) * QD;
 
   for (int r = 0; r < n; r++) {
     const uint16_t *e = W + o->embed + (size_t)rows[r].token * C;
@@ -295,8 +298,10 @@ lh_err lh_infer_forward(const lh_infer *m, lh_kv *kv, const lh_infer_row *rows, 
       memcpy(vc + at, q + QD + KD, (size_t)KD * sizeof(float));
     }
     /* attention of each (row, head) over its slot's positions [0, pos]; scores are per thread,
-     * sized for the thread count at lh_kv_create, so the team is never larger */
-#pragma omp parallel for collapse(2) schedule(static) num_threads(kv->n_threads)
+     * sized for the thread count at lh_kv_create, so the team is never larger. A short one
+     * (batch-1 decode early in a sequence) stays on this thread: waking the team costs more */
+#pragma omp parallel for collapse(2) schedule(static)                                              \
+    num_threads(kv->n_threads) if (att_work >= 65536)
     for (int r = 0; r < n; r++)
       for (int h = 0; h < H; h++) {
         const float *q = kv->qkv + (size_t)r * QKV + (size_t)h * hd;
