@@ -61,17 +61,11 @@ typedef struct lh_gen_output {
 
 typedef struct lh_generator lh_generator;
 
-/* Above this many slots a generator has its policy keep an fp32 copy of the weights
- * (lh_infer_keep_fp32: 4 more bytes per parameter), which products of many rows then read
- * instead of converting bf16 on every forward: worth it when many sequences decode together. */
-#define LH_GEN_FP32_SLOTS 8
-
 /* A generator with n_slots concurrent sequences of up to max_seq tokens (prompt included).
  * Prefill runs in chunks of up to prefill_chunk tokens per step (0: 256). Buffers that cannot
  * be allocated are LH_ERR_NOMEM with their size in the message (see lh_kv_create). Sampling
- * and attention run on at most lh_threads() threads as it is now (see lh_kv_create). With more
- * than LH_GEN_FP32_SLOTS slots the policy gains its fp32 copy here (call before any forward of
- * another generator on the same policy runs). */
+ * and attention run on at most lh_threads() threads as it is now (see lh_kv_create). The policy is
+ * only read: generators on one policy may run at the same time. */
 lh_err lh_generator_create(lh_infer *m, int n_slots, int max_seq, int prefill_chunk,
                            lh_generator **out);
 void lh_generator_free(lh_generator *g);

@@ -1,10 +1,10 @@
 /* longhaul inference: the model's forward with a KV cache, on bf16 weights computed in fp32.
  * An lh_infer holds the published policy's bf16 weights (immutable, shareable between threads);
  * an lh_kv holds the caches of a fixed number of sequence slots and all scratch, sized at
- * creation, so a forward allocates nothing itself. (A product of more than 8 rows goes to
- * OpenBLAS's threaded cblas_sgemm, which mallocs a small block per call: 33 per forward of the
- * small preset, counted with an LD_PRELOAD malloc counter; none at 8 rows or fewer.) One
- * forward can mix prefill rows of one slot and decode rows of others (continuous batching). */
+ * creation, so a forward allocates nothing. Weight products are lh_bf16mm at every batch size:
+ * the weights exist only in bf16 (2 bytes per parameter), and a row's logits do not depend on
+ * the other rows of its forward. One forward can mix prefill rows of one slot and decode rows of
+ * others (continuous batching). */
 #ifndef LONGHAUL_INFER_H
 #define LONGHAUL_INFER_H
 
@@ -22,8 +22,8 @@ lh_err lh_infer_load(const char *dir, lh_infer **out);
 /* The bf16 policy of a training model (its fp32 master weights rounded to nearest even);
  * LH_ERR_NOMEM when the slab cannot be allocated. */
 lh_err lh_infer_from_model(const lh_model *m, lh_infer **out);
-/* Re-rounds a training model's weights into an existing policy of the same configuration (and
- * its fp32 copy, if kept): the next version of the policy without reallocating. Not while a
+/* Re-rounds a training model's weights into an existing policy of the same configuration: the
+ * next version of the policy without reallocating. Not while a
  * forward runs. A model whose config gives another forward (lh_config_same_forward: any size,
  * head layout, RoPE, norm or bias field) is LH_ERR_MISMATCH naming the field. */
 lh_err lh_infer_update(lh_infer *m, const lh_model *src);
@@ -32,19 +32,14 @@ void lh_infer_free(lh_infer *m);
  * tensor's offset): what a policy version is, for hashing and diffing. Valid until
  * lh_infer_free; lh_infer_update and lh_infer_set_range change it in place. */
 const uint16_t *lh_infer_bf16(const lh_infer *m, size_t *n);
-/* Writes vals[0..n) at slab positions [offset, offset + n) (applying a patch), and the same
- * values into the fp32 copy when one is kept, so every forward sees the new bits. A range
+/* Writes vals[0..n) at slab positions [offset, offset + n) (applying a patch), so every
+ * forward sees the new bits. A range
  * outside the slab is LH_ERR_INVAL and changes nothing. Not while a forward runs. */
 lh_err lh_infer_set_range(lh_infer *m, size_t offset, const uint16_t *vals, size_t n);
-/* Also keeps an fp32 copy of the weights (4 more bytes per parameter), which products of more
- * than 8 rows (prefill, decode batches above 8) then use instead of converting bf16 chunks on
- * every forward. Worth it when many sequences decode together. Call before any forward that
- * may run concurrently. */
-lh_err lh_infer_keep_fp32(lh_infer *m);
 const lh_config *lh_infer_config(const lh_infer *m);
-/* Bytes of weights one forward of `rows` rows reads: the bf16 slab (2 bytes per parameter), or
- * the fp32 copy (4) for more than 8 rows once lh_infer_keep_fp32 has made one. */
-size_t lh_infer_weight_bytes(const lh_infer *m, int rows);
+/* Bytes of weights one forward reads, at any number of rows: the bf16 slab (2 bytes per
+ * parameter). */
+size_t lh_infer_weight_bytes(const lh_infer *m);
 
 typedef struct lh_kv lh_kv;
 

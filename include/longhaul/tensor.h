@@ -1,13 +1,17 @@
 /* longhaul tensor: CPU kernels for the decoder, forward and backward, and bf16 conversion.
- * All arrays are row-major fp32 unless named otherwise. Matmuls go through cblas_sgemm; other
+ * All arrays are row-major fp32 unless named otherwise. Training matmuls go through cblas_sgemm,
+ * inference's bf16-weight products through lh_bf16mm (src/tensor/bf16mm*.c); other
  * loops use OpenMP over rows. The reductions written here run in a fixed order and do not
  * depend on the thread count; OpenBLAS's threaded products do, in their last bits. No kernel
  * allocates. */
 #ifndef LONGHAUL_TENSOR_H
 #define LONGHAUL_TENSOR_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "longhaul/base.h"
 
 /* exp(x) for x in [-87, 88] with about 2 ulp of error, branch-free so loops vectorise
  * (Cody-Waite range reduction, degree-6 polynomial). Inputs outside that range are clamped:
@@ -39,6 +43,42 @@ uint16_t lh_bf16_from_f32(float x);
 float lh_f32_from_bf16(uint16_t b);
 void lh_bf16_from_f32_n(uint16_t *dst, const float *src, size_t n);
 void lh_f32_from_bf16_n(float *dst, const uint16_t *src, size_t n);
+/* lh_f32_from_bf16 inline, for loops that widen as they go */
+static inline float lh_bf16f(uint16_t b) {
+  union {
+    uint32_t u;
+    float f;
+  } v = {.u = (uint32_t)b << 16};
+  return v.f;
+}
+
+/* Products of fp32 activations with bf16 weights, for inference: out (M, N) = x (M, K) @ W^T
+ * (+ out when accumulate), W (N, K) bf16 in Hugging Face Linear layout. Weights are widened to
+ * fp32 in registers (no fp32 copy anywhere) and every sum runs in fp32, in an order fixed by K
+ * and the kernel path alone: a row's result does not depend on M, on the other rows, or on the
+ * thread count (OpenMP over output columns, static chunks). Allocates nothing. */
+void lh_bf16mm(float *out, const float *x, const uint16_t *W, int M, int K, int N, bool accumulate);
+
+/* The kernel paths. Paths differ in the order of their fp32 sums (8 or 16 lanes), so their
+ * results differ in the last bits (a verifier calibrates its logit tolerance across them). */
+typedef enum {
+  LH_KERNEL_SCALAR, /* portable C, any CPU */
+  LH_KERNEL_AVX2,   /* AVX2 + FMA (x86-64 since 2013) */
+  LH_KERNEL_AVX512, /* AVX-512 F, BW and VL */
+  LH_KERNEL_COUNT
+} lh_kernel;
+/* "scalar", "avx2", "avx512". */
+const char *lh_kernel_name(lh_kernel k);
+/* Whether this binary has the path and this CPU (cpuid, at run time) can run it. */
+bool lh_kernel_supported(lh_kernel k);
+/* The path lh_bf16mm uses. On first use it is chosen once: the environment variable LH_KERNEL
+ * (scalar, avx2, avx512 or auto) if set, else the fastest exact path the CPU
+ * supports (avx512, then avx2, then scalar). A LH_KERNEL this CPU cannot run, or an unknown
+ * name, is logged as a warning and auto is used. */
+lh_kernel lh_kernel_get(void);
+/* Forces a path (tests, calibration, LH_KERNEL in a driver). A path lh_kernel_supported denies
+ * is LH_ERR_INVAL with a message naming it, and changes nothing. Not while a product runs. */
+lh_err lh_kernel_set(lh_kernel k);
 
 /* out (M,N) = beta*out + x (M,K) @ w^T, w (N,K) as Hugging Face Linear weights store it. */
 void lh_matmul_xwt(float *out, const float *x, const float *w, int M, int K, int N, float beta);

@@ -36,8 +36,7 @@ static const lh__flag flags[] = {
     {"top-p", "P", false, "nucleus sampling threshold in (0, 1] (default 1 = off)"},
     {"max-new", "N", false, "tokens generated at most per sample (default 64)"},
     {"seed", "S", false, "sampling seed (default 0)"},
-    {"batch", "B", false,
-     "sequences generated at once (default 64; above 8, weights are also kept in fp32)"},
+    {"batch", "B", false, "sequences generated at once (default 64)"},
     {"threads", "K", false, "threads (default: all cores)"},
     {"compare", "DIR", false,
      "a second model (directory or run directory) evaluated on the same tasks and seeds; prints "

@@ -83,11 +83,6 @@ lh_err lh_generator_create(lh_infer *m, int n_slots, int max_seq, int prefill_ch
   memset(g->slots, 0, (size_t)n_slots * sizeof *g->slots);
   for (int i = 0; i < g->n_threads; i++)
     g->scratch[i] = lh_sample_scratch_create(V);
-  /* many rows per forward: products read an fp32 copy (last: the other buffers fail first) */
-  if (n_slots > LH_GEN_FP32_SLOTS && (err = lh_infer_keep_fp32(m))) {
-    lh_generator_free(g);
-    return err;
-  }
   *out = g;
   return LH_ERR_OK;
 }

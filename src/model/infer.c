@@ -1,7 +1,7 @@
 /* longhaul inference forward: bf16 weights, fp32 activations, a KV cache per sequence slot.
- * Products with few rows (decode) stream each bf16 weight row once and convert it on the fly
- * (batch-1 decode is bound by reading the weights); products with many rows (prefill, large
- * batches) convert chunks of weight rows to fp32 and hand each chunk to cblas_sgemm. */
+ * Every weight product is lh_bf16mm (src/tensor/bf16mm*.c): weights widened in registers, no
+ * fp32 copy at any batch size, and a row's result independent of the other rows in the
+ * forward. */
 #include <cblas.h>
 #include <math.h>
 #include <stdio.h>
@@ -23,7 +23,6 @@ struct lh_infer {
   lh_config cfg;
   size_t n_params;
   uint16_t *w; /* (n_params) bf16 slab in the training slab's layout */
-  float *w32;  /* (n_params) the same values in fp32, or NULL (lh_infer_keep_fp32) */
   weight_offsets o;
 };
 
@@ -39,12 +38,8 @@ struct lh_kv {
   float *h;                   /* (R, F) */
   float *xl;                  /* (R, C) rows that want logits, normed */
   float *scores;              /* (n_threads, max_seq): n_threads = lh_threads() at creation */
-  float *chunk;               /* (CHUNK_N, max(C, F, H*hd)) weight rows converted to fp32 */
   float *rope_cos, *rope_sin; /* (max_seq, hd/2) */
 };
-
-#define CHUNK_N 512 /* weight rows converted per sgemm call */
-#define SMALL_M 8   /* at most this many rows: stream bf16 rows, no conversion */
 
 /* ---------------------------------------------------------------- weights */
 
@@ -106,7 +101,6 @@ lh_err lh_infer_update(lh_infer *m, const lh_model *src) {
   LH_CHECK(src->n_params == m->n_params, "same config, %zu vs %zu parameters", m->n_params,
            src->n_params);
   lh_bf16_from_f32_n(m->w, src->params, m->n_params);
-  if (m->w32) lh_f32_from_bf16_n(m->w32, m->w, m->n_params);
   return LH_ERR_OK;
 }
 
@@ -121,7 +115,6 @@ lh_err lh_infer_set_range(lh_infer *m, size_t offset, const uint16_t *vals, size
                      "infer: values [%zu, %zu + %zu) are outside the %zu of the policy", offset,
                      offset, n, m->n_params);
   memcpy(m->w + offset, vals, n * sizeof *vals);
-  if (m->w32) lh_f32_from_bf16_n(m->w32 + offset, vals, n);
   return LH_ERR_OK;
 }
 
@@ -143,26 +136,15 @@ lh_err lh_infer_load(const char *dir, lh_infer **out) {
 void lh_infer_free(lh_infer *m) {
   if (!m) return;
   free(m->w);
-  free(m->w32);
   free(m);
-}
-
-lh_err lh_infer_keep_fp32(lh_infer *m) {
-  if (m->w32) return LH_ERR_OK;
-  float *w32 = malloc(m->n_params * sizeof(float));
-  if (!w32)
-    return lh_errorf(LH_ERR_NOMEM, "infer: no memory for an fp32 copy of %zu weights", m->n_params);
-  lh_f32_from_bf16_n(w32, m->w, m->n_params);
-  m->w32 = w32;
-  return LH_ERR_OK;
 }
 
 const lh_config *lh_infer_config(const lh_infer *m) {
   return &m->cfg;
 }
 
-size_t lh_infer_weight_bytes(const lh_infer *m, int rows) {
-  return m->n_params * (rows > SMALL_M && m->w32 ? sizeof(float) : sizeof(uint16_t));
+size_t lh_infer_weight_bytes(const lh_infer *m) {
+  return m->n_params * sizeof(uint16_t);
 }
 
 /* ---------------------------------------------------------------- caches */
@@ -186,8 +168,6 @@ lh_err lh_kv_create(const lh_infer *m, int n_slots, int max_seq, int max_rows, l
   size_t L = (size_t)c->n_layers, C = (size_t)c->hidden_size, hd = (size_t)c->head_dim;
   size_t QD = (size_t)c->n_heads * hd, KD = (size_t)c->n_kv_heads * hd, QKV = QD + 2 * KD;
   size_t F = (size_t)c->intermediate_size, R = (size_t)max_rows, S = (size_t)max_seq;
-  size_t widest = C > F ? C : F;
-  widest = widest > QD ? widest : QD;
   /* sizes come from the caller: products saturate (lh_size_mul), so an absurd one fails to
    * allocate with its size in the message instead of wrapping */
   size_t cache = lh_size_mul(lh_size_mul(L * S, (size_t)n_slots), KD * sizeof(float));
@@ -209,7 +189,6 @@ lh_err lh_kv_create(const lh_infer *m, int n_slots, int max_seq, int max_rows, l
       {&kv->h, lh_size_mul(R, F * sizeof(float)), "kv cache: MLP rows"},
       {&kv->xl, lh_size_mul(R, C * sizeof(float)), "kv cache: head rows"},
       {&kv->scores, lh_size_mul((size_t)kv->n_threads, S * sizeof(float)), "kv cache: scores"},
-      {&kv->chunk, (size_t)CHUNK_N * widest * sizeof(float), "kv cache: weight chunk"},
       {&kv->rope_cos, S * (hd / 2) * sizeof(float), "kv cache: RoPE table"},
       {&kv->rope_sin, S * (hd / 2) * sizeof(float), "kv cache: RoPE table"},
   };
@@ -235,7 +214,6 @@ void lh_kv_free(lh_kv *kv) {
   free(kv->h);
   free(kv->xl);
   free(kv->scores);
-  free(kv->chunk);
   free(kv->rope_cos);
   free(kv->rope_sin);
   free(kv);
@@ -246,53 +224,6 @@ int lh_kv_max_seq(const lh_kv *kv) {
 }
 
 /* ---------------------------------------------------------------- kernels */
-
-static inline float bf16f(uint16_t b) {
-  union {
-    uint32_t u;
-    float f;
-  } v = {.u = (uint32_t)b << 16};
-  return v.f;
-}
-
-/* out (M, N) = beta * out + x (M, K) @ W^T with W (N, K) in bf16; beta is 0 or 1. W32, when
- * not NULL, holds the same weights in fp32 for products of many rows. */
-static void matmul_bf16(lh_kv *kv, float *out, const float *x, const uint16_t *W, const float *W32,
-                        int M, int K, int N, float beta) {
-  if (M > SMALL_M && W32) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, x, K, W32, K, beta, out, N);
-    return;
-  }
-  if (M <= SMALL_M) {
-#pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-      const uint16_t *w = W + (size_t)n * K;
-      for (int m = 0; m < M; m++) {
-        const float *xm = x + (size_t)m * K;
-        float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-        for (int k = 0; k < K; k++)
-          acc += xm[k] * bf16f(w[k]);
-        float *o = out + (size_t)m * N + n;
-        *o = beta != 0.0f ? *o + acc : acc;
-      }
-    }
-    return;
-  }
-  /* a chunk stays in cache between its conversion and the product; OpenBLAS threads the
-   * product itself */
-  for (int n0 = 0; n0 < N; n0 += CHUNK_N) {
-    int nt = N - n0 < CHUNK_N ? N - n0 : CHUNK_N;
-    const uint16_t *w = W + (size_t)n0 * K;
-    size_t cnt = (size_t)nt * K;
-    float *chunk = kv->chunk;
-#pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < cnt; i++)
-      chunk[i] = bf16f(w[i]);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, nt, K, 1.0f, x, K, chunk, K, beta,
-                out + n0, N);
-  }
-}
 
 /* RMSNorm of rows with a bf16 weight. */
 static void rmsnorm_bf16(float *out, const float *x, const uint16_t *w, int M, int C, float eps) {
@@ -306,7 +237,7 @@ static void rmsnorm_bf16(float *out, const float *x, const uint16_t *w, int M, i
     float r = 1.0f / sqrtf(ss / (float)C + eps);
 #pragma omp simd
     for (int j = 0; j < C; j++)
-      oi[j] = xi[j] * r * bf16f(w[j]);
+      oi[j] = xi[j] * r * lh_bf16f(w[j]);
   }
 }
 
@@ -330,16 +261,16 @@ lh_err lh_infer_forward(const lh_infer *m, lh_kv *kv, const lh_infer_row *rows, 
                        row->slot, kv->n_slots, row->pos, S, row->token, V);
   }
   const uint16_t *W = m->w;
-  const float *W32 = m->w32;
-/* the same tensor in both slabs */
-#define WEIGHTS(off) W + (off), W32 ? W32 + (off) : NULL
   float scale = 1.0f / sqrtf((float)hd);
+  long att_work = 0; /* multiply-adds of one layer's attention */
+  for (int r = 0; r < n; r++)
+    att_work += 2L * (rows[r].pos + 1) * QD;
 
   for (int r = 0; r < n; r++) {
     const uint16_t *e = W + o->embed + (size_t)rows[r].token * C;
     float *x = kv->x + (size_t)r * C;
     for (int j = 0; j < C; j++)
-      x[j] = bf16f(e[j]);
+      x[j] = lh_bf16f(e[j]);
   }
 
   for (int l = 0; l < L; l++) {
@@ -347,7 +278,7 @@ lh_err lh_infer_forward(const lh_infer *m, lh_kv *kv, const lh_infer_row *rows, 
     float *kc = kv->k + (size_t)l * kv->n_slots * S * KD;
     float *vc = kv->v + (size_t)l * kv->n_slots * S * KD;
     rmsnorm_bf16(kv->xn, kv->x, W + o->ln1 + lo, n, C, c->rms_eps);
-    matmul_bf16(kv, kv->qkv, kv->xn, WEIGHTS(o->wqkv + lo), n, C, QKV, 0.0f);
+    lh_bf16mm(kv->qkv, kv->xn, W + o->wqkv + lo, n, C, QKV, false);
     /* bias, q/k norm, RoPE, then K and V into the slot's cache */
 #pragma omp parallel for schedule(static) if (n > 1)
     for (int r = 0; r < n; r++) {
@@ -355,7 +286,7 @@ lh_err lh_infer_forward(const lh_infer *m, lh_kv *kv, const lh_infer_row *rows, 
       if (o->has_bias) {
         const uint16_t *b = W + o->bqkv + lo;
         for (int j = 0; j < QKV; j++)
-          q[j] += bf16f(b[j]);
+          q[j] += lh_bf16f(b[j]);
       }
       if (o->has_qk_norm) {
         rmsnorm_bf16(q, q, W + o->q_norm + lo, H, hd, c->rms_eps);
@@ -367,8 +298,10 @@ lh_err lh_infer_forward(const lh_infer *m, lh_kv *kv, const lh_infer_row *rows, 
       memcpy(vc + at, q + QD + KD, (size_t)KD * sizeof(float));
     }
     /* attention of each (row, head) over its slot's positions [0, pos]; scores are per thread,
-     * sized for the thread count at lh_kv_create, so the team is never larger */
-#pragma omp parallel for collapse(2) schedule(static) num_threads(kv->n_threads)
+     * sized for the thread count at lh_kv_create, so the team is never larger. A short one
+     * (batch-1 decode early in a sequence) stays on this thread: waking the team costs more */
+#pragma omp parallel for collapse(2) schedule(static)                                              \
+    num_threads(kv->n_threads) if (att_work >= 65536)
     for (int r = 0; r < n; r++)
       for (int h = 0; h < H; h++) {
         const float *q = kv->qkv + (size_t)r * QKV + (size_t)h * hd;
@@ -389,20 +322,20 @@ lh_err lh_infer_forward(const lh_infer *m, lh_kv *kv, const lh_infer_row *rows, 
         float *a = kv->att + (size_t)r * QD + (size_t)h * hd;
         cblas_sgemv(CblasRowMajor, CblasTrans, P, hd, 1.0f / sum, vs, KD, s, 1, 0.0f, a, 1);
       }
-    matmul_bf16(kv, kv->x, kv->att, WEIGHTS(o->wo + lo), n, QD, C, 1.0f);
+    lh_bf16mm(kv->x, kv->att, W + o->wo + lo, n, QD, C, true);
     if (o->has_o_bias) {
       const uint16_t *b = W + o->bo + lo;
 #pragma omp parallel for schedule(static) if (n > 1)
       for (int r = 0; r < n; r++) {
         float *x = kv->x + (size_t)r * C;
         for (int j = 0; j < C; j++)
-          x[j] += bf16f(b[j]);
+          x[j] += lh_bf16f(b[j]);
       }
     }
     rmsnorm_bf16(kv->xn, kv->x, W + o->ln2 + lo, n, C, c->rms_eps);
-    matmul_bf16(kv, kv->gu, kv->xn, WEIGHTS(o->wgu + lo), n, C, 2 * F, 0.0f);
+    lh_bf16mm(kv->gu, kv->xn, W + o->wgu + lo, n, C, 2 * F, false);
     lh_swiglu_forward(kv->h, kv->gu, n, F);
-    matmul_bf16(kv, kv->x, kv->h, WEIGHTS(o->wdown + lo), n, F, C, 1.0f);
+    lh_bf16mm(kv->x, kv->h, W + o->wdown + lo, n, F, C, true);
   }
 
   /* final norm and head, only for the rows that want logits */
@@ -414,7 +347,6 @@ lh_err lh_infer_forward(const lh_infer *m, lh_kv *kv, const lh_infer_row *rows, 
     }
   if (nl == 0) return LH_ERR_OK;
   rmsnorm_bf16(kv->xl, kv->xn, W + o->norm, nl, C, c->rms_eps);
-  matmul_bf16(kv, logits, kv->xl, WEIGHTS(o->lm_head), nl, C, V, 0.0f);
-#undef WEIGHTS
+  lh_bf16mm(logits, kv->xl, W + o->lm_head, nl, C, V, false);
   return LH_ERR_OK;
 }

@@ -705,7 +705,8 @@ expect_rc gen-bench 0 && py gen-bench-check '
 import json, sys
 r = json.loads(open(sys.argv[1]).read())
 assert r["batch"] == 2 and r["decode_tokens_per_s"] > 0 and r["prefill_tokens_per_s"] > 0, r
-assert r["weight_bytes"] == 2 * r["params"], r  # bf16 rows at 8 sequences or fewer
+assert r["weight_bytes"] == 2 * r["params"], r  # bf16 weights
+assert r["kernel"] in ("scalar", "avx2", "avx512"), r
 # decode_s holds the N - 1 decode forwards (the first token comes from the prefill): the tokens
 # counted are the B x (N - 1) they make, and a step is one of them (it counted B x N, and N steps)
 B, N, d = r["batch"], r["new"], r["decode_s"]
@@ -716,12 +717,13 @@ assert abs(r["prefill_tokens_per_s"] * r["prefill_s"] - B * r["prompt_len"]) <= 
 ' "$TMP/gen-bench.out"
 run_full gen-bench-full "$BIN" bench generate --model "$TMP/gen" --batch 1 --prompt-len 4 --new 2
 expect_rc gen-bench-full 1 && expect_one_line_error gen-bench-full '^longhaul bench generate: cannot write the output: '
-# above 8 sequences the decode products read the fp32 copy, and weight_bytes says so
-run gen-bench9 "$BIN" bench generate --model "$TMP/gen" --batch 9 --prompt-len 2 --new 2 --json
+# above 8 sequences the weights stay bf16 (there was an fp32 copy), and LH_KERNEL picks the path
+LH_KERNEL=scalar run gen-bench9 "$BIN" bench generate --model "$TMP/gen" --batch 9 --prompt-len 2 --new 2 --json
 expect_rc gen-bench9 0 && py gen-bench9-check '
 import json, sys
 r = json.loads(open(sys.argv[1]).read())
-assert r["weight_bytes"] == 4 * r["params"], r
+assert r["weight_bytes"] == 2 * r["params"], r
+assert r["kernel"] == "scalar", r
 ' "$TMP/gen-bench9.out"
 MAXPOS_GEN=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["max_position_embeddings"])' "$TMP/gen/config.json")
 run gen-bench-ctx "$BIN" bench generate --model "$TMP/gen" --batch 1 --prompt-len "$MAXPOS_GEN" --new 2
