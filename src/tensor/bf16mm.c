@@ -138,6 +138,7 @@ void lh_bf16mm(float *out, const float *x, const uint16_t *W, int M, int K, int 
   /* static chunks of whole tiles; a small product (fewer weights than a thread can stream
    * in a few microseconds) stays on the calling thread */
   size_t work = (size_t)N * (size_t)K * (size_t)M;
+  (void)work; /* read only by the OpenMP pragma: unused in a build without OpenMP */
   int tiles = (N + nr - 1) / nr;
 #pragma omp parallel if (work >= 65536)
   {
