@@ -19,6 +19,7 @@
 #include "longhaul/ledger.h"
 #include "longhaul/report.h"
 #include "longhaul/sync.h"
+#include "report_impl.h"
 
 #define MAX_RUN_JSON  (1u << 20)
 #define MAX_EVAL_JSON LH_REPORT_MAX_FILE
@@ -479,48 +480,28 @@ void lh_card_free(lh_card *c) {
 
 /* ---------------------------------------------------------------- writing */
 
-typedef struct {
-  char *s;
-  size_t n, cap;
-} buf;
-
-__attribute__((format(printf, 2, 3))) static void out(buf *b, const char *fmt, ...) {
-  va_list ap;
-  for (;;) {
-    va_start(ap, fmt);
-    int k = vsnprintf(b->s + b->n, b->cap - b->n, fmt, ap);
-    va_end(ap);
-    if (k >= 0 && (size_t)k < b->cap - b->n) {
-      b->n += (size_t)k;
-      return;
-    }
-    b->cap = b->cap * 2 + (size_t)(k > 0 ? k : 0) + 256;
-    b->s = lh_xrealloc(b->s, b->cap);
-  }
-}
-
 static const char *str_of(json_t *o, const char *key) {
   json_t *v = json_object_get(o, key);
   return json_is_string(v) ? json_string_value(v) : NULL;
 }
 
 /* A run.json value as text ("-" when absent). */
-static void run_value(buf *b, json_t *o, const char *key) {
+static void run_value(lh__sb *b, json_t *o, const char *key) {
   json_t *v = json_object_get(o, key);
   if (json_is_string(v))
-    out(b, "`%s`", json_string_value(v));
+    lh__sb_printf(b, "`%s`", json_string_value(v));
   else if (json_is_integer(v))
-    out(b, "%lld", (long long)json_integer_value(v));
+    lh__sb_printf(b, "%lld", (long long)json_integer_value(v));
   else if (json_is_real(v))
-    out(b, "%.6g", json_real_value(v));
+    lh__sb_printf(b, "%.6g", json_real_value(v));
   else if (json_is_boolean(v))
-    out(b, "%s", json_is_true(v) ? "true" : "false");
+    lh__sb_printf(b, "%s", json_is_true(v) ? "true" : "false");
   else
-    out(b, "-");
+    lh__sb_printf(b, "-");
 }
 
-static void ci_cell(buf *b, lh_eval_ci c, bool diff) {
-  out(b, diff ? "%+.3f [%+.3f, %+.3f]" : "%.3f [%.3f, %.3f]", c.mean, c.lo, c.hi);
+static void ci_cell(lh__sb *b, lh_eval_ci c, bool diff) {
+  lh__sb_printf(b, diff ? "%+.3f [%+.3f, %+.3f]" : "%.3f [%.3f, %.3f]", c.mean, c.lo, c.hi);
 }
 
 static const char *arch_label(lh_arch a) {
@@ -528,7 +509,7 @@ static const char *arch_label(lh_arch a) {
 }
 
 lh_err lh_card_write(const lh_card *c, const char *gguf_file, const char *path) {
-  buf b = {0};
+  lh__sb b = {0};
   json_t *run = c->run, *loss = run ? json_object_get(run, "loss") : NULL,
          *adv = run ? json_object_get(run, "adv") : NULL,
          *opt = run ? json_object_get(run, "opt") : NULL;
@@ -538,53 +519,57 @@ lh_err lh_card_write(const lh_card *c, const char *gguf_file, const char *path) 
   const char *loss_kind = loss ? str_of(loss, "kind") : NULL;
   bool serve = c->ledger.present;
   /* front matter */
-  out(&b, "---\nlicense: other\nlicense_name: same-as-base-model\nlibrary_name: transformers\n"
+  lh__sb_printf(
+      &b, "---\nlicense: other\nlicense_name: same-as-base-model\nlibrary_name: transformers\n"
           "pipeline_tag: text-generation\n");
-  if (base) out(&b, "base_model: \"%s\"\n", base);
-  out(&b, "tags:\n- longhaul\n- reinforcement-learning\n- %s\n", arch_label(c->cfg.arch));
-  if (env_name[0]) out(&b, "- %s\n", env_name);
-  if (loss_kind) out(&b, "- %s\n", loss_kind);
-  if (gguf_file) out(&b, "- gguf\n");
-  out(&b, "---\n\n# %s\n\n", c->name);
+  if (base) lh__sb_printf(&b, "base_model: \"%s\"\n", base);
+  lh__sb_printf(&b, "tags:\n- longhaul\n- reinforcement-learning\n- %s\n", arch_label(c->cfg.arch));
+  if (env_name[0]) lh__sb_printf(&b, "- %s\n", env_name);
+  if (loss_kind) lh__sb_printf(&b, "- %s\n", loss_kind);
+  if (gguf_file) lh__sb_printf(&b, "- gguf\n");
+  lh__sb_printf(&b, "---\n\n# %s\n\n", c->name);
   if (run)
-    out(&b,
+    lh__sb_printf(
+        &b,
         "A %s model post-trained with reinforcement learning by longhaul (`%s`) on the `%s` "
         "environment, from the base model `%s`%s.\n\n",
         arch_label(c->cfg.arch), serve ? "longhaul serve" : "longhaul rl", env, base,
         c->step >= 0 ? "" : "");
   else
-    out(&b,
-        "A %s model exported by longhaul from the model directory `%s` (not a run "
-        "directory, so no recipe or training provenance is known).\n\n",
-        arch_label(c->cfg.arch), c->model_dir);
+    lh__sb_printf(&b,
+                  "A %s model exported by longhaul from the model directory `%s` (not a run "
+                  "directory, so no recipe or training provenance is known).\n\n",
+                  arch_label(c->cfg.arch), c->model_dir);
 
-  out(&b,
+  lh__sb_printf(
+      &b,
       "## Files\n\n| file | what |\n|---|---|\n"
       "| `config.json`, `model.safetensors` (or shards with `model.safetensors.index.json`)"
       " | the weights in bf16, Hugging Face layout (`%sForCausalLM`) |\n"
       "| `tokenizer.json`, `tokenizer_config.json` | the tokenizer (%s), special tokens%s |\n"
       "| `generation_config.json` | bos/eos ids |\n",
       arch_label(c->cfg.arch), c->tokenizer, "");
-  if (gguf_file) out(&b, "| `%s` | the same model as GGUF, for llama.cpp |\n", gguf_file);
-  out(&b,
-      "\n## Model\n\n| | |\n|---|---|\n| architecture | %s |\n| parameters | %.2fM |\n"
-      "| layers | %d |\n| hidden size | %d |\n| attention heads (kv) | %d (%d) |\n"
-      "| context | %d |\n| vocabulary | %d |\n| exported from | `%s`%s |\n\n",
-      arch_label(c->cfg.arch), (double)c->n_params / 1e6, c->cfg.n_layers, c->cfg.hidden_size,
-      c->cfg.n_heads, c->cfg.n_kv_heads, c->cfg.max_positions, c->cfg.vocab_size, c->model_dir,
-      c->step >= 0 ? " (checkpoint step)" : "");
+  if (gguf_file) lh__sb_printf(&b, "| `%s` | the same model as GGUF, for llama.cpp |\n", gguf_file);
+  lh__sb_printf(&b,
+                "\n## Model\n\n| | |\n|---|---|\n| architecture | %s |\n| parameters | %.2fM |\n"
+                "| layers | %d |\n| hidden size | %d |\n| attention heads (kv) | %d (%d) |\n"
+                "| context | %d |\n| vocabulary | %d |\n| exported from | `%s`%s |\n\n",
+                arch_label(c->cfg.arch), (double)c->n_params / 1e6, c->cfg.n_layers,
+                c->cfg.hidden_size, c->cfg.n_heads, c->cfg.n_kv_heads, c->cfg.max_positions,
+                c->cfg.vocab_size, c->model_dir, c->step >= 0 ? " (checkpoint step)" : "");
 
   if (run) {
-    out(&b, "## Environment and recipe\n\nFrom `%s/run.json`:\n\n| setting | value |\n|---|---|\n",
+    lh__sb_printf(
+        &b, "## Environment and recipe\n\nFrom `%s/run.json`:\n\n| setting | value |\n|---|---|\n",
         c->run_dir);
     static const char *const top[] = {
         "model",     "env",         "group", "prompts",          "max_new", "max_prompt",
         "staleness", "minibatches", "seed",  "longhaul_version", "started"};
     for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
       if (json_object_get(run, top[i])) {
-        out(&b, "| %s | ", top[i]);
+        lh__sb_printf(&b, "| %s | ", top[i]);
         run_value(&b, run, top[i]);
-        out(&b, " |\n");
+        lh__sb_printf(&b, " |\n");
       }
     json_t *groups[3] = {loss, adv, opt};
     const char *gname[3] = {"loss", "adv", "opt"};
@@ -592,133 +577,144 @@ lh_err lh_card_write(const lh_card *c, const char *gguf_file, const char *path) 
       const char *key;
       json_t *v;
       if (json_is_object(groups[g])) json_object_foreach(groups[g], key, v) {
-          out(&b, "| %s.%s | ", gname[g], key);
+          lh__sb_printf(&b, "| %s.%s | ", gname[g], key);
           run_value(&b, groups[g], key);
-          out(&b, " |\n");
+          lh__sb_printf(&b, " |\n");
         }
     }
-    out(&b, "\n## Training provenance\n\n");
-    out(&b, "- updates: %lld (%lld metrics lines", (long long)c->updates,
-        (long long)c->metric_lines);
-    if (c->first_time[0]) out(&b, ", %s to %s", c->first_time, c->last_time);
-    out(&b, ")\n");
+    lh__sb_printf(&b, "\n## Training provenance\n\n");
+    lh__sb_printf(&b, "- updates: %lld (%lld metrics lines", (long long)c->updates,
+                  (long long)c->metric_lines);
+    if (c->first_time[0]) lh__sb_printf(&b, ", %s to %s", c->first_time, c->last_time);
+    lh__sb_printf(&b, ")\n");
     json_t *group = json_object_get(run, "group");
     long long per = json_is_integer(group) ? json_integer_value(group) : 0;
-    out(&b, "- prompt groups trained: %lld", (long long)c->groups_trained);
-    if (per > 0) out(&b, " (%lld rollouts of %lld per group)", c->groups_trained * per, per);
+    lh__sb_printf(&b, "- prompt groups trained: %lld", (long long)c->groups_trained);
+    if (per > 0)
+      lh__sb_printf(&b, " (%lld rollouts of %lld per group)", c->groups_trained * per, per);
     if (c->groups_skipped > 0)
-      out(&b,
-          serve ? "; %lld of them had equal rewards (no learning signal)"
-                : "; %lld more had equal rewards (no learning signal) and were skipped",
-          (long long)c->groups_skipped);
-    out(&b, "\n");
-    if (c->step >= 0) out(&b, "- exported checkpoint: step %lld\n", (long long)c->step);
+      lh__sb_printf(&b,
+                    serve ? "; %lld of them had equal rewards (no learning signal)"
+                          : "; %lld more had equal rewards (no learning signal) and were skipped",
+                    (long long)c->groups_skipped);
+    lh__sb_printf(&b, "\n");
+    if (c->step >= 0) lh__sb_printf(&b, "- exported checkpoint: step %lld\n", (long long)c->step);
     if (serve) {
       const card_ledger *L = &c->ledger;
-      out(&b, "- networked run (`longhaul serve`), from the ledger `%s/ledger.sqlite`:\n",
-          c->run_dir);
-      out(&b, "  - workers: %lld\n", (long long)L->workers);
+      lh__sb_printf(&b, "- networked run (`longhaul serve`), from the ledger `%s/ledger.sqlite`:\n",
+                    c->run_dir);
+      lh__sb_printf(&b, "  - workers: %lld\n", (long long)L->workers);
       for (int i = 0; i < L->n_named; i++)
-        out(&b, "    - %s\n", L->named[i]);
-      out(&b,
+        lh__sb_printf(&b, "    - %s\n", L->named[i]);
+      lh__sb_printf(
+          &b,
           "  - groups: %lld trained, %lld rejected, %lld dropped as too stale, %lld expired, "
           "%lld waiting\n",
           (long long)L->groups[LH_GROUP_TRAINED], (long long)L->groups[LH_GROUP_REJECTED],
           (long long)L->groups[LH_GROUP_DROPPED], (long long)L->groups[LH_GROUP_EXPIRED],
           (long long)(L->groups[LH_GROUP_ACCEPTED] + L->groups[LH_GROUP_LEASED]));
       if (L->n_reasons) {
-        out(&b, "  - rejected groups by reason:\n");
+        lh__sb_printf(&b, "  - rejected groups by reason:\n");
         for (int i = 0; i < L->n_reasons; i++)
-          out(&b, "    - `%s`: %lld\n", L->rejected[i].reason, (long long)L->rejected[i].count);
+          lh__sb_printf(&b, "    - `%s`: %lld\n", L->rejected[i].reason,
+                        (long long)L->rejected[i].count);
       }
-      out(&b,
+      lh__sb_printf(
+          &b,
           "  - published versions: %lld (latest %lld); server starts: %lld (each resumes from the "
           "newest checkpoint)\n",
           (long long)L->versions, (long long)L->latest_version, (long long)L->rewinds);
       if (L->manifest_hash[0])
-        out(&b,
+        lh__sb_printf(
+            &b,
             "  - last manifest (version %lld): BLAKE2b-256 `%s`\n  - trainer's public key "
             "(the manifest's signer; its signature verifies): `%s`\n",
             (long long)L->latest_version, L->manifest_hash, L->trainer_key);
     }
-    out(&b, "\n");
+    lh__sb_printf(&b, "\n");
   }
 
-  out(&b, "## Evaluation\n\n");
+  lh__sb_printf(&b, "## Evaluation\n\n");
   const card_eval *ev = &c->eval;
   if (!ev->present) {
-    out(&b, "No evaluation was given to the export (`--eval-json FILE` or `--eval SPEC`).\n\n");
+    lh__sb_printf(
+        &b, "No evaluation was given to the export (`--eval-json FILE` or `--eval SPEC`).\n\n");
   } else {
-    out(&b, "`%s`, %s split, %d tasks x %d sample%s (%s), max-new %d, seed %lld; from %s.\n\n",
+    lh__sb_printf(
+        &b, "`%s`, %s split, %d tasks x %d sample%s (%s), max-new %d, seed %lld; from %s.\n\n",
         ev->env, ev->split, ev->tasks, ev->samples, ev->samples == 1 ? "" : "s",
         ev->temperature == 0 ? "greedy" : "sampled", ev->max_new, ev->seed, ev->source);
     if (ev->has_base) {
-      out(&b,
-          "| metric | base `%s` | this model | difference (paired, 95%% interval) |\n"
-          "|---|---|---|---|\n",
-          ev->base_dir);
+      lh__sb_printf(&b,
+                    "| metric | base `%s` | this model | difference (paired, 95%% interval) |\n"
+                    "|---|---|---|---|\n",
+                    ev->base_dir);
       for (int i = 0; i < ev->n_rows; i++) {
-        out(&b, "| %s | ", ev->rows[i].name);
+        lh__sb_printf(&b, "| %s | ", ev->rows[i].name);
         ci_cell(&b, ev->rows[i].base, false);
-        out(&b, " | ");
+        lh__sb_printf(&b, " | ");
         ci_cell(&b, ev->rows[i].model, false);
-        out(&b, " | ");
+        lh__sb_printf(&b, " | ");
         ci_cell(&b, ev->rows[i].diff, true);
-        out(&b, " |\n");
+        lh__sb_printf(&b, " |\n");
       }
-      out(&b, "\nEach cell is the mean with its 95%% interval (Wilson for 0/1 values, else "
-              "normal); the difference is paired over the same tasks and sampler streams "
-              "(longhaul docs/ALGORITHMS.md, \"Evaluation\").\n\n");
+      lh__sb_printf(&b,
+                    "\nEach cell is the mean with its 95%% interval (Wilson for 0/1 values, else "
+                    "normal); the difference is paired over the same tasks and sampler streams "
+                    "(longhaul docs/ALGORITHMS.md, \"Evaluation\").\n\n");
     } else {
-      out(&b, "| metric | this model |\n|---|---|\n");
+      lh__sb_printf(&b, "| metric | this model |\n|---|---|\n");
       for (int i = 0; i < ev->n_rows; i++) {
-        out(&b, "| %s | ", ev->rows[i].name);
+        lh__sb_printf(&b, "| %s | ", ev->rows[i].name);
         ci_cell(&b, ev->rows[i].model, false);
-        out(&b, " |\n");
+        lh__sb_printf(&b, " |\n");
       }
-      out(&b, "\nNo base model was evaluated beside it (`eval --compare BASE`), so there is no "
+      lh__sb_printf(
+          &b, "\nNo base model was evaluated beside it (`eval --compare BASE`), so there is no "
               "paired difference.\n\n");
     }
     if (strcmp(ev->model_dir, c->model_dir))
-      out(&b, "The evaluated model was `%s`; the exported one is `%s`.\n\n", ev->model_dir,
-          c->model_dir);
+      lh__sb_printf(&b, "The evaluated model was `%s`; the exported one is `%s`.\n\n",
+                    ev->model_dir, c->model_dir);
   }
 
-  out(&b, "## How to reproduce\n\n```\n");
-  if (run && str_of(run, "command")) out(&b, "%s\n", str_of(run, "command"));
+  lh__sb_printf(&b, "## How to reproduce\n\n```\n");
+  if (run && str_of(run, "command")) lh__sb_printf(&b, "%s\n", str_of(run, "command"));
   if (ev->present && strcmp(ev->source, "longhaul export --eval"))
-    out(&b,
-        "longhaul eval --model %s --env '%s' --split %s --n %d --samples %d --max-new %d "
-        "--seed %lld%s%s --json %s\n",
-        ev->model_dir, ev->env, ev->split, ev->tasks, ev->samples, ev->max_new, ev->seed,
-        ev->has_base ? " --compare " : "", ev->has_base ? ev->base_dir : "", ev->source);
-  out(&b, "%s\n```\n\n", c->export_cmd);
+    lh__sb_printf(&b,
+                  "longhaul eval --model %s --env '%s' --split %s --n %d --samples %d --max-new %d "
+                  "--seed %lld%s%s --json %s\n",
+                  ev->model_dir, ev->env, ev->split, ev->tasks, ev->samples, ev->max_new, ev->seed,
+                  ev->has_base ? " --compare " : "", ev->has_base ? ev->base_dir : "", ev->source);
+  lh__sb_printf(&b, "%s\n```\n\n", c->export_cmd);
 
-  out(&b, "## How to run\n\n");
+  lh__sb_printf(&b, "## How to run\n\n");
   if (gguf_file)
-    out(&b,
-        "llama.cpp:\n\n```\nllama-cli -m %s -p \"...\" -n 64 --temp 0\n```\n\n"
-        "node-llama-cpp (the build longhaul's tests load it with):\n\n```\n"
-        "npx -y node-llama-cpp@3.21.1 chat --model %s\n```\n\n",
-        gguf_file, gguf_file);
-  out(&b,
-      "transformers:\n\n```python\nfrom transformers import AutoModelForCausalLM, "
-      "AutoTokenizer\ntok = AutoTokenizer.from_pretrained(\"%s\")\nmodel = "
-      "AutoModelForCausalLM.from_pretrained(\"%s\")\n```\n\nlonghaul:\n\n```\nlonghaul "
-      "generate --model %s --prompt \"...\" --temperature 0\n```\n\n",
-      c->out_dir, c->out_dir, c->out_dir);
+    lh__sb_printf(&b,
+                  "llama.cpp:\n\n```\nllama-cli -m %s -p \"...\" -n 64 --temp 0\n```\n\n"
+                  "node-llama-cpp (the build longhaul's tests load it with):\n\n```\n"
+                  "npx -y node-llama-cpp@3.21.1 chat --model %s\n```\n\n",
+                  gguf_file, gguf_file);
+  lh__sb_printf(&b,
+                "transformers:\n\n```python\nfrom transformers import AutoModelForCausalLM, "
+                "AutoTokenizer\ntok = AutoTokenizer.from_pretrained(\"%s\")\nmodel = "
+                "AutoModelForCausalLM.from_pretrained(\"%s\")\n```\n\nlonghaul:\n\n```\nlonghaul "
+                "generate --model %s --prompt \"...\" --temperature 0\n```\n\n",
+                c->out_dir, c->out_dir, c->out_dir);
 
-  out(&b, "## Limitations\n\n");
+  lh__sb_printf(&b, "## Limitations\n\n");
   if (run)
-    out(&b,
+    lh__sb_printf(
+        &b,
         "- Trained on one environment (`%s`) with a verifiable reward; nothing here says how "
         "it does elsewhere, and it may have learned the reward's blind spots.\n",
         env);
-  out(&b,
-      "- The evaluation above is on %s; its intervals are statistical (95%%), not a "
-      "guarantee, and a different split, sampling or prompt format can change it.\n",
-      ev->present ? "the tasks it names" : "nothing (none was given)");
-  out(&b, "- The weights are the bf16 policy. A q8_0 or f16 GGUF rounds them further, and "
+  lh__sb_printf(&b,
+                "- The evaluation above is on %s; its intervals are statistical (95%%), not a "
+                "guarantee, and a different split, sampling or prompt format can change it.\n",
+                ev->present ? "the tasks it names" : "nothing (none was given)");
+  lh__sb_printf(
+      &b, "- The weights are the bf16 policy. A q8_0 or f16 GGUF rounds them further, and "
           "llama.cpp rounds activations to the weights' type (f16, bf16), so only an f32 GGUF "
           "continues prompts exactly as longhaul does.\n"
           "- llama.cpp applies no Unicode normalizer: with a tokenizer that NFC-normalizes "
@@ -726,11 +722,11 @@ lh_err lh_card_write(const lh_card *c, const char *gguf_file, const char *path) 
           "- The GGUF does not add a bos token (as longhaul and this tokenizer_config.json do "
           "not): prompts spell any they need.\n");
   if (c->n_params < 100000000)
-    out(&b,
-        "- A small model (%.2fM parameters): a demonstration of the pipeline, not a "
-        "general-purpose assistant.\n",
-        (double)c->n_params / 1e6);
-  lh_err e = lh_file_write_atomic(path, b.s, b.n);
-  free(b.s);
+    lh__sb_printf(&b,
+                  "- A small model (%.2fM parameters): a demonstration of the pipeline, not a "
+                  "general-purpose assistant.\n",
+                  (double)c->n_params / 1e6);
+  lh_err e = lh_file_write_atomic(path, b.s, b.len);
+  lh__sb_free(&b);
   return e;
 }

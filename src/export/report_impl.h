@@ -1,5 +1,5 @@
-/* longhaul report: what report.c and svg.c share inside the export module: a growing text
- * buffer and the two SVG charts the page is made of. */
+/* What the export module's files share inside it: a growing text buffer (the report's page and
+ * the model card are written into one) and the two SVG charts the report page is made of. */
 #ifndef LONGHAUL_REPORT_IMPL_H
 #define LONGHAUL_REPORT_IMPL_H
 
