@@ -17,10 +17,14 @@
  * lh_ledger_lease wrote into group_ids mean nothing: that lease does not exist).
  *
  * Thread safety: one lh_ledger may be used by any number of threads at once (the HTTP threads and
- * the training thread). It has one SQLite connection, and one mutex inside serialises every call,
- * its fsync included: a call waits for the one in progress (commits take milliseconds; a body is
- * copied in or out under the lock). lh_ledger_open and lh_ledger_close are not to race with other
- * calls on the same ledger. Do not carry an open ledger across fork(); open it again in the child.
+ * the training thread). It has two SQLite connections, each behind a mutex: one for every change
+ * (calls that write wait for the one in progress, its fsync included: commits take milliseconds),
+ * and one for the reads of the request path (lh_ledger_worker_get, _group_get, _group_body,
+ * _version_get, _blob_find, _stats), which in WAL mode see the last commit without waiting for a
+ * commit being written. A call that returned has committed, so a read started after it sees it.
+ * Accepts are batched (lh_ledger_group_accept). lh_ledger_open and lh_ledger_close are not to race
+ * with other calls on the same ledger. Do not carry an open ledger across fork(); open it again in
+ * the child.
  *
  * Integers: ids and versions are int64_t; a task_index (uint64_t) is stored as the int64_t of the
  * same bits. Times are milliseconds of the caller's clock (the server's wall clock), stored as
@@ -151,9 +155,16 @@ lh_err lh_ledger_group_get(lh_ledger *l, int64_t group, lh_ledger_group *out);
  * LH_LEDGER_BODY_MAX bytes), version_used (>= 0), meta_json (NULL for none, at most
  * LH_LEDGER_META_MAX bytes) and received_ms = now_ms. Durable when it returns LH_ERR_OK: the
  * server may answer 202. A group in any other state is LH_ERR_INVAL naming that state; an
- * unknown one LH_ERR_NOTFOUND. */
+ * unknown one LH_ERR_NOTFOUND. Group commit: accepts called while another commit is being written
+ * wait, and are then written together in one transaction (one fsync) by one of their threads;
+ * each call returns when the commit holding its accept is durable (or failed: a failure of the
+ * database fails every accept of that commit and writes none of them). Two accepts of one group,
+ * in one commit or not, settle it once: the later one is LH_ERR_INVAL (the group is accepted). */
 lh_err lh_ledger_group_accept(lh_ledger *l, int64_t group, int64_t version_used, const void *body,
                               size_t len, const char *meta_json, int64_t now_ms);
+/* Group commits of lh_ledger_group_accept written so far, and the accepts they held (their ratio
+ * is the mean batch). */
+void lh_ledger_accept_stats(lh_ledger *l, int64_t *commits, int64_t *accepts);
 /* LEASED or EXPIRED -> REJECTED with the reason (1 .. LH_LEDGER_REASON_MAX bytes) and
  * version_used (-1 when the submission did not say); no body is kept. Other states LH_ERR_INVAL. */
 lh_err lh_ledger_group_reject(lh_ledger *l, int64_t group, int64_t version_used, const char *reason,

@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "longhaul/http.h"
 #include "longhaul/rl.h"
 #include "longhaul/sample.h"
 #include "longhaul/sync.h"
@@ -52,6 +53,12 @@ typedef struct lh_node_auth_text {
  * nonce in hex, each followed by "\n". A fresh random nonce is drawn. */
 void lh_node_sign(const lh_sync_secret_key *sk, const char *method, const char *path,
                   const void *body, size_t len, int64_t time_ms, lh_node_auth_text *out);
+/* A signed request: signs METHOD PATH (with its query) and the body with sk at time_ms
+ * (lh_node_sign) and sends it on c with the four headers and Content-Type
+ * application/octet-stream; otherwise as lh_http_client_request (any HTTP status is LH_ERR_OK). */
+lh_err lh_node_request(lh_http_client *c, const lh_sync_secret_key *sk, const char *method,
+                       const char *path, const void *body, size_t len, int64_t time_ms,
+                       size_t max_reply, long timeout_ms, lh_http_reply *out);
 /* Parses the four header values (any may be NULL: missing) into *a: LH_ERR_FORMAT naming the
  * header that is missing or malformed (hex of the wrong length or case, a time that is not a
  * decimal integer in [0, 2^53)). */

@@ -73,6 +73,19 @@ static lh_err parse_hex(const char *s, const char *header, uint8_t *out, size_t 
   return LH_ERR_OK;
 }
 
+lh_err lh_node_request(lh_http_client *c, const lh_sync_secret_key *sk, const char *method,
+                       const char *path, const void *body, size_t len, int64_t time_ms,
+                       size_t max_reply, long timeout_ms, lh_http_reply *out) {
+  lh_node_auth_text a;
+  lh_node_sign(sk, method, path, body, len, time_ms, &a);
+  lh_http_header h[5] = {{LH_NODE_HDR_KEY, a.key},
+                         {LH_NODE_HDR_TIME, a.time},
+                         {LH_NODE_HDR_NONCE, a.nonce},
+                         {LH_NODE_HDR_SIGNATURE, a.signature},
+                         {"Content-Type", "application/octet-stream"}};
+  return lh_http_client_request(c, method, path, h, 5, body, len, max_reply, timeout_ms, out);
+}
+
 lh_err lh_node_auth_parse(const char *key, const char *time, const char *nonce,
                           const char *signature, lh_node_auth *a) {
   memset(a, 0, sizeof *a);

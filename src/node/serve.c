@@ -691,11 +691,33 @@ static void answer_state(lh_http_response *res, const lh_ledger_group *g) {
   json_decref(o);
 }
 
+/* After a ledger call that settles a group failed: when the group was settled meanwhile by
+ * another submission of it (the same group submitted twice at once), this one is a repeat and
+ * is answered as such; otherwise it is the ledger's error, 500. */
+static void answer_failed_settle(server *s, lh_http_response *res, int64_t group, lh_err e) {
+  char why[512];
+  snprintf(why, sizeof why, "%s", lh_last_error());
+  lh_ledger_group g;
+  if (e == LH_ERR_INVAL && !lh_ledger_group_get(s->ledger, group, &g)) {
+    if (g.state != LH_GROUP_LEASED && g.state != LH_GROUP_EXPIRED) {
+      pthread_mutex_lock(&s->mu);
+      s->repeats++;
+      pthread_mutex_unlock(&s->mu);
+      answer_state(res, &g);
+      lh_ledger_group_clear(&g);
+      return;
+    }
+    lh_ledger_group_clear(&g);
+  }
+  lh_http_respond_error(res, 500, "ledger", "%s", why);
+}
+
 static void reject(server *s, lh_http_response *res, const lh_ledger_group *g, int64_t version,
                    const char *why) {
   int64_t group = g->id;
-  if (lh_ledger_group_reject(s->ledger, group, version, why, now_ms())) {
-    lh_http_respond_error(res, 500, "ledger", "%s", lh_last_error());
+  lh_err e = lh_ledger_group_reject(s->ledger, group, version, why, now_ms());
+  if (e) {
+    answer_failed_settle(s, res, group, e);
     return;
   }
   pthread_mutex_lock(&s->mu);
@@ -774,9 +796,11 @@ static void h_rollout(server *s, const lh_http_request *req, lh_http_response *r
       lh_http_respond_error(res, 500, "scoring", "%s", lh_last_error());
     } else if (!b.group_ok[0]) {
       reject(s, res, &g, b.version, "task: the environment failed to score it");
-    } else if ((e = lh_rollout_encode(&b, &body, &len)) ||
-               (e = lh_ledger_group_accept(s->ledger, gid, b.version, body, len, meta, now_ms()))) {
-      lh_http_respond_error(res, 500, "ledger", "%s", lh_last_error());
+    } else if ((e = lh_rollout_encode(&b, &body, &len))) {
+      lh_http_respond_error(res, 500, "encoding", "%s", lh_last_error());
+    } else if ((e = lh_ledger_group_accept(s->ledger, gid, b.version, body, len, meta,
+                                           now_ms()))) { /* durable once it returns OK */
+      answer_failed_settle(s, res, gid, e);
     } else {
       queued q = {gid, b.version, now_ms(), b, false};
       memset(&b, 0, sizeof b);
@@ -939,9 +963,17 @@ static void h_metrics(server *s, lh_http_response *res) {
                                        "trained", "dropped",  "expired"};
   static const lh_group_state ids[] = {LH_GROUP_LEASED,  LH_GROUP_ACCEPTED, LH_GROUP_REJECTED,
                                        LH_GROUP_TRAINED, LH_GROUP_DROPPED,  LH_GROUP_EXPIRED};
+  int64_t commits = 0, accepts = 0;
+  lh_ledger_accept_stats(s->ledger, &commits, &accepts);
   char *buf = lh_xmalloc(8192);
   size_t at = 0, cap = 8192;
 #define PUT(...) at += (size_t)snprintf(buf + at, cap - at, __VA_ARGS__)
+  PUT("# HELP longhaul_ledger_accept_commits_total Group commits of accepted submissions.\n"
+      "# TYPE longhaul_ledger_accept_commits_total counter\n"
+      "longhaul_ledger_accept_commits_total %lld\n"
+      "# HELP longhaul_ledger_accepts_total Accepted submissions those commits held.\n"
+      "# TYPE longhaul_ledger_accepts_total counter\nlonghaul_ledger_accepts_total %lld\n",
+      (long long)commits, (long long)accepts);
   pthread_mutex_lock(&s->mu);
   PUT("# HELP longhaul_policy_version The newest published policy version.\n"
       "# TYPE longhaul_policy_version gauge\nlonghaul_policy_version %lld\n",

@@ -116,14 +116,8 @@ static void backoff(worker *w, int k) {
 static lh_err call(worker *w, lh_http_client *c, const char *method, const char *path,
                    const void *body, size_t len, lh_http_reply *out) {
   for (int attempt = 0;; attempt++) {
-    lh_node_auth_text a;
-    lh_node_sign(&w->sk, method, path, body, len, now_ms(w), &a);
-    lh_http_header h[5] = {{LH_NODE_HDR_KEY, a.key},
-                           {LH_NODE_HDR_TIME, a.time},
-                           {LH_NODE_HDR_NONCE, a.nonce},
-                           {LH_NODE_HDR_SIGNATURE, a.signature},
-                           {"Content-Type", "application/octet-stream"}};
-    lh_err e = lh_http_client_request(c, method, path, h, 5, body, len, REPLY_MAX, TIMEOUT_MS, out);
+    lh_err e =
+        lh_node_request(c, &w->sk, method, path, body, len, now_ms(w), REPLY_MAX, TIMEOUT_MS, out);
     if (e) return e;
     if (out->status == 401 && attempt == 0 && out->body) {
       json_t *o = json_loadb((const char *)out->body, out->len, 0, NULL);

@@ -1,7 +1,11 @@
 /* longhaul store: the ledger (include/longhaul/ledger.h; the schema is in docs/ARCHITECTURE.md,
- * "The ledger"). One SQLite connection in WAL mode with synchronous=FULL behind one mutex; every
- * statement is prepared once at open from the table below; every change is one IMMEDIATE
- * transaction that commits (fsynced) or rolls back whole. */
+ * "The ledger"). One SQLite connection in WAL mode with synchronous=FULL behind one mutex for
+ * the changes, a second one for the hot reads (they read the last commit while one is fsynced);
+ * every statement is prepared once at open from the table below; every change is one IMMEDIATE
+ * transaction that commits (fsynced) or rolls back whole. Accepted submissions are group-committed:
+ * the accepts that arrive while a commit runs wait in a list, and one of their threads then writes
+ * them all in one transaction (one fsync), each caller returning once the commit holding its own
+ * accept is durable. */
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -206,11 +210,33 @@ static const char *const STMT_SQL[ST__COUNT] = {
 
 #define SETTING_PRUNED_TO "pruned_to"
 
+/* One caller of lh_ledger_group_accept waiting for the group commit (on its stack). */
+typedef struct accept_req {
+  int64_t group, version_used, now_ms;
+  const void *body;
+  size_t len;
+  const char *meta;
+  size_t meta_len;
+  lh_err e;       /* its result, set by the thread that committed it */
+  char msg[1024]; /* and the error's message (lh_last_error is per thread) */
+  bool done;
+  struct accept_req *next;
+} accept_req;
+
 struct lh_ledger {
-  pthread_mutex_t mu; /* held for the whole of every call */
+  pthread_mutex_t mu; /* held for the whole of every call (the connection's) */
   sqlite3 *db;
   char *path;
   sqlite3_stmt *st[ST__COUNT];
+  /* A second connection for the hot reads (workers, groups, versions, blobs, stats): in WAL
+   * mode it reads the last commit while a commit is being written and fsynced on this one.
+   * NULL in the reader itself. */
+  struct lh_ledger *reader;
+  pthread_mutex_t amu;             /* the accepts waiting (below); never held with mu */
+  pthread_cond_t acv;              /* a group commit finished */
+  accept_req *pending, **tail;     /* accepts not yet taken by a commit, in arrival order */
+  bool committing;                 /* a thread is writing a group commit */
+  int64_t accept_commits, accepts; /* group commits done and the accepts they held */
 };
 
 static const char *const STATE_NAMES[LH_GROUP__COUNT] = {"leased",  "accepted", "rejected",
@@ -520,6 +546,12 @@ static lh_err configure(lh_ledger *l) {
   if (fk != 1)
     return lh_errorf(LH_ERR_UNSUPPORTED, "%s: this SQLite does not enforce foreign keys", l->path);
   if (fresh && (e = create_schema(l))) return e;
+  /* An index that covers a worker's group counts (WORKER_GET, on every signed request: the
+   * groups' rows, with their specs, stay unread). Not part of the schema version: a ledger of an
+   * earlier longhaul gets it here, and one without it reads the same. */
+  if ((e = exec(l, "CREATE INDEX IF NOT EXISTS groups_lease_state ON groups (lease, state)",
+                "creating the index groups_lease_state")))
+    return e;
   for (int i = 0; i < ST__COUNT; i++) {
     rc = sqlite3_prepare_v3(l->db, STMT_SQL[i], -1, SQLITE_PREPARE_PERSISTENT, &l->st[i], NULL);
     if (rc != SQLITE_OK) {
@@ -532,7 +564,7 @@ static lh_err configure(lh_ledger *l) {
   return LH_ERR_OK;
 }
 
-lh_err lh_ledger_open(const char *path, lh_ledger **out) {
+static lh_err open_conn(const char *path, bool reader, lh_ledger **out) {
   *out = NULL;
   lh_ledger *l = calloc(1, sizeof *l);
   if (!l || !(l->path = strdup(path))) {
@@ -540,6 +572,9 @@ lh_err lh_ledger_open(const char *path, lh_ledger **out) {
     return lh_errorf(LH_ERR_NOMEM, "%s: cannot allocate the ledger", path);
   }
   pthread_mutex_init(&l->mu, NULL);
+  pthread_mutex_init(&l->amu, NULL);
+  pthread_cond_init(&l->acv, NULL);
+  l->tail = &l->pending;
   int rc = sqlite3_open_v2(path, &l->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
   lh_err e;
   if (rc != SQLITE_OK) {
@@ -549,6 +584,7 @@ lh_err lh_ledger_open(const char *path, lh_ledger **out) {
     sqlite3_extended_result_codes(l->db, 1);
     e = configure(l);
   }
+  if (!e && !reader) e = open_conn(path, true, &l->reader);
   if (e) {
     lh_ledger_close(l);
     return e;
@@ -557,12 +593,19 @@ lh_err lh_ledger_open(const char *path, lh_ledger **out) {
   return LH_ERR_OK;
 }
 
+lh_err lh_ledger_open(const char *path, lh_ledger **out) {
+  return open_conn(path, false, out);
+}
+
 void lh_ledger_close(lh_ledger *l) {
   if (!l) return;
+  lh_ledger_close(l->reader);
   for (int i = 0; i < ST__COUNT; i++)
     sqlite3_finalize(l->st[i]);
   sqlite3_close(l->db);
   pthread_mutex_destroy(&l->mu);
+  pthread_mutex_destroy(&l->amu);
+  pthread_cond_destroy(&l->acv);
   free(l->path);
   free(l);
 }
@@ -642,6 +685,7 @@ static void worker_row(sqlite3_stmt *s, lh_ledger_worker *w) {
 
 lh_err lh_ledger_worker_get(lh_ledger *l, const uint8_t key[LH_LEDGER_KEY_BYTES],
                             lh_ledger_worker *out) {
+  if (l->reader) l = l->reader; /* a read: the last commit */
   const char *doing = "reading a worker";
   memset(out, 0, sizeof *out);
   pthread_mutex_lock(&l->mu);
@@ -867,6 +911,7 @@ static lh_err group_row(lh_ledger *l, sqlite3_stmt *s, lh_ledger_group *g, const
 }
 
 lh_err lh_ledger_group_get(lh_ledger *l, int64_t group, lh_ledger_group *out) {
+  if (l->reader) l = l->reader; /* a read: the last commit */
   const char *doing = "reading a group";
   memset(out, 0, sizeof *out);
   pthread_mutex_lock(&l->mu);
@@ -900,44 +945,125 @@ static lh_err check_open(lh_ledger *l, int64_t group, const char *doing) {
                    doing, state_name_i(state));
 }
 
-static lh_err group_accept(lh_ledger *l, int64_t group, int64_t version_used, const void *body,
-                           size_t len, const char *meta, int64_t now_ms) {
-  char doing[64];
-  snprintf(doing, sizeof doing, "accepting group %" PRId64, group);
-  size_t meta_len = 0;
-  lh_err e;
-  if (len < 1 || !body) return lh_errorf(LH_ERR_INVAL, "%s: %s: an empty body", l->path, doing);
-  if (len > LH_LEDGER_BODY_MAX)
+/* The checks of an accept that need no database; "accepting group G" in *doing. */
+static lh_err accept_args(lh_ledger *l, const accept_req *r, const char *doing) {
+  if (r->len < 1 || !r->body)
+    return lh_errorf(LH_ERR_INVAL, "%s: %s: an empty body", l->path, doing);
+  if (r->len > LH_LEDGER_BODY_MAX)
     return lh_errorf(LH_ERR_LIMIT, "%s: %s: a body of %zu bytes, more than %zu", l->path, doing,
-                     len, LH_LEDGER_BODY_MAX);
-  if (version_used < 0)
+                     r->len, LH_LEDGER_BODY_MAX);
+  if (r->version_used < 0)
     return lh_errorf(LH_ERR_INVAL, "%s: %s: version_used %" PRId64 ", expected >= 0", l->path,
-                     doing, version_used);
-  if ((e = check_text(l, meta, LH_LEDGER_META_MAX, "submission meta", &meta_len))) return e;
-  if ((e = begin(l, doing))) return e;
-  if (!(e = check_open(l, group, doing))) {
-    sqlite3_stmt *s = l->st[ST_GROUP_ACCEPT];
-    int rc = sqlite3_bind_int64(s, 1, group) || sqlite3_bind_int64(s, 2, version_used) ||
-             sqlite3_bind_int64(s, 4, now_ms);
-    if (!rc && meta) rc = sqlite3_bind_text(s, 3, meta, (int)meta_len, SQLITE_STATIC);
-    e = rc ? bind_fail(l, s, doing) : run(l, s, doing);
-  }
-  if (!e) {
-    sqlite3_stmt *s = l->st[ST_BODY_PUT];
-    if (sqlite3_bind_int64(s, 1, group) || sqlite3_bind_blob64(s, 2, body, len, SQLITE_STATIC))
-      e = bind_fail(l, s, doing);
+                     doing, r->version_used);
+  return LH_ERR_OK;
+}
+
+/* Writes one accept inside the open transaction. *fatal: the failure was the database's (the
+ * whole transaction is to be rolled back), not this group's state (nothing of it was written). */
+static lh_err accept_one(lh_ledger *l, const accept_req *r, bool *fatal) {
+  char doing[64];
+  snprintf(doing, sizeof doing, "accepting group %" PRId64, r->group);
+  *fatal = false;
+  lh_err e = check_open(l, r->group, doing);
+  if (e == LH_ERR_INVAL || e == LH_ERR_NOTFOUND) return e;
+  *fatal = true;
+  if (e) return e;
+  sqlite3_stmt *s = l->st[ST_GROUP_ACCEPT];
+  int rc = sqlite3_bind_int64(s, 1, r->group) || sqlite3_bind_int64(s, 2, r->version_used) ||
+           sqlite3_bind_int64(s, 4, r->now_ms);
+  if (!rc && r->meta) rc = sqlite3_bind_text(s, 3, r->meta, (int)r->meta_len, SQLITE_STATIC);
+  if ((e = rc ? bind_fail(l, s, doing) : run(l, s, doing))) return e;
+  s = l->st[ST_BODY_PUT];
+  if (sqlite3_bind_int64(s, 1, r->group) ||
+      sqlite3_bind_blob64(s, 2, r->body, r->len, SQLITE_STATIC))
+    return bind_fail(l, s, doing);
+  return run(l, s, doing);
+}
+
+static void accept_result(accept_req *r, lh_err e) {
+  r->e = e;
+  if (e) snprintf(r->msg, sizeof r->msg, "%s", lh_last_error());
+}
+
+/* One group commit: every accept of the list in one transaction. An accept whose group is not
+ * open (already settled, also by an earlier accept of this list) fails alone; a failure of the
+ * database fails every accept of the list, and none is written. Caller holds mu. */
+static void accept_batch(lh_ledger *l, accept_req *list) {
+  char doing[96];
+  int n = 0;
+  for (accept_req *r = list; r; r = r->next)
+    n++;
+  if (n == 1)
+    snprintf(doing, sizeof doing, "accepting group %" PRId64, list->group);
+  else
+    snprintf(doing, sizeof doing, "accepting %d groups in one commit (group %" PRId64 " first)", n,
+             list->group);
+  lh_err e = begin(l, doing);
+  for (accept_req *r = list; !e && r; r = r->next) {
+    bool fatal = false;
+    lh_err ei = accept_one(l, r, &fatal);
+    if (fatal)
+      e = ei;
     else
-      e = run(l, s, doing);
+      accept_result(r, ei);
   }
-  return finish(l, e, doing);
+  e = finish(l, e, doing);
+  if (e) {
+    char why[1024];
+    snprintf(why, sizeof why, "%s", lh_last_error());
+    for (accept_req *r = list; r; r = r->next) {
+      r->e = e;
+      snprintf(r->msg, sizeof r->msg, "%s", why);
+    }
+  }
 }
 
 lh_err lh_ledger_group_accept(lh_ledger *l, int64_t group, int64_t version_used, const void *body,
                               size_t len, const char *meta_json, int64_t now_ms) {
-  pthread_mutex_lock(&l->mu);
-  lh_err e = group_accept(l, group, version_used, body, len, meta_json, now_ms);
-  pthread_mutex_unlock(&l->mu);
-  return e;
+  accept_req r = {group, version_used, now_ms, body, len, meta_json, 0, LH_ERR_OK, "", false, NULL};
+  char doing[64];
+  snprintf(doing, sizeof doing, "accepting group %" PRId64, group);
+  lh_err e = accept_args(l, &r, doing);
+  if (!e) e = check_text(l, meta_json, LH_LEDGER_META_MAX, "submission meta", &r.meta_len);
+  if (e) return e;
+  pthread_mutex_lock(&l->amu);
+  *l->tail = &r;
+  l->tail = &r.next;
+  while (!r.done) {
+    if (l->committing) {
+      pthread_cond_wait(&l->acv, &l->amu);
+      continue;
+    }
+    /* this thread commits what is waiting, its own accept among it */
+    accept_req *list = l->pending;
+    l->pending = NULL;
+    l->tail = &l->pending;
+    l->committing = true;
+    pthread_mutex_unlock(&l->amu);
+    pthread_mutex_lock(&l->mu);
+    accept_batch(l, list);
+    pthread_mutex_unlock(&l->mu);
+    pthread_mutex_lock(&l->amu);
+    l->accept_commits++;
+    while (list) { /* a waiter may return (and its accept_req go) once done is set */
+      accept_req *next = list->next;
+      l->accepts++;
+      list->done = true;
+      list = next;
+    }
+    l->committing = false;
+    pthread_cond_broadcast(&l->acv);
+  }
+  pthread_mutex_unlock(&l->amu);
+  if (r.e) return lh_errorf(r.e, "%s", r.msg);
+  return LH_ERR_OK;
+}
+
+void lh_ledger_accept_stats(lh_ledger *l, int64_t *commits, int64_t *accepts) {
+  pthread_mutex_lock(&l->amu);
+  *commits = l->accept_commits;
+  *accepts = l->accepts;
+  pthread_mutex_unlock(&l->amu);
 }
 
 static lh_err group_reject(lh_ledger *l, int64_t group, int64_t version_used, const char *reason,
@@ -1022,6 +1148,7 @@ static lh_err group_body(lh_ledger *l, int64_t group, void **body, size_t *len) 
 }
 
 lh_err lh_ledger_group_body(lh_ledger *l, int64_t group, void **body, size_t *len) {
+  if (l->reader) l = l->reader; /* a read: the last commit */
   *body = NULL;
   *len = 0;
   pthread_mutex_lock(&l->mu);
@@ -1456,6 +1583,7 @@ lh_err lh_ledger_version_put(lh_ledger *l, int64_t version, int64_t parent,
 }
 
 lh_err lh_ledger_version_get(lh_ledger *l, int64_t version, char **manifest, size_t *len) {
+  if (l->reader) l = l->reader; /* a read: the last commit */
   char doing[64];
   snprintf(doing, sizeof doing, "reading version %" PRId64, version);
   *manifest = NULL;
@@ -1509,6 +1637,7 @@ lh_err lh_ledger_version_blobs(lh_ledger *l, int64_t version, lh_ledger_blob **o
 
 lh_err lh_ledger_blob_find(lh_ledger *l, const uint8_t hash[LH_LEDGER_HASH_BYTES],
                            lh_ledger_blob *out, int64_t *version) {
+  if (l->reader) l = l->reader; /* a read: the last commit */
   const char *doing = "looking up a blob";
   pthread_mutex_lock(&l->mu);
   sqlite3_stmt *s = l->st[ST_BLOB_FIND];
@@ -1633,6 +1762,7 @@ static lh_err stats(lh_ledger *l, lh_ledger_stats_result *r) {
 }
 
 lh_err lh_ledger_stats(lh_ledger *l, lh_ledger_stats_result *out) {
+  if (l->reader) l = l->reader; /* a read: the last commit */
   memset(out, 0, sizeof *out);
   out->latest_version = -1;
   pthread_mutex_lock(&l->mu);

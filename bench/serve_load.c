@@ -1,0 +1,520 @@
+/* serve_load: the load generator of `make bench-serve-load` and tests/integration/serve_load.sh
+ * (issue 19, "Hostile bytes and load"). N clients, each with its own Ed25519 key and keep-alive
+ * connection, register, lease groups and submit them signed, as fast as the server answers, for
+ * a bounded time or number of groups; bodies are valid groups for their leases (the leased
+ * prompt, completions of its tokens, finite behaviour log-probs) but not what the sampler would
+ * pick, so serve runs with --no-verify and the HTTP, signature and ledger path is measured. It
+ * uses the project's own client (http.h), signing (lh_node_request) and codecs (rollout.h,
+ * node.h). Reports accepted groups/s, the latency of POST /v1/rollouts (until the 202, sent once
+ * the group is durable), answers by status, and serve's RSS sampled over the run.
+ * Usage: serve_load --server http://127.0.0.1:PORT [--clients 64] [--seconds 10] [--groups N]
+ *        [--lease 32] [--dup-every K] [--pid PID] [--json FILE] [--ids FILE] */
+#include <inttypes.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "longhaul/http.h"
+#include "longhaul/model.h"
+#include "longhaul/node.h"
+#include "longhaul/rollout.h"
+
+#define REPLY_MAX  ((size_t)8 << 20)
+#define TIMEOUT_MS 30000
+#define LAT_MAX    (1 << 16) /* latencies kept per client at most */
+#define RSS_MAX    4096      /* RSS samples at most */
+
+typedef struct opts {
+  const char *server, *json_path, *ids_path;
+  int clients, lease, dup_every;
+  double seconds;
+  int64_t groups; /* submissions in all at most (0: by time only) */
+  long pid;
+} opts;
+
+typedef struct leased {
+  int64_t lease;
+  lh_node_group g;
+} leased;
+
+typedef struct shared shared;
+
+typedef struct client {
+  shared *sh;
+  int id;
+  lh_sync_secret_key sk;
+  lh_http_client *http, *dup_http;
+  leased *pool;
+  int n_pool, next;
+  double *lat; /* seconds of each POST /v1/rollouts answered */
+  int n_lat;
+  int64_t sub_status[600], lease_status[600]; /* answers by status; [0]: transport failures */
+  int64_t *ids;                               /* groups answered 202 */
+  int n_ids, ids_cap;
+  int64_t submitted;
+  char error[256];
+} client;
+
+struct shared {
+  opts o;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int ready;      /* clients registered with a first lease */
+  bool go, stop;  /* the measured window started; ended */
+  int64_t budget; /* submissions left (when --groups) */
+  int64_t version;
+  double t0, t1;
+};
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int64_t wall_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(long ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+static bool stopped(shared *sh) {
+  pthread_mutex_lock(&sh->mu);
+  bool s = sh->stop;
+  pthread_mutex_unlock(&sh->mu);
+  return s;
+}
+
+static void count(int64_t *by_status, long status) {
+  by_status[status >= 0 && status < 600 ? status : 0]++;
+}
+
+/* A signed request; its status (0: a transport failure), the reply in *r when not 0. */
+static long request(client *c, lh_http_client *http, const char *method, const char *path,
+                    const void *body, size_t len, lh_http_reply *r) {
+  if (lh_node_request(http, &c->sk, method, path, body, len, wall_ms(), REPLY_MAX, TIMEOUT_MS, r)) {
+    snprintf(c->error, sizeof c->error, "%s", lh_last_error());
+    return 0;
+  }
+  return r->status;
+}
+
+/* Leases up to o.lease groups into the pool; false when the server refused (counted). */
+static bool lease(client *c) {
+  char body[64];
+  int n = snprintf(body, sizeof body, "{\"groups\":%d,\"version\":-1}", c->sh->o.lease);
+  lh_http_reply r;
+  long st = request(c, c->http, "POST", "/v1/leases", body, (size_t)n, &r);
+  count(c->lease_status, st);
+  if (st == 0) return false;
+  lh_node_lease l;
+  bool ok = st == 200 && !lh_node_lease_parse(r.body, r.len, LH_MAX_VOCAB, &l);
+  if (st == 200 && !ok) snprintf(c->error, sizeof c->error, "lease reply: %s", lh_last_error());
+  lh_http_reply_free(&r);
+  if (!ok) return false;
+  for (int i = 0; i < c->n_pool; i++)
+    lh_node_group_clear(&c->pool[i].g);
+  c->pool = lh_xrealloc(c->pool, (size_t)l.n_groups * sizeof *c->pool);
+  for (int i = 0; i < l.n_groups; i++) {
+    c->pool[i].lease = l.lease;
+    c->pool[i].g = l.groups[i];
+    memset(&l.groups[i], 0, sizeof l.groups[i]);
+  }
+  c->n_pool = l.n_groups;
+  c->next = 0;
+  lh_node_lease_clear(&l);
+  return true;
+}
+
+/* The body of a group for its lease: the leased prompt, completions of max_new tokens taken
+ * from the prompt (valid ids), behaviour log-probs -1, at `version`. */
+static lh_err group_body(const lh_node_group *g, int64_t version, uint8_t **out, size_t *len) {
+  int G = g->group_size, P = g->prompt_len, T = P + g->max_new;
+  lh_rollout_batch b;
+  memset(&b, 0, sizeof b);
+  b.n_groups = 1;
+  b.group_size = G;
+  b.version = version;
+  b.split = LH_SPLIT_TRAIN;
+  b.seed = g->seed;
+  b.stream_base = g->stream_base;
+  b.sample = g->sample;
+  b.max_new = g->max_new;
+  uint64_t task = g->task;
+  uint8_t ok = 1;
+  b.task_index = &task;
+  b.group_ok = &ok;
+  b.seq_start = lh_xcalloc((size_t)G + 1, sizeof *b.seq_start);
+  b.prompt_len = lh_xcalloc((size_t)G, sizeof *b.prompt_len);
+  b.tokens = lh_xcalloc((size_t)G * T, sizeof *b.tokens);
+  b.mu = lh_xcalloc((size_t)G * T, sizeof *b.mu);
+  b.reward = lh_xcalloc((size_t)G, sizeof *b.reward);
+  b.correct = lh_xcalloc((size_t)G, 1);
+  b.well_formed = lh_xcalloc((size_t)G, 1);
+  b.finish = lh_xcalloc((size_t)G, 1); /* LH_FINISH_LENGTH */
+  for (int j = 0; j < G; j++) {
+    b.seq_start[j + 1] = (j + 1) * T;
+    b.prompt_len[j] = P;
+    int32_t *t = b.tokens + (size_t)j * T;
+    memcpy(t, g->prompt, (size_t)P * sizeof *t);
+    for (int k = P; k < T; k++) {
+      t[k] = g->prompt[(k + j) % P];
+      b.mu[(size_t)j * T + k] = -1.0f;
+    }
+  }
+  lh_err e = lh_rollout_encode(&b, out, len);
+  b.task_index = NULL;
+  b.group_ok = NULL;
+  lh_rollout_batch_free(&b);
+  return e;
+}
+
+typedef struct submission {
+  client *c;
+  lh_http_client *http;
+  const char *path;
+  const uint8_t *body;
+  size_t len;
+  long status;
+  double lat;
+} submission;
+
+static void *submit_one(void *ud) {
+  submission *s = ud;
+  lh_http_reply r;
+  double t = now_s();
+  s->status = request(s->c, s->http, "POST", s->path, s->body, s->len, &r);
+  s->lat = now_s() - t;
+  if (s->status) lh_http_reply_free(&r);
+  return NULL;
+}
+
+static void record(client *c, const submission *s) {
+  count(c->sub_status, s->status);
+  if (s->status && c->n_lat < LAT_MAX) c->lat[c->n_lat++] = s->lat;
+}
+
+static void accepted_push(client *c, int64_t group) {
+  if (c->n_ids == c->ids_cap) {
+    c->ids_cap = c->ids_cap ? 2 * c->ids_cap : 1024;
+    c->ids = lh_xrealloc(c->ids, (size_t)c->ids_cap * sizeof *c->ids);
+  }
+  c->ids[c->n_ids++] = group;
+}
+
+/* Submits the next group of the pool; every dup_every-th is sent twice at once (two
+ * connections), as a worker retrying while its first try is still in flight. */
+static void submit_next(client *c) {
+  shared *sh = c->sh;
+  leased *l = &c->pool[c->next++];
+  pthread_mutex_lock(&sh->mu);
+  int64_t v = sh->version;
+  pthread_mutex_unlock(&sh->mu);
+  if (v < l->g.min_version) v = l->g.min_version;
+  uint8_t *body = NULL;
+  size_t len = 0;
+  if (group_body(&l->g, v, &body, &len)) {
+    snprintf(c->error, sizeof c->error, "encoding: %s", lh_last_error());
+    return;
+  }
+  char path[128];
+  snprintf(path, sizeof path, "/v1/rollouts?lease=%lld&group=%lld&gen_ms=0", (long long)l->lease,
+           (long long)l->g.group);
+  submission a = {c, c->http, path, body, len, 0, 0}, b = a;
+  b.http = c->dup_http;
+  c->submitted++;
+  bool dup = sh->o.dup_every > 0 && c->submitted % sh->o.dup_every == 0;
+  pthread_t th;
+  if (dup && pthread_create(&th, NULL, submit_one, &b)) dup = false;
+  submit_one(&a);
+  record(c, &a);
+  if (dup) {
+    pthread_join(th, NULL);
+    record(c, &b);
+  }
+  if (a.status == 202 || (dup && b.status == 202)) accepted_push(c, l->g.group);
+  free(body);
+}
+
+static bool take_budget(shared *sh) {
+  pthread_mutex_lock(&sh->mu);
+  bool ok = !sh->stop && (sh->o.groups <= 0 || sh->budget > 0);
+  if (ok && sh->o.groups > 0) sh->budget--;
+  if (sh->o.groups > 0 && sh->budget <= 0) sh->stop = true;
+  pthread_mutex_unlock(&sh->mu);
+  return ok;
+}
+
+static void *client_main(void *ud) {
+  client *c = ud;
+  shared *sh = c->sh;
+  char name[64];
+  int n = snprintf(name, sizeof name, "{\"name\":\"load-%d\"}", c->id);
+  lh_http_reply r;
+  long st = request(c, c->http, "POST", "/v1/workers", name, (size_t)n, &r);
+  if (st) lh_http_reply_free(&r);
+  bool ok = st == 200 || st == 201;
+  if (!ok && !c->error[0]) snprintf(c->error, sizeof c->error, "register: HTTP %ld", st);
+  while (ok && !lease(c) && !stopped(sh)) /* the first lease, before the window */
+    sleep_ms(10);
+  pthread_mutex_lock(&sh->mu);
+  sh->ready++;
+  pthread_cond_broadcast(&sh->cv);
+  while (!sh->go && !sh->stop)
+    pthread_cond_wait(&sh->cv, &sh->mu);
+  pthread_mutex_unlock(&sh->mu);
+  while (ok && take_budget(sh)) {
+    while (c->next == c->n_pool && !stopped(sh))
+      if (!lease(c)) sleep_ms(5); /* queue_full / too_many_leases: the server's backpressure */
+    if (c->next == c->n_pool) break;
+    submit_next(c);
+  }
+  return NULL;
+}
+
+/* The newest published version, kept in sh->version by a long poll (bodies claim it). */
+typedef struct poller {
+  shared *sh;
+  lh_http_client *http;
+} poller;
+
+static void *poll_main(void *ud) {
+  poller *p = ud;
+  shared *sh = p->sh;
+  while (!stopped(sh)) {
+    pthread_mutex_lock(&sh->mu);
+    int64_t v = sh->version;
+    pthread_mutex_unlock(&sh->mu);
+    char path[96];
+    snprintf(path, sizeof path, "/v1/policy?after=%lld&wait=0.5", (long long)v);
+    lh_http_reply r;
+    if (lh_http_client_request(p->http, "GET", path, NULL, 0, NULL, 0, REPLY_MAX, TIMEOUT_MS, &r)) {
+      sleep_ms(50);
+      continue;
+    }
+    json_t *o = r.status == 200 ? json_loadb((const char *)r.body, r.len, 0, NULL) : NULL;
+    const json_t *jv = o ? json_object_get(o, "version") : NULL;
+    if (json_is_integer(jv)) {
+      pthread_mutex_lock(&sh->mu);
+      if (json_integer_value(jv) > sh->version) sh->version = json_integer_value(jv);
+      pthread_mutex_unlock(&sh->mu);
+    }
+    json_decref(o);
+    lh_http_reply_free(&r);
+  }
+  return NULL;
+}
+
+/* serve's resident set (kB), or -1. */
+static long rss_kb(long pid) {
+  char path[64], line[256];
+  snprintf(path, sizeof path, "/proc/%ld/status", pid);
+  FILE *f = fopen(path, "r");
+  long kb = -1;
+  if (!f) return -1;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "VmRSS: %ld kB", &kb) == 1) break;
+  fclose(f);
+  return kb;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double quantile(const double *v, int n, double q) {
+  if (n == 0) return 0;
+  int i = (int)(q * (n - 1) + 0.5);
+  return v[i];
+}
+
+static int usage(void) {
+  fprintf(stderr, "usage: serve_load --server http://HOST:PORT [--clients N] [--seconds S] "
+                  "[--groups N] [--lease L] [--dup-every K] [--pid PID] [--json FILE] "
+                  "[--ids FILE]\n");
+  return 2;
+}
+
+int main(int argc, char **argv) {
+  shared sh;
+  memset(&sh, 0, sizeof sh);
+  opts *o = &sh.o;
+  o->clients = 64;
+  o->seconds = 10;
+  o->lease = 32;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!v) return usage();
+    if (!strcmp(a, "--server"))
+      o->server = v;
+    else if (!strcmp(a, "--clients"))
+      o->clients = atoi(v);
+    else if (!strcmp(a, "--seconds"))
+      o->seconds = atof(v);
+    else if (!strcmp(a, "--groups"))
+      o->groups = atoll(v);
+    else if (!strcmp(a, "--lease"))
+      o->lease = atoi(v);
+    else if (!strcmp(a, "--dup-every"))
+      o->dup_every = atoi(v);
+    else if (!strcmp(a, "--pid"))
+      o->pid = atol(v);
+    else if (!strcmp(a, "--json"))
+      o->json_path = v;
+    else if (!strcmp(a, "--ids"))
+      o->ids_path = v;
+    else
+      return usage();
+    i++;
+  }
+  if (!o->server || o->clients < 1 || o->clients > 4096 || o->lease < 1 ||
+      o->lease > LH_NODE_MAX_LEASE_GROUPS || !(o->seconds > 0) || o->groups < 0 || o->dup_every < 0)
+    return usage();
+  sh.budget = o->groups;
+  pthread_mutex_init(&sh.mu, NULL);
+  pthread_cond_init(&sh.cv, NULL);
+  client *cs = lh_xcalloc((size_t)o->clients, sizeof *cs);
+  pthread_t *th = lh_xcalloc((size_t)o->clients, sizeof *th);
+  for (int i = 0; i < o->clients; i++) {
+    client *c = &cs[i];
+    c->sh = &sh;
+    c->id = i;
+    c->lat = lh_xmalloc((size_t)LAT_MAX * sizeof *c->lat);
+    if (lh_sync_keygen(&c->sk) || lh_http_client_create(o->server, &c->http) ||
+        lh_http_client_create(o->server, &c->dup_http)) {
+      fprintf(stderr, "serve_load: %s\n", lh_last_error());
+      return 1;
+    }
+  }
+  poller pl = {&sh, NULL};
+  if (lh_http_client_create(o->server, &pl.http)) {
+    fprintf(stderr, "serve_load: %s\n", lh_last_error());
+    return 1;
+  }
+  pthread_t poll_th;
+  pthread_create(&poll_th, NULL, poll_main, &pl);
+  for (int i = 0; i < o->clients; i++)
+    pthread_create(&th[i], NULL, client_main, &cs[i]);
+  /* the window starts once every client has registered and holds a first lease */
+  pthread_mutex_lock(&sh.mu);
+  while (sh.ready < o->clients)
+    pthread_cond_wait(&sh.cv, &sh.mu);
+  sh.go = true;
+  sh.t0 = now_s();
+  pthread_cond_broadcast(&sh.cv);
+  pthread_mutex_unlock(&sh.mu);
+  static long rss[RSS_MAX];
+  int n_rss = 0;
+  while (!stopped(&sh) && now_s() - sh.t0 < o->seconds) {
+    if (o->pid > 0 && n_rss < RSS_MAX) rss[n_rss++] = rss_kb(o->pid);
+    sleep_ms(100);
+  }
+  pthread_mutex_lock(&sh.mu);
+  sh.stop = true;
+  pthread_mutex_unlock(&sh.mu);
+  for (int i = 0; i < o->clients; i++)
+    pthread_join(th[i], NULL);
+  sh.t1 = now_s();
+  pthread_join(poll_th, NULL);
+  if (o->pid > 0 && n_rss < RSS_MAX) rss[n_rss++] = rss_kb(o->pid);
+
+  /* the figures */
+  int64_t sub[600] = {0}, lea[600] = {0}, n_lat = 0, accepted = 0, attempts = 0;
+  for (int i = 0; i < o->clients; i++) {
+    for (int k = 0; k < 600; k++)
+      sub[k] += cs[i].sub_status[k], lea[k] += cs[i].lease_status[k];
+    n_lat += cs[i].n_lat;
+    accepted += cs[i].n_ids;
+    if (cs[i].error[0]) fprintf(stderr, "serve_load: client %d: %s\n", i, cs[i].error);
+  }
+  double *lat = lh_xmalloc((size_t)(n_lat ? n_lat : 1) * sizeof *lat);
+  int64_t at = 0;
+  for (int i = 0; i < o->clients; i++) {
+    memcpy(lat + at, cs[i].lat, (size_t)cs[i].n_lat * sizeof *lat);
+    at += cs[i].n_lat;
+  }
+  qsort(lat, (size_t)n_lat, sizeof *lat, cmp_double);
+  for (int k = 0; k < 600; k++)
+    attempts += sub[k];
+  double wall = sh.t1 - sh.t0;
+  double p50 = quantile(lat, (int)n_lat, 0.50) * 1e3, p99 = quantile(lat, (int)n_lat, 0.99) * 1e3,
+         mx = n_lat ? lat[n_lat - 1] * 1e3 : 0;
+  long rss_first = -1, rss_peak = -1, rss_last = -1;
+  for (int i = 0; i < n_rss; i++) {
+    if (rss[i] < 0) continue;
+    if (rss_first < 0 && (double)i * 0.1 >= 1.0) rss_first = rss[i]; /* after a 1 s warm-up */
+    if (rss[i] > rss_peak) rss_peak = rss[i];
+    rss_last = rss[i];
+  }
+  printf("clients %d, %.2f s, %lld submissions (%lld answered 202; %lld distinct groups "
+         "accepted)\n",
+         o->clients, wall, (long long)attempts, (long long)sub[202], (long long)accepted);
+  printf("%-28s %10.1f\n", "accepted groups/s", (double)accepted / wall);
+  printf("%-28s %10.2f %10.2f %10.2f\n", "POST /v1/rollouts ms p50 p99 max", p50, p99, mx);
+  printf("answers to POST /v1/rollouts:");
+  for (int k = 0; k < 600; k++)
+    if (sub[k]) printf(" %s%d: %lld", k ? "" : "transport ", k, (long long)sub[k]);
+  printf("\nanswers to POST /v1/leases:");
+  for (int k = 0; k < 600; k++)
+    if (lea[k]) printf(" %s%d: %lld", k ? "" : "transport ", k, (long long)lea[k]);
+  printf("\n");
+  if (o->pid > 0)
+    printf("serve RSS MB: after 1 s %.1f, peak %.1f, at the end %.1f (%d samples)\n",
+           rss_first / 1024.0, rss_peak / 1024.0, rss_last / 1024.0, n_rss);
+  if (o->json_path) {
+    json_t *subj = json_object(), *leaj = json_object();
+    for (int k = 0; k < 600; k++) {
+      char key[8];
+      snprintf(key, sizeof key, "%d", k);
+      if (sub[k]) json_object_set_new(subj, key, json_integer(sub[k]));
+      if (lea[k]) json_object_set_new(leaj, key, json_integer(lea[k]));
+    }
+    json_t *j = json_pack("{s:i,s:f,s:I,s:I,s:f,s:f,s:f,s:f,s:o,s:o,s:I,s:I,s:I}", "clients",
+                          o->clients, "wall_s", wall, "submissions", (json_int_t)attempts,
+                          "accepted", (json_int_t)accepted, "accepted_per_s",
+                          (double)accepted / wall, "p50_ms", p50, "p99_ms", p99, "max_ms", mx,
+                          "rollouts", subj, "leases", leaj, "rss_first_kb", (json_int_t)rss_first,
+                          "rss_peak_kb", (json_int_t)rss_peak, "rss_last_kb", (json_int_t)rss_last);
+    if (!j || json_dump_file(j, o->json_path, JSON_COMPACT)) {
+      fprintf(stderr, "serve_load: cannot write %s\n", o->json_path);
+      return 1;
+    }
+    json_decref(j);
+  }
+  if (o->ids_path) {
+    FILE *f = fopen(o->ids_path, "w");
+    if (!f) {
+      fprintf(stderr, "serve_load: cannot write %s\n", o->ids_path);
+      return 1;
+    }
+    for (int i = 0; i < o->clients; i++)
+      for (int k = 0; k < cs[i].n_ids; k++)
+        fprintf(f, "%lld\n", (long long)cs[i].ids[k]);
+    fclose(f);
+  }
+  for (int i = 0; i < o->clients; i++) {
+    client *c = &cs[i];
+    for (int k = 0; k < c->n_pool; k++)
+      lh_node_group_clear(&c->pool[k].g);
+    free(c->pool);
+    free(c->lat);
+    free(c->ids);
+    lh_http_client_free(c->http);
+    lh_http_client_free(c->dup_http);
+    lh_sync_secret_key_wipe(&c->sk);
+  }
+  lh_http_client_free(pl.http);
+  free(lat);
+  free(cs);
+  free(th);
+  return 0;
+}
