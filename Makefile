@@ -6,7 +6,7 @@ CMAKE_FLAGS ?=
 # make's "Entering directory" lines of the nested builds are noise
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all deps build test demo asan tsan noomp fuzz trust-calibrate bench-train bench-generate results results-network results-lag fixtures clean \
+.PHONY: all deps build test demo asan tsan noomp fuzz trust-calibrate bench-train bench-generate bench-serve-load results results-network results-lag fixtures clean \
 	format
 
 all: build
@@ -82,6 +82,11 @@ bench-train: build
 # Generation (rollout decode) benchmark against the PyTorch peer (see docs/PERFORMANCE.md).
 bench-generate: build
 	@bash bench/generate.sh $(BUILD)
+
+# The load test of serve (issue 19): 64 signed clients against `serve --no-verify` on loopback,
+# 20 s; accepted groups/s, p50/p99 of the submission, serve's RSS (see docs/PERFORMANCE.md).
+bench-serve-load: build
+	@bash bench/serve_load.sh $(BUILD)
 
 # The experiments of docs/RESULTS.md (RL against SFT controls, the staleness table): about 1.5
 # hours on 2 cores; outputs and summary.md in results/.

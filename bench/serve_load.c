@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "longhaul/http.h"
 #include "longhaul/model.h"
@@ -62,7 +63,7 @@ struct shared {
   opts o;
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  int ready;      /* clients registered with a first lease */
+  int ready;      /* clients registered */
   bool go, stop;  /* the measured window started; ended */
   int64_t budget; /* submissions left (when --groups) */
   int64_t version;
@@ -263,8 +264,6 @@ static void *client_main(void *ud) {
   if (st) lh_http_reply_free(&r);
   bool ok = st == 200 || st == 201;
   if (!ok && !c->error[0]) snprintf(c->error, sizeof c->error, "register: HTTP %ld", st);
-  while (ok && !lease(c) && !stopped(sh)) /* the first lease, before the window */
-    sleep_ms(10);
   pthread_mutex_lock(&sh->mu);
   sh->ready++;
   pthread_cond_broadcast(&sh->cv);
@@ -324,6 +323,22 @@ static long rss_kb(long pid) {
     if (sscanf(line, "VmRSS: %ld kB", &kb) == 1) break;
   fclose(f);
   return kb;
+}
+
+/* CPU seconds (user + system) a process has used so far, or -1. */
+static double cpu_s(long pid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  const char *p = strrchr(buf, ')'); /* the command name may hold spaces */
+  unsigned long ut = 0, st = 0;
+  if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+    return -1;
+  return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -404,12 +419,13 @@ int main(int argc, char **argv) {
   pthread_create(&poll_th, NULL, poll_main, &pl);
   for (int i = 0; i < o->clients; i++)
     pthread_create(&th[i], NULL, client_main, &cs[i]);
-  /* the window starts once every client has registered and holds a first lease */
+  /* the window starts once every client has registered (or failed to) */
   pthread_mutex_lock(&sh.mu);
   while (sh.ready < o->clients)
     pthread_cond_wait(&sh.cv, &sh.mu);
   sh.go = true;
   sh.t0 = now_s();
+  double serve_cpu0 = o->pid > 0 ? cpu_s(o->pid) : -1, own_cpu0 = cpu_s((long)getpid());
   pthread_cond_broadcast(&sh.cv);
   pthread_mutex_unlock(&sh.mu);
   static long rss[RSS_MAX];
@@ -424,6 +440,8 @@ int main(int argc, char **argv) {
   for (int i = 0; i < o->clients; i++)
     pthread_join(th[i], NULL);
   sh.t1 = now_s();
+  double serve_cpu = o->pid > 0 ? cpu_s(o->pid) - serve_cpu0 : -1,
+         own_cpu = cpu_s((long)getpid()) - own_cpu0;
   pthread_join(poll_th, NULL);
   if (o->pid > 0 && n_rss < RSS_MAX) rss[n_rss++] = rss_kb(o->pid);
 
@@ -467,6 +485,9 @@ int main(int argc, char **argv) {
   for (int k = 0; k < 600; k++)
     if (lea[k]) printf(" %s%d: %lld", k ? "" : "transport ", k, (long long)lea[k]);
   printf("\n");
+  double per = accepted > 0 ? 1e6 / (double)accepted : 0;
+  printf("CPU us per accepted group: serve %.0f, this generator %.0f (%.2f and %.2f cores)\n",
+         serve_cpu * per, own_cpu * per, serve_cpu / wall, own_cpu / wall);
   if (o->pid > 0)
     printf("serve RSS MB: after 1 s %.1f, peak %.1f, at the end %.1f (%d samples)\n",
            rss_first / 1024.0, rss_peak / 1024.0, rss_last / 1024.0, n_rss);

@@ -162,8 +162,8 @@ lh_err lh_ledger_group_get(lh_ledger *l, int64_t group, lh_ledger_group *out);
  * in one commit or not, settle it once: the later one is LH_ERR_INVAL (the group is accepted). */
 lh_err lh_ledger_group_accept(lh_ledger *l, int64_t group, int64_t version_used, const void *body,
                               size_t len, const char *meta_json, int64_t now_ms);
-/* Group commits of lh_ledger_group_accept written so far, and the accepts they held (their ratio
- * is the mean batch). */
+/* Group commits of lh_ledger_group_accept written so far, and the accepts they wrote (their
+ * ratio is the mean batch; an accept refused in a commit, as a repeat, is not counted). */
 void lh_ledger_accept_stats(lh_ledger *l, int64_t *commits, int64_t *accepts);
 /* LEASED or EXPIRED -> REJECTED with the reason (1 .. LH_LEDGER_REASON_MAX bytes) and
  * version_used (-1 when the submission did not say); no body is kept. Other states LH_ERR_INVAL. */

@@ -1047,7 +1047,7 @@ lh_err lh_ledger_group_accept(lh_ledger *l, int64_t group, int64_t version_used,
     l->accept_commits++;
     while (list) { /* a waiter may return (and its accept_req go) once done is set */
       accept_req *next = list->next;
-      l->accepts++;
+      l->accepts += list->e == LH_ERR_OK;
       list->done = true;
       list = next;
     }
