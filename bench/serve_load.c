@@ -211,8 +211,8 @@ static void accepted_push(client *c, int64_t group) {
   c->ids[c->n_ids++] = group;
 }
 
-/* Submits the next group of the pool; every dup_every-th is sent twice at once (two
- * connections), as a worker retrying while its first try is still in flight. */
+/* Submits the next group of the pool; the first and then every dup_every-th is sent twice at
+ * once (two connections), as a worker retrying while its first try is still in flight. */
 static void submit_next(client *c) {
   shared *sh = c->sh;
   leased *l = &c->pool[c->next++];
@@ -232,7 +232,7 @@ static void submit_next(client *c) {
   submission a = {c, c->http, path, body, len, 0, 0}, b = a;
   b.http = c->dup_http;
   c->submitted++;
-  bool dup = sh->o.dup_every > 0 && c->submitted % sh->o.dup_every == 0;
+  bool dup = sh->o.dup_every > 0 && (c->submitted - 1) % sh->o.dup_every == 0; /* 1st, ... */
   pthread_t th;
   if (dup && pthread_create(&th, NULL, submit_one, &b)) dup = false;
   submit_one(&a);

@@ -17,14 +17,14 @@
  * lh_ledger_lease wrote into group_ids mean nothing: that lease does not exist).
  *
  * Thread safety: one lh_ledger may be used by any number of threads at once (the HTTP threads and
- * the training thread). It has two SQLite connections, each behind a mutex: one for every change
+ * the training thread). It has SQLite connections each behind a mutex: one for every change
  * (calls that write wait for the one in progress, its fsync included: commits take milliseconds),
- * and one for the reads of the request path (lh_ledger_worker_get, _group_get, _group_body,
- * _version_get, _blob_find, _stats), which in WAL mode see the last commit without waiting for a
- * commit being written. A call that returned has committed, so a read started after it sees it.
- * Accepts are batched (lh_ledger_group_accept). lh_ledger_open and lh_ledger_close are not to race
- * with other calls on the same ledger. Do not carry an open ledger across fork(); open it again in
- * the child.
+ * and four for the reads of the request path (a thread always uses the same one)
+ * (lh_ledger_worker_get, _group_get, _group_body, _version_get, _blob_find, _stats), which in WAL
+ * mode see the last commit without waiting for a commit being written. A call that returned has
+ * committed, so a read started after it sees it. Accepts are batched (lh_ledger_group_accept).
+ * lh_ledger_open and lh_ledger_close are not to race with other calls on the same ledger. Do not
+ * carry an open ledger across fork(); open it again in the child.
  *
  * Integers: ids and versions are int64_t; a task_index (uint64_t) is stored as the int64_t of the
  * same bits. Times are milliseconds of the caller's clock (the server's wall clock), stored as

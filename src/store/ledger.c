@@ -1,6 +1,6 @@
 /* longhaul store: the ledger (include/longhaul/ledger.h; the schema is in docs/ARCHITECTURE.md,
  * "The ledger"). One SQLite connection in WAL mode with synchronous=FULL behind one mutex for
- * the changes, a second one for the hot reads (they read the last commit while one is fsynced);
+ * the changes, four more for the hot reads (they read the last commit while one is fsynced);
  * every statement is prepared once at open from the table below; every change is one IMMEDIATE
  * transaction that commits (fsynced) or rolls back whole. Accepted submissions are group-committed:
  * the accepts that arrive while a commit runs wait in a list, and one of their threads then writes
@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <sqlite3.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -210,6 +211,8 @@ static const char *const STMT_SQL[ST__COUNT] = {
 
 #define SETTING_PRUNED_TO "pruned_to"
 
+#define READERS 4 /* read connections (each behind its own mutex) */
+
 /* One caller of lh_ledger_group_accept waiting for the group commit (on its stack). */
 typedef struct accept_req {
   int64_t group, version_used, now_ms;
@@ -228,10 +231,10 @@ struct lh_ledger {
   sqlite3 *db;
   char *path;
   sqlite3_stmt *st[ST__COUNT];
-  /* A second connection for the hot reads (workers, groups, versions, blobs, stats): in WAL
-   * mode it reads the last commit while a commit is being written and fsynced on this one.
-   * NULL in the reader itself. */
-  struct lh_ledger *reader;
+  /* Connections for the hot reads (workers, groups, versions, blobs, stats): in WAL mode they
+   * read the last commit while a commit is being written and fsynced on this one. A thread
+   * always uses the same one (reader_of). None in a reader itself. */
+  struct lh_ledger *readers[READERS];
   pthread_mutex_t amu;             /* the accepts waiting (below); never held with mu */
   pthread_cond_t acv;              /* a group commit finished */
   accept_req *pending, **tail;     /* accepts not yet taken by a commit, in arrival order */
@@ -584,7 +587,8 @@ static lh_err open_conn(const char *path, bool reader, lh_ledger **out) {
     sqlite3_extended_result_codes(l->db, 1);
     e = configure(l);
   }
-  if (!e && !reader) e = open_conn(path, true, &l->reader);
+  for (int i = 0; !e && !reader && i < READERS; i++)
+    e = open_conn(path, true, &l->readers[i]);
   if (e) {
     lh_ledger_close(l);
     return e;
@@ -593,13 +597,24 @@ static lh_err open_conn(const char *path, bool reader, lh_ledger **out) {
   return LH_ERR_OK;
 }
 
+/* The read connection of the calling thread: threads are spread over the readers in the order
+ * they first read, so the HTTP threads rarely wait for one another. */
+static lh_ledger *reader_of(lh_ledger *l) {
+  static atomic_uint next_slot;
+  static _Thread_local unsigned slot = UINT_MAX;
+  if (!l->readers[0]) return l;
+  if (slot == UINT_MAX) slot = atomic_fetch_add(&next_slot, 1u);
+  return l->readers[slot % READERS];
+}
+
 lh_err lh_ledger_open(const char *path, lh_ledger **out) {
   return open_conn(path, false, out);
 }
 
 void lh_ledger_close(lh_ledger *l) {
   if (!l) return;
-  lh_ledger_close(l->reader);
+  for (int i = 0; i < READERS; i++)
+    lh_ledger_close(l->readers[i]);
   for (int i = 0; i < ST__COUNT; i++)
     sqlite3_finalize(l->st[i]);
   sqlite3_close(l->db);
@@ -685,7 +700,7 @@ static void worker_row(sqlite3_stmt *s, lh_ledger_worker *w) {
 
 lh_err lh_ledger_worker_get(lh_ledger *l, const uint8_t key[LH_LEDGER_KEY_BYTES],
                             lh_ledger_worker *out) {
-  if (l->reader) l = l->reader; /* a read: the last commit */
+  l = reader_of(l); /* a read: the last commit */
   const char *doing = "reading a worker";
   memset(out, 0, sizeof *out);
   pthread_mutex_lock(&l->mu);
@@ -911,7 +926,7 @@ static lh_err group_row(lh_ledger *l, sqlite3_stmt *s, lh_ledger_group *g, const
 }
 
 lh_err lh_ledger_group_get(lh_ledger *l, int64_t group, lh_ledger_group *out) {
-  if (l->reader) l = l->reader; /* a read: the last commit */
+  l = reader_of(l); /* a read: the last commit */
   const char *doing = "reading a group";
   memset(out, 0, sizeof *out);
   pthread_mutex_lock(&l->mu);
@@ -1148,7 +1163,7 @@ static lh_err group_body(lh_ledger *l, int64_t group, void **body, size_t *len) 
 }
 
 lh_err lh_ledger_group_body(lh_ledger *l, int64_t group, void **body, size_t *len) {
-  if (l->reader) l = l->reader; /* a read: the last commit */
+  l = reader_of(l); /* a read: the last commit */
   *body = NULL;
   *len = 0;
   pthread_mutex_lock(&l->mu);
@@ -1583,7 +1598,7 @@ lh_err lh_ledger_version_put(lh_ledger *l, int64_t version, int64_t parent,
 }
 
 lh_err lh_ledger_version_get(lh_ledger *l, int64_t version, char **manifest, size_t *len) {
-  if (l->reader) l = l->reader; /* a read: the last commit */
+  l = reader_of(l); /* a read: the last commit */
   char doing[64];
   snprintf(doing, sizeof doing, "reading version %" PRId64, version);
   *manifest = NULL;
@@ -1637,7 +1652,7 @@ lh_err lh_ledger_version_blobs(lh_ledger *l, int64_t version, lh_ledger_blob **o
 
 lh_err lh_ledger_blob_find(lh_ledger *l, const uint8_t hash[LH_LEDGER_HASH_BYTES],
                            lh_ledger_blob *out, int64_t *version) {
-  if (l->reader) l = l->reader; /* a read: the last commit */
+  l = reader_of(l); /* a read: the last commit */
   const char *doing = "looking up a blob";
   pthread_mutex_lock(&l->mu);
   sqlite3_stmt *s = l->st[ST_BLOB_FIND];
@@ -1762,7 +1777,7 @@ static lh_err stats(lh_ledger *l, lh_ledger_stats_result *r) {
 }
 
 lh_err lh_ledger_stats(lh_ledger *l, lh_ledger_stats_result *out) {
-  if (l->reader) l = l->reader; /* a read: the last commit */
+  l = reader_of(l); /* a read: the last commit */
   memset(out, 0, sizeof *out);
   out->latest_version = -1;
   pthread_mutex_lock(&l->mu);
