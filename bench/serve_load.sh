@@ -61,4 +61,26 @@ if steps:
     print(f"training thread: {len(steps)} updates of {steps[0]['groups']} groups, "
           f"{sum(s['train_s'] for s in steps) / len(steps):.3f} s each")
 PY
+# The peer, in the same run and directory: SQLite (Python's sqlite3, the same library) in WAL mode
+# with synchronous=FULL committing one small row per transaction for 3 s, the ceiling of a ledger
+# that commits (and fsyncs) each submission on its own.
+/usr/bin/python3 - serve-load.json <<'PY'
+import json, os, sqlite3, sys, time
+if os.path.exists("peer.sqlite"):
+    os.remove("peer.sqlite")
+db = sqlite3.connect("peer.sqlite", isolation_level=None)
+db.execute("PRAGMA journal_mode=WAL")
+db.execute("PRAGMA synchronous=FULL")
+db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, body BLOB)")
+n, t0 = 0, time.time()
+while time.time() - t0 < 3:
+    db.execute("BEGIN IMMEDIATE")
+    db.execute("INSERT INTO t (body) VALUES (?)", (os.urandom(200),))
+    db.execute("COMMIT")
+    n += 1
+peer = n / (time.time() - t0)
+load = json.load(open(sys.argv[1]))
+print(f"peer, one commit per row (sqlite3, WAL, synchronous=FULL): {peer:.0f} commits/s; "
+      f"serve accepted {load['accepted_per_s'] / peer:.1f}x that")
+PY
 echo "target (docs/PERFORMANCE.md): >= 2000 accepted groups/s with p99 < 50 ms on 2 cores"
