@@ -212,6 +212,8 @@ static const char *const STMT_SQL[ST__COUNT] = {
 #define SETTING_PRUNED_TO "pruned_to"
 
 #define READERS 4 /* read connections (each behind its own mutex) */
+/* WAL pages after which the WAL is checkpointed (SQLite's own automatic threshold) */
+#define CHECKPOINT_PAGES 1000
 
 /* One caller of lh_ledger_group_accept waiting for the group commit (on its stack). */
 typedef struct accept_req {
@@ -235,6 +237,14 @@ struct lh_ledger {
    * read the last commit while a commit is being written and fsynced on this one. A thread
    * always uses the same one (reader_of). None in a reader itself. */
   struct lh_ledger *readers[READERS];
+  /* Checkpoints: not in the commits (SQLite's automatic checkpoint would copy the WAL into the
+   * database and fsync it inside the commit that crosses the threshold, with every writer
+   * waiting), but on a connection of their own after a change, by the thread that made it, once
+   * mu is released (maybe_checkpoint): PASSIVE, so commits go on meanwhile. */
+  struct lh_ledger *checkpointer;
+  atomic_int wal_pages;            /* the WAL's pages after the last commit (wal_hook) */
+  atomic_int checkpoint_at;        /* wal_pages when the last checkpoint began */
+  atomic_bool checkpointing;       /* one runs */
   pthread_mutex_t amu;             /* the accepts waiting (below); never held with mu */
   pthread_cond_t acv;              /* a group commit finished */
   accept_req *pending, **tail;     /* accepts not yet taken by a commit, in arrival order */
@@ -567,6 +577,30 @@ static lh_err configure(lh_ledger *l) {
   return LH_ERR_OK;
 }
 
+static int wal_hook(void *ud, sqlite3 *db, const char *name, int pages) {
+  (void)db;
+  (void)name;
+  atomic_store(&((lh_ledger *)ud)->wal_pages, pages);
+  return SQLITE_OK;
+}
+
+/* After a change, with mu released: a PASSIVE checkpoint once the WAL has grown by
+ * CHECKPOINT_PAGES since the last one began (or restarted since), unless one runs. A checkpoint
+ * that fails is tried again after the next change (the WAL stays valid meanwhile). */
+static void maybe_checkpoint(lh_ledger *l) {
+  int pages = atomic_load(&l->wal_pages), at = atomic_load(&l->checkpoint_at);
+  if (!l->checkpointer || (pages - at < CHECKPOINT_PAGES && pages >= at) ||
+      atomic_exchange(&l->checkpointing, true))
+    return;
+  atomic_store(&l->checkpoint_at, pages);
+  pthread_mutex_lock(&l->checkpointer->mu);
+  int rc =
+      sqlite3_wal_checkpoint_v2(l->checkpointer->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+  pthread_mutex_unlock(&l->checkpointer->mu);
+  if (rc != SQLITE_OK) atomic_store(&l->checkpoint_at, 0);
+  atomic_store(&l->checkpointing, false);
+}
+
 static lh_err open_conn(const char *path, bool reader, lh_ledger **out) {
   *out = NULL;
   lh_ledger *l = calloc(1, sizeof *l);
@@ -589,6 +623,11 @@ static lh_err open_conn(const char *path, bool reader, lh_ledger **out) {
   }
   for (int i = 0; !e && !reader && i < READERS; i++)
     e = open_conn(path, true, &l->readers[i]);
+  if (!e && !reader) e = open_conn(path, true, &l->checkpointer);
+  if (!e && !reader) {
+    sqlite3_wal_autocheckpoint(l->db, 0);
+    sqlite3_wal_hook(l->db, wal_hook, l);
+  }
   if (e) {
     lh_ledger_close(l);
     return e;
@@ -615,6 +654,7 @@ void lh_ledger_close(lh_ledger *l) {
   if (!l) return;
   for (int i = 0; i < READERS; i++)
     lh_ledger_close(l->readers[i]);
+  lh_ledger_close(l->checkpointer);
   for (int i = 0; i < ST__COUNT; i++)
     sqlite3_finalize(l->st[i]);
   sqlite3_close(l->db);
@@ -683,6 +723,7 @@ lh_err lh_ledger_worker_register(lh_ledger *l, const uint8_t key[LH_LEDGER_KEY_B
   pthread_mutex_lock(&l->mu);
   lh_err e = worker_register(l, key, name, hardware_json, now_ms, is_new);
   pthread_mutex_unlock(&l->mu);
+  maybe_checkpoint(l);
   return e;
 }
 
@@ -761,6 +802,7 @@ lh_err lh_ledger_worker_seen(lh_ledger *l, const uint8_t key[LH_LEDGER_KEY_BYTES
     e = run(l, s, doing);
   bool found = sqlite3_changes(l->db) > 0;
   pthread_mutex_unlock(&l->mu);
+  maybe_checkpoint(l);
   if (!e && !found) {
     char hex[2 * LH_LEDGER_KEY_BYTES + 1];
     key_hex(key, hex);
@@ -890,6 +932,7 @@ lh_err lh_ledger_lease(lh_ledger *l, const uint8_t worker[LH_LEDGER_KEY_BYTES], 
   pthread_mutex_lock(&l->mu);
   lh_err e = lease(l, worker, now_ms, expires_ms, n, specs, lease_id, group_ids);
   pthread_mutex_unlock(&l->mu);
+  maybe_checkpoint(l);
   return e;
 }
 
@@ -1068,6 +1111,9 @@ lh_err lh_ledger_group_accept(lh_ledger *l, int64_t group, int64_t version_used,
     }
     l->committing = false;
     pthread_cond_broadcast(&l->acv);
+    pthread_mutex_unlock(&l->amu);
+    maybe_checkpoint(l); /* the others are answered already */
+    pthread_mutex_lock(&l->amu);
   }
   pthread_mutex_unlock(&l->amu);
   if (r.e) return lh_errorf(r.e, "%s", r.msg);
@@ -1110,6 +1156,7 @@ lh_err lh_ledger_group_reject(lh_ledger *l, int64_t group, int64_t version_used,
   pthread_mutex_lock(&l->mu);
   lh_err e = group_reject(l, group, version_used, reason, now_ms);
   pthread_mutex_unlock(&l->mu);
+  maybe_checkpoint(l);
   return e;
 }
 
@@ -1141,6 +1188,7 @@ lh_err lh_ledger_group_refute(lh_ledger *l, int64_t group, const char *reason, i
   pthread_mutex_lock(&l->mu);
   lh_err e = group_refute(l, group, reason, now_ms);
   pthread_mutex_unlock(&l->mu);
+  maybe_checkpoint(l);
   return e;
 }
 
@@ -1195,6 +1243,7 @@ lh_err lh_ledger_expire(lh_ledger *l, int64_t now_ms, int64_t **groups, int *n) 
   pthread_mutex_lock(&l->mu);
   lh_err e = expire(l, now_ms, groups, n);
   pthread_mutex_unlock(&l->mu);
+  maybe_checkpoint(l);
   if (e || !*n) {
     free(*groups);
     *groups = NULL;
@@ -1298,6 +1347,7 @@ lh_err lh_ledger_train(lh_ledger *l, int64_t version, const int64_t *trained, in
   pthread_mutex_lock(&l->mu);
   lh_err e = train(l, version, trained, n_trained, dropped, n_dropped);
   pthread_mutex_unlock(&l->mu);
+  maybe_checkpoint(l);
   return e;
 }
 
@@ -1374,6 +1424,7 @@ lh_err lh_ledger_rewind(lh_ledger *l, int64_t version, int64_t *n_back) {
   pthread_mutex_lock(&l->mu);
   lh_err e = rewind_to(l, version, n_back);
   pthread_mutex_unlock(&l->mu);
+  maybe_checkpoint(l);
   return e;
 }
 
@@ -1398,6 +1449,7 @@ lh_err lh_ledger_prune_bodies(lh_ledger *l, int64_t version, int64_t *n) {
   pthread_mutex_lock(&l->mu);
   lh_err e = prune_bodies(l, version, n);
   pthread_mutex_unlock(&l->mu);
+  maybe_checkpoint(l);
   return e;
 }
 
@@ -1594,6 +1646,7 @@ lh_err lh_ledger_version_put(lh_ledger *l, int64_t version, int64_t parent,
   lh_err e =
       version_put(l, version, parent, slab_hash, manifest, manifest_len, now_ms, n_blobs, blobs);
   pthread_mutex_unlock(&l->mu);
+  maybe_checkpoint(l);
   return e;
 }
 
