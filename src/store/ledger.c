@@ -225,6 +225,7 @@ typedef struct accept_req {
   lh_err e;       /* its result, set by the thread that committed it */
   char msg[1024]; /* and the error's message (lh_last_error is per thread) */
   bool done;
+  pthread_cond_t cv; /* signalled when done, or when it is its turn to commit */
   struct accept_req *next;
 } accept_req;
 
@@ -242,11 +243,11 @@ struct lh_ledger {
    * waiting), but on a connection of their own after a change, by the thread that made it, once
    * mu is released (maybe_checkpoint): PASSIVE, so commits go on meanwhile. */
   struct lh_ledger *checkpointer;
-  atomic_int wal_pages;            /* the WAL's pages after the last commit (wal_hook) */
-  atomic_int checkpoint_at;        /* wal_pages when the last checkpoint began */
-  atomic_bool checkpointing;       /* one runs */
-  pthread_mutex_t amu;             /* the accepts waiting (below); never held with mu */
-  pthread_cond_t acv;              /* a group commit finished */
+  atomic_int wal_pages;      /* the WAL's pages after the last commit (wal_hook) */
+  atomic_int checkpoint_at;  /* wal_pages when the last checkpoint began */
+  atomic_bool checkpointing; /* one runs */
+  pthread_mutex_t amu;       /* the accepts waiting (below); never held with mu */
+
   accept_req *pending, **tail;     /* accepts not yet taken by a commit, in arrival order */
   bool committing;                 /* a thread is writing a group commit */
   int64_t accept_commits, accepts; /* group commits done and the accepts they held */
@@ -610,7 +611,6 @@ static lh_err open_conn(const char *path, bool reader, lh_ledger **out) {
   }
   pthread_mutex_init(&l->mu, NULL);
   pthread_mutex_init(&l->amu, NULL);
-  pthread_cond_init(&l->acv, NULL);
   l->tail = &l->pending;
   int rc = sqlite3_open_v2(path, &l->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
   lh_err e;
@@ -660,7 +660,6 @@ void lh_ledger_close(lh_ledger *l) {
   sqlite3_close(l->db);
   pthread_mutex_destroy(&l->mu);
   pthread_mutex_destroy(&l->amu);
-  pthread_cond_destroy(&l->acv);
   free(l->path);
   free(l);
 }
@@ -1078,18 +1077,24 @@ static void accept_batch(lh_ledger *l, accept_req *list) {
 
 lh_err lh_ledger_group_accept(lh_ledger *l, int64_t group, int64_t version_used, const void *body,
                               size_t len, const char *meta_json, int64_t now_ms) {
-  accept_req r = {group, version_used, now_ms, body, len, meta_json, 0, LH_ERR_OK, "", false, NULL};
+  accept_req r = {.group = group,
+                  .version_used = version_used,
+                  .now_ms = now_ms,
+                  .body = body,
+                  .len = len,
+                  .meta = meta_json};
   char doing[64];
   snprintf(doing, sizeof doing, "accepting group %" PRId64, group);
   lh_err e = accept_args(l, &r, doing);
   if (!e) e = check_text(l, meta_json, LH_LEDGER_META_MAX, "submission meta", &r.meta_len);
   if (e) return e;
+  pthread_cond_init(&r.cv, NULL);
   pthread_mutex_lock(&l->amu);
   *l->tail = &r;
   l->tail = &r.next;
   while (!r.done) {
-    if (l->committing) {
-      pthread_cond_wait(&l->acv, &l->amu);
+    if (l->committing) { /* woken when done, or first in line when that commit ends */
+      pthread_cond_wait(&r.cv, &l->amu);
       continue;
     }
     /* this thread commits what is waiting, its own accept among it */
@@ -1103,19 +1108,21 @@ lh_err lh_ledger_group_accept(lh_ledger *l, int64_t group, int64_t version_used,
     pthread_mutex_unlock(&l->mu);
     pthread_mutex_lock(&l->amu);
     l->accept_commits++;
-    while (list) { /* a waiter may return (and its accept_req go) once done is set */
+    while (list) { /* a waiter returns (its accept_req goes) once done is set and amu is free */
       accept_req *next = list->next;
       l->accepts += list->e == LH_ERR_OK;
       list->done = true;
+      pthread_cond_signal(&list->cv);
       list = next;
     }
     l->committing = false;
-    pthread_cond_broadcast(&l->acv);
+    if (l->pending) pthread_cond_signal(&l->pending->cv); /* the next commit is its thread's */
     pthread_mutex_unlock(&l->amu);
     maybe_checkpoint(l); /* the others are answered already */
     pthread_mutex_lock(&l->amu);
   }
   pthread_mutex_unlock(&l->amu);
+  pthread_cond_destroy(&r.cv);
   if (r.e) return lh_errorf(r.e, "%s", r.msg);
   return LH_ERR_OK;
 }
