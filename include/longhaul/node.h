@@ -136,7 +136,13 @@ typedef struct lh_serve_config {
   lh_trust_config trust;  /* verification tolerances (its stop ids are the model's eos ids, set
                            * by serve) */
   bool no_verify;         /* testing only (--no-verify): train on groups without checking them */
-  int ban_after;          /* a key with this many rejected groups gets 403 banned; 0: never */
+  int ban_after;          /* a key with this many rejections of its own among its latest
+                           * ban_window submitted groups gets 403 banned; 0: never */
+  int ban_window;         /* (>= 1) the reputation window, in submitted groups (default 256) */
+  int abandon_after;      /* a key with at least this many expired groups among its latest
+                           * abandon_window settled ones, and more than half of them, gets no
+                           * new leases (403 abandoning); 0: never */
+  int abandon_window;     /* (>= 1) in settled groups: submitted or expired (default 64) */
   double rate_limit;      /* signed requests per second per key (bursts of 4 s worth, at least 8);
                            * 0: off */
   const char *allow_keys; /* a file of public-key lines: only these keys are served; NULL: any */
@@ -179,6 +185,9 @@ typedef enum {
   LH_ADV_GARBAGE,     /* submits random bytes */
   LH_ADV_OVERSIZED,   /* submits a body larger than the server takes */
   LH_ADV_SLOWLORIS,   /* also holds connections open, trickling a request a byte at a time */
+  LH_ADV_SELECTIVE,   /* generates honestly, submits only the most likely of every 4 groups and
+                       * abandons the others (their leases expire) */
+  LH_ADV_TRUNCATE,    /* cuts every completion to half its length, without a stop token */
   LH_ADV__COUNT
 } lh_node_adversary;
 /* "none", "other-model", "quant4", ... in the order above, NULL-terminated. */

@@ -24,7 +24,8 @@ static const lh__flag flags[] = {
      "TESTING ONLY: cheat in this way, to test a server's defences (docs/SECURITY.md): "
      "other-model | quant4 | quant8 | prompt | tokens | temperature | top-p | best-of-n | "
      "drop-member | dup-member | logprobs | reward | replay | version | garbage | oversized | "
-     "slowloris"},
+     "slowloris | selective (submits the most likely of every 4 groups, abandons the rest) | "
+     "truncate (cuts completions short without a stop token)"},
 };
 
 int lh__cmd_worker(int argc, char **argv) {

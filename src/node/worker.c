@@ -82,6 +82,9 @@ typedef struct worker {
   bool lease_wait;   /* the last lease had nothing: wait for a new version before the next */
   uint8_t *replay;   /* --adversary replay: the first body, sent again for every group */
   size_t replay_len;
+  done_group held; /* --adversary selective: the best of the groups generated since the last */
+  double held_entropy;
+  int held_n; /* groups generated since the last one kept */
 } worker;
 
 static int64_t now_ms(const worker *w) {
@@ -776,6 +779,26 @@ static lh_err best_of_n(lh_generator *gen, const lh_gen_config *gc, const uint64
   return LH_ERR_OK;
 }
 
+/* selective (testing only): of every 4 groups generated, keeps the most likely one (a stand-in
+ * for the best rewarded: the worker has no environment) and abandons the other 3, never
+ * submitted, whose leases expire. Takes d (its body); true when d is now the one to send.
+ * The generating thread's. */
+static bool selective(worker *w, done_group *d, double entropy) {
+  if (w->held_n == 0 || entropy < w->held_entropy) {
+    free(w->held.body);
+    w->held = *d;
+    w->held_entropy = entropy;
+  } else {
+    free(d->body);
+  }
+  memset(d, 0, sizeof *d);
+  if (++w->held_n < 4) return false;
+  *d = w->held;
+  memset(&w->held, 0, sizeof w->held);
+  w->held_n = 0;
+  return true;
+}
+
 /* The body-level cheats (testing only): garbage, an oversized body, a replay of the first. */
 static void adversary_body(worker *w, uint8_t **body, size_t *len) {
   lh_node_adversary a = w->c->adversary;
@@ -954,6 +977,7 @@ lh_err lh_worker_run(const lh_worker_config *c, lh_worker_result *res) {
       uint8_t *body = NULL;
       size_t len = 0;
       lh_err ei = e;
+      double entropy = ei ? 0 : lh_rollout_summarise(&b[i]).entropy;
       if (!ei) {
         b[i].version = version;
         b[i].seed = take[i].g.seed; /* what was leased, whatever a cheat used */
@@ -963,18 +987,19 @@ lh_err lh_worker_run(const lh_worker_config *c, lh_worker_result *res) {
       }
       if (!ei && c->adversary != LH_ADV_NONE) adversary_body(w, &body, &len);
       lh_rollout_batch_free(&b[i]);
-      char *path = pending_path(w, take[i].lease, take[i].g.group);
-      if (!ei) ei = lh_file_write_atomic(path, body, len);
-      free(path);
       done_group d = {take[i].lease, take[i].g.group, body, len, gen_ms};
+      bool keep = ei || c->adversary != LH_ADV_SELECTIVE || selective(w, &d, entropy);
+      char *path = keep ? pending_path(w, d.lease, d.group) : NULL;
+      if (keep && !ei) ei = lh_file_write_atomic(path, d.body, d.len);
+      free(path);
       lh_node_group_clear(&take[i].g);
       pthread_mutex_lock(&w->mu);
       w->in_flight--;
       w->generated++;
-      if (!ei)
+      if (!ei && keep)
         done_push(w, &d);
       else
-        free(body);
+        free(d.body);
       pthread_cond_broadcast(&w->cv);
       pthread_mutex_unlock(&w->mu);
       if (ei && !e) e = ei;
@@ -1006,6 +1031,7 @@ out:
     free(w->done[i].body);
   free(w->done);
   free(w->replay);
+  free(w->held.body);
   lh__adv_slowloris_stop(loris);
   free(w->staged);
   free(w->blob_dir);
