@@ -205,11 +205,19 @@ typedef struct lh_worker_config {
   lh_node_adversary adversary; /* testing only: cheat this way (docs/SECURITY.md) */
 } lh_worker_config;
 
+#define LH_WORKER_RTT_BUCKETS 64 /* quarter octaves of milliseconds: up to 2^16 ms */
 typedef struct lh_worker_result {
   int64_t groups_submitted, groups_refused;
   int64_t versions_applied;
   uint64_t bytes_downloaded;
+  /* round trips of the submissions the server answered for good (202 or a refusal): bucket k
+   * counts those of [2^(k/4) - 1, 2^((k+1)/4) - 1) ms, the last one the rest */
+  int64_t submit_rtt[LH_WORKER_RTT_BUCKETS];
 } lh_worker_result;
+
+/* The q-quantile (0 .. 1) of r's submission round trips in ms, the upper edge of its bucket
+ * (within 19%); -1 when there were none. */
+double lh_worker_rtt_quantile(const lh_worker_result *r, double q);
 
 lh_worker_config lh_worker_defaults(void);
 lh_err lh_worker_run(const lh_worker_config *c, lh_worker_result *res);

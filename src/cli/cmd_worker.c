@@ -69,6 +69,10 @@ int lh__cmd_worker(int argc, char **argv) {
           "downloaded\n",
           (long long)res.groups_submitted, (long long)res.groups_refused,
           (long long)res.versions_applied, (double)res.bytes_downloaded / 1e6);
+  if (res.groups_submitted + res.groups_refused > 0)
+    fprintf(stderr, "worker: submission round trip p50 %.0f ms, p90 %.0f ms, max %.0f ms\n",
+            lh_worker_rtt_quantile(&res, 0.5), lh_worker_rtt_quantile(&res, 0.9),
+            lh_worker_rtt_quantile(&res, 1.0));
   if (e) return lh__cli_fail_err(CMD, e);
   if (lh__stop) return lh__stop_exit_code();
   return LH__EXIT_OK;

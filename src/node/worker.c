@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <math.h>
 #include <pthread.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -480,13 +481,32 @@ static lh_err load_pending(worker *w) {
 
 /* ---------------------------------------------------------------- the network thread */
 
+static int rtt_bucket(double ms) {
+  int k = ms > 0 ? (int)(4.0 * log2(ms + 1.0)) : 0;
+  return k < LH_WORKER_RTT_BUCKETS ? k : LH_WORKER_RTT_BUCKETS - 1;
+}
+
+double lh_worker_rtt_quantile(const lh_worker_result *r, double q) {
+  int64_t n = 0, seen = 0;
+  for (int k = 0; k < LH_WORKER_RTT_BUCKETS; k++)
+    n += r->submit_rtt[k];
+  if (n == 0) return -1;
+  for (int k = 0; k < LH_WORKER_RTT_BUCKETS; k++) {
+    seen += r->submit_rtt[k];
+    if ((double)seen >= q * (double)n && r->submit_rtt[k] > 0) return exp2((k + 1) / 4.0) - 1.0;
+  }
+  return exp2(LH_WORKER_RTT_BUCKETS / 4.0) - 1.0;
+}
+
 static lh_err submit(worker *w, lh_http_client *c, done_group *d, bool *final) {
   *final = false;
   char path[128];
   snprintf(path, sizeof path, "/v1/rollouts?lease=%lld&group=%lld&gen_ms=%lld", (long long)d->lease,
            (long long)d->group, (long long)d->gen_ms);
   lh_http_reply r;
+  double t0 = lh_time_now();
   lh_err e = call(w, c, "POST", path, d->body, d->len, &r);
+  double rtt_ms = 1000.0 * (lh_time_now() - t0);
   if (e) return e;
   if (r.status == 202) {
     *final = true;
@@ -509,6 +529,9 @@ static lh_err submit(worker *w, lh_http_client *c, done_group *d, bool *final) {
   }
   lh_http_reply_free(&r);
   if (*final) {
+    pthread_mutex_lock(&w->mu);
+    w->res->submit_rtt[rtt_bucket(rtt_ms)]++;
+    pthread_mutex_unlock(&w->mu);
     char *p = pending_path(w, d->lease, d->group);
     unlink(p);
     free(p);
