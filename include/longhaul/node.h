@@ -65,6 +65,8 @@ lh_err lh_node_auth_verify(const lh_node_auth *a, const char *method, const char
 #define LH_NODE_MAX_LEASE_GROUPS  64    /* groups one lease request may ask for */
 #define LH_NODE_MAX_PROMPT        16384 /* prompt tokens of one group at most */
 #define LH_NODE_LEASE_REQUEST_MAX 4096  /* bytes of a lease request body at most */
+#define LH_NODE_REGISTER_MAX      65536 /* bytes of a registration body at most */
+#define LH_NODE_ERROR_MAX         65536 /* bytes of an error reply the worker reads at most */
 #define LH_NODE_LEASE_REPLY_MAX   (8u << 20)
 
 /* What a worker asks for: POST /v1/leases {"groups": N, "version": V}. */
@@ -94,6 +96,18 @@ typedef struct lh_node_lease {
   int n_groups;
   lh_node_group *groups; /* (n_groups) */
 } lh_node_lease;
+
+/* A registration body (POST /v1/workers): {"name": STRING, "hardware": OBJECT}, both optional,
+ * no other field, at most LH_NODE_REGISTER_MAX bytes. *name is malloc'd ("" when absent; a name
+ * holding a NUL is refused), *hardware_json the object re-encoded compactly (malloc'd, NULL when
+ * absent). LH_ERR_FORMAT (LH_ERR_LIMIT) saying what is wrong; both NULL then. */
+lh_err lh_node_register_parse(const void *body, size_t len, char **name, char **hardware_json);
+/* What a worker reads from an error reply of the server: {"error": {"code": STRING, ...},
+ * "server_time_ms": INTEGER}. code gets the code (cut to cap - 1 bytes; "" when there is none),
+ * *server_time_ms the server's clock (-1 when absent or negative). Never fails: any other bytes,
+ * or more than LH_NODE_ERROR_MAX of them, give "" and -1. */
+void lh_node_error_parse(const void *body, size_t len, char *code, size_t cap,
+                         int64_t *server_time_ms);
 
 /* The JSON of one group (a new object) and of a whole lease reply (malloc'd text). */
 struct json_t *lh_node_group_json(const lh_node_group *g);

@@ -546,22 +546,16 @@ static bool authenticate(server *s, const lh_http_request *req, lh_http_response
 static void h_register(server *s, const lh_http_request *req, lh_http_response *res) {
   lh_sync_public_key pk;
   if (!authenticate(s, req, res, true, &pk)) return;
-  json_error_t err;
-  json_t *o = json_loadb((const char *)req->body, req->body_len, JSON_REJECT_DUPLICATES, &err);
-  const json_t *name = o ? json_object_get(o, "name") : NULL;
-  const json_t *hw = o ? json_object_get(o, "hardware") : NULL;
-  if (!json_is_object(o) || (name && !json_is_string(name)) || (hw && !json_is_object(hw))) {
+  char *name = NULL, *hw_text = NULL;
+  if (lh_node_register_parse(req->body, req->body_len, &name, &hw_text)) {
     lh_http_respond_error(res, 400, "bad_body",
-                          "expected {\"name\": STRING, \"hardware\": OBJECT}");
-    json_decref(o);
+                          "%s; expected {\"name\": STRING, \"hardware\": OBJECT}", lh_last_error());
     return;
   }
-  char *hw_text = hw ? json_dumps(hw, JSON_COMPACT) : NULL;
   bool is_new = false;
-  lh_err e = lh_ledger_worker_register(s->ledger, pk.bytes, name ? json_string_value(name) : "",
-                                       hw_text, now_ms(), &is_new);
+  lh_err e = lh_ledger_worker_register(s->ledger, pk.bytes, name, hw_text, now_ms(), &is_new);
+  free(name);
   free(hw_text);
-  json_decref(o);
   if (e) {
     lh_http_respond_error(res, e == LH_ERR_LIMIT ? 413 : 500,
                           e == LH_ERR_LIMIT ? "too_large" : "ledger", "%s", lh_last_error());

@@ -130,18 +130,17 @@ static lh_err call(worker *w, lh_http_client *c, const char *method, const char 
     lh_err e = lh_http_client_request(c, method, path, h, 5, body, len, REPLY_MAX, TIMEOUT_MS, out);
     if (e) return e;
     if (out->status == 401 && attempt == 0 && out->body) {
-      json_t *o = json_loadb((const char *)out->body, out->len, 0, NULL);
-      const json_t *t = o ? json_object_get(o, "server_time_ms") : NULL;
-      if (json_is_integer(t)) {
+      char code[64];
+      int64_t t = -1;
+      lh_node_error_parse(out->body, out->len, code, sizeof code, &t);
+      if (t >= 0) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         int64_t local = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-        w->clock_offset_ms = json_integer_value(t) - local + 1;
-        json_decref(o);
+        w->clock_offset_ms = t - local + 1;
         lh_http_reply_free(out);
         continue;
       }
-      json_decref(o);
     }
     return LH_ERR_OK;
   }
@@ -149,11 +148,8 @@ static lh_err call(worker *w, lh_http_client *c, const char *method, const char 
 
 /* The error code of a JSON error answer ("" when none). */
 static void error_code(const lh_http_reply *r, char *code, size_t cap) {
-  code[0] = '\0';
-  json_t *o = r->body ? json_loadb((const char *)r->body, r->len, 0, NULL) : NULL;
-  const json_t *c = o ? json_object_get(json_object_get(o, "error"), "code") : NULL;
-  if (json_is_string(c)) snprintf(code, cap, "%s", json_string_value(c));
-  json_decref(o);
+  int64_t t;
+  lh_node_error_parse(r->body, r->len, code, cap, &t);
 }
 
 /* A 403 banned or not_allowed: the server will not serve this key, and waiting changes nothing:
