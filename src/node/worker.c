@@ -326,31 +326,7 @@ static lh_err get_chain(worker *w, int64_t have, double wait_s, lh_sync_manifest
   } else if (r.status != 200) {
     e = lh_errorf(LH_ERR_IO, "GET %s: HTTP %ld", path, r.status);
   } else {
-    const char *p = (const char *)r.body, *end = p + r.len;
-    lh_sync_manifest *ms = NULL;
-    int k = 0;
-    while (!e && p < end) {
-      const char *nl = memchr(p, '\n', (size_t)(end - p));
-      if (!nl || k == CHAIN_MAX) {
-        e = lh_errorf(LH_ERR_FORMAT, "GET %s: not manifests one per line", path);
-        break;
-      }
-      ms = lh_xrealloc(ms, (size_t)(k + 1) * sizeof *ms);
-      if (!(e = lh_sync_manifest_verify(p, (size_t)(nl - p), &w->trust, path, &ms[k]))) k++;
-      p = nl + 1;
-    }
-    for (int i = 1; !e && i < k; i++)
-      if (ms[i].version != ms[i - 1].version + 1)
-        e = lh_errorf(LH_ERR_FORMAT, "GET %s: versions %lld and %lld in a row", path,
-                      (long long)ms[i - 1].version, (long long)ms[i].version);
-    if (!e && (k == 0 || ms[k - 1].version <= have))
-      e = lh_errorf(LH_ERR_FORMAT, "GET %s: no newer manifest in the chain", path);
-    if (e) {
-      free(ms);
-    } else {
-      *out = ms;
-      *n = k;
-    }
+    e = lh_sync_chain_parse(r.body, r.len, &w->trust, CHAIN_MAX, have, path, out, n);
   }
   lh_http_reply_free(&r);
   return e;
