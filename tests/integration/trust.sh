@@ -4,7 +4,8 @@
 # time. Checks: no group of a detectable cheat is trained on; no honest group is rejected; each
 # cheat's refusal is in the ledger with its reason (and, for verification, the failing member
 # and position); selective submission gets 403 abandoning; a key past --ban-after gets 403
-# banned, its worker stops, and the ban holds after a restart of the server; an --allow-keys
+# banned, its worker stops, and the ban holds after a restart of the server; rejections the
+# server caused (an exec environment that fails to score) never ban; an --allow-keys
 # server refuses other keys with 403 not_allowed; the server stays responsive (under
 # slowloris too): an honest worker's submission round trips under attack stay within a bound
 # of those measured before it; and the trained model improves on held-out tasks (`longhaul
@@ -13,6 +14,7 @@
 # Usage: trust.sh LONGHAUL_BIN SOURCE_DIR
 set -euo pipefail
 BIN=$1
+SRC=$2
 TMP=$(mktemp -d)
 PIDS=()
 cleanup() {
@@ -150,12 +152,13 @@ for _ in $(seq 1 600); do grep -q 'HTTP 413' x-oversized.log && break; sleep 0.1
 kill -TERM "$LORIS" "$BIG" 2>/dev/null || true
 wait "$LORIS" "$BIG" 2>/dev/null || true
 grep -q 'HTTP 413' x-oversized.log || fail "the oversized body did not get 413: $(tail -2 x-oversized.log)"
-# honest latency under attack: within 5x (and 300 ms) of the quiet figures; a server that stalls
-# on slow or oversized requests (seconds per request) fails it
+# honest latency under attack: within 10x of the quiet figures plus 1 s (p50) and 2 s (p90), as
+# the shared machine's load moves between the phases; a server that stalls on slow or oversized
+# requests (a connection's timeout is 30 s) fails it
 for w in "wr1 ${A50:-} ${A90:-}" "wr2 ${S50:-} ${S90:-}"; do
   read -r name p50 p90 <<<"$w"
   [ -n "${p90:-}" ] || fail "$name printed no round trips: $(tail -2 "$name.log")"
-  [ "$p50" -le $((5 * Q50 + 300)) ] && [ "$p90" -le $((5 * Q90 + 300)) ] ||
+  [ "$p50" -le $((10 * Q50 + 1000)) ] && [ "$p90" -le $((10 * Q90 + 2000)) ] ||
     fail "$name: honest round trips p50 $p50 ms, p90 $p90 ms under attack; $Q50, $Q90 ms before"
 done
 
@@ -238,10 +241,11 @@ wait "$SERVE" || true
 
 # ---------------------------------------------------------------- the trained model improved
 phase "eval"
-# paired against the base on 500 held-out tasks, 4 samples each at temperature 1 (what RL trains):
-# the lower end of the 95% interval must be above 0
-"$BIN" eval --model run --env $ENV --n 500 --samples 4 --temperature 1 --max-new 12 \
-  --compare base --threads 1 --json eval.json >eval.txt 2>&1 || fail "eval: $(tail -2 eval.txt)"
+# paired against the base on 1000 held-out tasks, 4 samples each at temperature 1 (what RL
+# trains), the same sampler streams for both (an unchanged model scores exactly +0): the lower
+# end of the 95% interval must be above 0
+"$BIN" eval --model run --env $ENV --n 1000 --samples 4 --temperature 1 --max-new 12 \
+  --compare base --threads 2 --json eval.json >eval.txt 2>&1 || fail "eval: $(tail -2 eval.txt)"
 read -r GAIN LO HI STEPS <<<"$(/usr/bin/python3 - <<'PYEOF'
 import json
 d = json.load(open("eval.json"))["paired"]["pass_at_1"]
@@ -275,6 +279,32 @@ done
 [ "$limited" = 1 ] || fail "the allowed worker was never rate limited at 0.5 requests/s"
 kill -TERM "$SERVE2"
 wait "$SERVE2" || true
+
+# ---------------------------------------------------------------- rejections the worker did not cause
+# an exec environment that fails to score every task (a reward of 5): each group is rejected
+# with reason env: ..., and none counts toward the ban, even at --ban-after 1
+phase "an environment that fails to score"
+"$BIN" serve --run run3 --model base --key trainer.key --port-file port3 --steps 100000 \
+  --env "exec:path=/usr/bin/python3 $SRC/tests/fixtures/env/exec_env.py badreward" \
+  --max-wall 60 --prompts 2 --group 2 --max-new 4 --ban-after 1 >serve3.log 2>&1 &
+SERVE3=$!
+PIDS+=("$SERVE3")
+for _ in $(seq 1 200); do [ -s port3 ] && break; sleep 0.05; done
+URL=http://127.0.0.1:$(cat port3)
+worker we
+excused=0
+for _ in $(seq 1 150); do
+  excused=$(sqlite3 run3/ledger.sqlite "SELECT count(*) FROM groups WHERE state = 2 AND reason GLOB 'env: *'")
+  [ "$excused" -ge 3 ] && break
+  sleep 0.1
+done
+[ "$excused" -ge 3 ] || fail "the failing environment rejected $excused groups: $(tail -2 serve3.log)"
+kill -0 "$LAST" 2>/dev/null || fail "the worker stopped: $(tail -2 we.log)"
+! grep -q 'HTTP 403 banned' we.log || fail "a key was banned for the environment's failures"
+curl -sf "$URL/metrics" | grep -q '^longhaul_requests_refused_total{why="banned"} 0' ||
+  fail "/metrics counts a banned request"
+kill -TERM "$SERVE3" "$LAST"
+wait "$SERVE3" || true
 ! grep -l 'Sanitizer' ./*.log >/dev/null 2>&1 || fail "a sanitizer report: $(grep -l Sanitizer ./*.log)"
 trained_x=$(q "SELECT name || ' ' || count(*) FROM ($J) WHERE name LIKE 'x-%' AND state = 3 GROUP BY name" | paste -sd, -)
 echo "trust.sh: ok ($trained1 honest groups trained, 0 rejected; $(q "SELECT count(*) FROM groups WHERE state = 2") cheating groups rejected; trained (as docs/SECURITY.md allows): ${trained_x:-none}; honest round trips p50/p90 quiet $Q50/$Q90 ms, with cheats $A50/$A90 ms, under slowloris and oversized bodies $S50/$S90 ms; held-out pass@1 $GAIN [$LO, $HI] after $STEPS updates)"
