@@ -185,10 +185,13 @@ grep -q 'HTTP 403 abandoning' x-selective.log || fail "selective: never refused:
 # submit late, and what they submit on time, keeps them under the bound
 ! grep -l 'abandoning' wa.log wb.log wq.log wr1.log wr2.log >/dev/null 2>&1 ||
   fail "an honest worker was refused for abandoning: $(grep -l abandoning wa.log wb.log wq.log wr1.log wr2.log)"
-expect temperature '[lt]o[gk]*: member *'
 expect logprobs 'logprob: member 0 position 0: *'
-expect other-model '[tl]o[kg]*: member *'
-expect quant4 '[tl]o[kg]*: member *'
+# other weights and another temperature: a group passes when, at every position of every
+# member, the seed selects the same token under both and the log-probs differ by less than
+# logprob_tol (a policy confident everywhere: it happened once in an ASan run; docs/SECURITY.md)
+expect temperature '[lt]o[gk]*: member *' 1
+expect other-model '[tl]o[kg]*: member *' 1
+expect quant4 '[tl]o[kg]*: member *' 1
 # best-of-n submits the leased seed's own group when it is the most likely of the 4: that group
 # is honest. A version lie is refused when that version is not published (version), else caught
 # by the token and log-prob checks under the claimed version's weights (this policy learns, so
