@@ -15,7 +15,7 @@ OUT=${1:-build/trust-calib}
 read -r -a BINS <<<"${BINS:-build/longhaul build-noomp/longhaul}"
 ROUNDS=${ROUNDS:-2}
 STEPS=${STEPS:-20}
-MODES=${MODES:-other-model quant4 quant8 prompt tokens temperature top-p best-of-n drop-member dup-member logprobs reward replay version garbage oversized slowloris}
+MODES=${MODES:-other-model quant4 quant8 prompt tokens temperature top-p best-of-n drop-member dup-member logprobs reward replay version garbage oversized slowloris selective truncate}
 SERVE_FLAGS=${SERVE_FLAGS:-}
 ENV=sort:count=3,digits=1
 mkdir -p "$OUT"
@@ -78,6 +78,10 @@ run() {
     a_sub=$(q "SELECT count(*) FROM ($J) WHERE name = 'wx' AND state IN (1,2,3,4)")
     a_rej=$(q "SELECT count(*) FROM ($J) WHERE name = 'wx' AND state = 2")
     a_tr=$(q "SELECT count(*) FROM ($J) WHERE name = 'wx' AND state = 3")
+    # selective submission: groups abandoned (expired, never submitted) and leases refused
+    local a_exp a_aband
+    a_exp=$(q "SELECT count(*) FROM ($J) WHERE name = 'wx' AND state = 5")
+    a_aband=$( (grep -c 'HTTP 403 abandoning' wx.log 2>/dev/null || true) | head -1)
     reasons=$(q "SELECT substr(reason, 1, instr(reason || ':', ':') - 1) AS r, count(*) FROM ($J) WHERE name = 'wx' AND state = 2 GROUP BY r" |
       awk -F'|' 'BEGIN{printf "{"} {printf "%s\"%s\":%s", (NR>1 ? "," : ""), $1, $2} END{printf "}"}')
     # tokens until detection: "(after N of M tokens)" for verification, 0 for refusals before it
@@ -92,10 +96,11 @@ run() {
     jq -n --arg name "$name" --arg mode "$mode" --arg flags "$flags" --arg bin "$bin" --argjson threads "$threads" \
       --argjson slots "$slots" --argjson rc "$rc" --argjson h_ok "$h_ok" --argjson h_rej "$h_rej" \
       --argjson a_sub "$a_sub" --argjson a_rej "$a_rej" --argjson a_tr "$a_tr" \
+      --argjson a_exp "$a_exp" --argjson a_aband "${a_aband:-0}" \
       --argjson reasons "$reasons" --argjson h_why "$h_why" --arg until "$until" --argjson stats "$stats" \
       '{name: $name, mode: $mode, flags: $flags, bin: $bin, threads: $threads, slots: $slots, serve_rc: $rc,
         honest_groups: $h_ok, honest_rejected: $h_rej, honest_reasons: $h_why, adv_submitted: $a_sub, adv_rejected: $a_rej,
-        adv_trained: $a_tr, reasons: $reasons,
+        adv_trained: $a_tr, adv_expired: $a_exp, adv_lease_refusals: $a_aband, reasons: $reasons,
         tokens_until: ($until | split(" ") | map(select(. != "") | tonumber)), metrics: $stats}' \
       >"$OUT/$name.json.tmp"
     mv "$OUT/$name.json.tmp" "$OUT/$name.json"

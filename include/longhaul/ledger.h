@@ -111,6 +111,22 @@ lh_err lh_ledger_worker_seen(lh_ledger *l, const uint8_t key[LH_LEDGER_KEY_BYTES
 /* Every worker, in the order of their first registration (*out malloc'd, NULL when none). */
 lh_err lh_ledger_workers(lh_ledger *l, lh_ledger_worker **out, int *n);
 
+/* What a worker did with its latest groups (lh_ledger_worker_recent): the reputation window. */
+typedef struct lh_ledger_recent {
+  int64_t n;                       /* groups in the window (at most its size) */
+  int64_t groups[LH_GROUP__COUNT]; /* of them, by state (groups[LH_GROUP_LEASED] is always 0) */
+  int64_t excused; /* of the REJECTED ones, those whose reason starts with the excused prefix */
+} lh_ledger_recent;
+/* Counts a worker's `window` (>= 1, else LH_ERR_INVAL) most recently leased groups (highest
+ * ids) among those no longer out on a lease: ACCEPTED, REJECTED, TRAINED and DROPPED ones (the
+ * groups it submitted), and EXPIRED ones too when with_expired (the groups it abandoned).
+ * excused (NULL or "": none) is a reason prefix for rejections the worker did not cause (the
+ * server's own failures); they are counted in groups[LH_GROUP_REJECTED] and in excused. A key
+ * never registered, or one with no such group, gives all zeros (LH_ERR_OK). One query: a pass
+ * over the worker's groups. */
+lh_err lh_ledger_worker_recent(lh_ledger *l, const uint8_t key[LH_LEDGER_KEY_BYTES], int window,
+                               bool with_expired, const char *excused, lh_ledger_recent *out);
+
 /* ---------------------------------------------------------------- groups */
 
 /* What the server hands out as one group: a task of its environment and its own encoding of how

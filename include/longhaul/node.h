@@ -72,6 +72,8 @@ lh_err lh_node_auth_verify(const lh_node_auth *a, const char *method, const char
 #define LH_NODE_MAX_LEASE_GROUPS  64    /* groups one lease request may ask for */
 #define LH_NODE_MAX_PROMPT        16384 /* prompt tokens of one group at most */
 #define LH_NODE_LEASE_REQUEST_MAX 4096  /* bytes of a lease request body at most */
+#define LH_NODE_REGISTER_MAX      65536 /* bytes of a registration body at most */
+#define LH_NODE_ERROR_MAX         65536 /* bytes of an error reply the worker reads at most */
 #define LH_NODE_LEASE_REPLY_MAX   (8u << 20)
 
 /* What a worker asks for: POST /v1/leases {"groups": N, "version": V}. */
@@ -101,6 +103,18 @@ typedef struct lh_node_lease {
   int n_groups;
   lh_node_group *groups; /* (n_groups) */
 } lh_node_lease;
+
+/* A registration body (POST /v1/workers): {"name": STRING, "hardware": OBJECT}, both optional,
+ * no other field, at most LH_NODE_REGISTER_MAX bytes. *name is malloc'd ("" when absent; a name
+ * holding a NUL is refused), *hardware_json the object re-encoded compactly (malloc'd, NULL when
+ * absent). LH_ERR_FORMAT (LH_ERR_LIMIT) saying what is wrong; both NULL then. */
+lh_err lh_node_register_parse(const void *body, size_t len, char **name, char **hardware_json);
+/* What a worker reads from an error reply of the server: {"error": {"code": STRING, ...},
+ * "server_time_ms": INTEGER}. code gets the code (cut to cap - 1 bytes; "" when there is none),
+ * *server_time_ms the server's clock (-1 when absent or negative). Never fails: any other bytes,
+ * or more than LH_NODE_ERROR_MAX of them, give "" and -1. */
+void lh_node_error_parse(const void *body, size_t len, char *code, size_t cap,
+                         int64_t *server_time_ms);
 
 /* The JSON of one group (a new object) and of a whole lease reply (malloc'd text). */
 struct json_t *lh_node_group_json(const lh_node_group *g);
@@ -143,7 +157,13 @@ typedef struct lh_serve_config {
   lh_trust_config trust;  /* verification tolerances (its stop ids are the model's eos ids, set
                            * by serve) */
   bool no_verify;         /* testing only (--no-verify): train on groups without checking them */
-  int ban_after;          /* a key with this many rejected groups gets 403 banned; 0: never */
+  int ban_after;          /* a key with this many rejections of its own among its latest
+                           * ban_window submitted groups gets 403 banned; 0: never */
+  int ban_window;         /* (>= 1) the reputation window, in submitted groups (default 256) */
+  int abandon_after;      /* a key with at least this many expired groups among its latest
+                           * abandon_window settled ones, and more than half of them, gets no
+                           * new leases (403 abandoning); 0: never */
+  int abandon_window;     /* (>= 1) in settled groups: submitted or expired (default 64) */
   double rate_limit;      /* signed requests per second per key (bursts of 4 s worth, at least 8);
                            * 0: off */
   const char *allow_keys; /* a file of public-key lines: only these keys are served; NULL: any */
@@ -186,6 +206,9 @@ typedef enum {
   LH_ADV_GARBAGE,     /* submits random bytes */
   LH_ADV_OVERSIZED,   /* submits a body larger than the server takes */
   LH_ADV_SLOWLORIS,   /* also holds connections open, trickling a request a byte at a time */
+  LH_ADV_SELECTIVE,   /* generates honestly, submits only the most likely of every 4 groups and
+                       * abandons the others (their leases expire) */
+  LH_ADV_TRUNCATE,    /* cuts every completion to half its length, without a stop token */
   LH_ADV__COUNT
 } lh_node_adversary;
 /* "none", "other-model", "quant4", ... in the order above, NULL-terminated. */
@@ -203,11 +226,19 @@ typedef struct lh_worker_config {
   lh_node_adversary adversary; /* testing only: cheat this way (docs/SECURITY.md) */
 } lh_worker_config;
 
+#define LH_WORKER_RTT_BUCKETS 64 /* quarter octaves of milliseconds: up to 2^16 ms */
 typedef struct lh_worker_result {
   int64_t groups_submitted, groups_refused;
   int64_t versions_applied;
   uint64_t bytes_downloaded;
+  /* round trips of the submissions the server answered for good (202 or a refusal): bucket k
+   * counts those of [2^(k/4) - 1, 2^((k+1)/4) - 1) ms, the last one the rest */
+  int64_t submit_rtt[LH_WORKER_RTT_BUCKETS];
 } lh_worker_result;
+
+/* The q-quantile (0 .. 1) of r's submission round trips in ms, the upper edge of its bucket
+ * (within 19%); -1 when there were none. */
+double lh_worker_rtt_quantile(const lh_worker_result *r, double q);
 
 lh_worker_config lh_worker_defaults(void);
 lh_err lh_worker_run(const lh_worker_config *c, lh_worker_result *res);

@@ -141,6 +141,13 @@ lh_err lh_sync_manifest_verify(const void *data, size_t len, const lh_sync_publi
  * manifest and for fuzzing. Never trust what it returns. */
 lh_err lh_sync_manifest_parse(const void *data, size_t len, const char *what,
                               lh_sync_manifest *out);
+/* A chain of signed manifests, one per line, each line ended by '\n' (the server's
+ * GET /v1/policy?chain=1 reply): at most `max` lines, each verified (lh_sync_manifest_verify,
+ * `what` naming the source), versions consecutive, the last newer than `after`. *out is malloc'd
+ * (*n entries, oldest first); on failure NULL and 0, LH_ERR_FORMAT for the layout and the order
+ * (or the error of the first line that does not verify). */
+lh_err lh_sync_chain_parse(const void *data, size_t len, const lh_sync_public_key *pinned, int max,
+                           int64_t after, const char *what, lh_sync_manifest **out, int *n);
 /* lh_sync_manifest_verify on a file (at most LH_SYNC_MANIFEST_MAX_BYTES). */
 lh_err lh_sync_manifest_load(const char *path, const lh_sync_public_key *pinned,
                              lh_sync_manifest *out);

@@ -29,7 +29,8 @@ typedef struct lh_trust_config {
   double borderline_frac; /* plus this fraction of its completion tokens; one more rejects it */
   int32_t stop_ids[8];    /* the tokens that end a completion (the model's eos ids): a completion
                            * holds one only as its last token, and one shorter than max_new ends
-                           * with one; n_stop 0 checks neither */
+                           * with one; with n_stop 0 (a model without eos) every completion
+                           * must run to max_new */
   int n_stop;
 } lh_trust_config;
 

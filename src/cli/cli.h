@@ -17,7 +17,7 @@
 /* lh__args_parse: keep going (any other value is the exit code to return at once). */
 #define LH__ARGS_CONTINUE (-1)
 
-#define LH__MAX_FLAGS 32
+#define LH__MAX_FLAGS 48
 
 /* One long flag `--name VALUE` / `--name=VALUE`, or a switch `--name` when metavar is NULL. */
 typedef struct lh__flag {

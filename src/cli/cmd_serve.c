@@ -54,7 +54,18 @@ static const lh__flag flags[] = {
      "verification: BORDERLINE tokens a completion may hold: N plus F of its tokens (default "
      "4+0.25)"},
     {"ban-after", "N", false,
-     "a key with N rejected groups is banned: its requests get 403 banned (default 8; 0: never)"},
+     "a key with N rejected groups among its latest --ban-window submitted ones is banned: its "
+     "requests get 403 banned, for good (the ledger keeps it across restarts). Rejections the "
+     "server caused (an environment that failed to score, reason \"env: ...\") do not count "
+     "(default 8; 0: never)"},
+    {"ban-window", "W", false,
+     "the reputation window: rejections older than the key's latest W submitted groups no "
+     "longer count (default 256)"},
+    {"abandon-after", "N", false,
+     "selective submission: a key with N or more expired groups (leased, never submitted) among "
+     "its latest --abandon-window settled ones, and more than half of them, gets no new leases "
+     "(403 abandoning) until late submissions bring that down; not a ban (default 24; 0: never)"},
+    {"abandon-window", "W", false, "settled (submitted or expired) groups judged (default 64)"},
     {"rate-limit", "R", false,
      "signed requests per second per key, bursts of 4 s worth, at least 8 (default 0: off)"},
     {"allow-keys", "FILE", false, "serve only the keys listed in FILE, one public-key line each"},
@@ -97,7 +108,7 @@ int lh__cmd_serve(int argc, char **argv) {
   long steps, group, prompts, max_new, max_prompt, stale, kf, keep, log_every, threads, eval_every,
       eval_n;
   double lr, lease_s, max_wall, linger, rate;
-  long ban_after;
+  long ban_after, ban_window, abandon_after, abandon_window;
   int loss_i;
   char *model = NULL;
   if ((rc = lh__args_int(&a, "steps", 1, 1 << 24, c.rl.steps, &steps)) != LH__ARGS_CONTINUE ||
@@ -127,6 +138,12 @@ int lh__cmd_serve(int argc, char **argv) {
                             &c.trust.logprob_tol)) != LH__ARGS_CONTINUE ||
       (rc = lh__args_int(&a, "ban-after", 0, 1 << 30, c.ban_after, &ban_after)) !=
           LH__ARGS_CONTINUE ||
+      (rc = lh__args_int(&a, "ban-window", 1, 1 << 20, c.ban_window, &ban_window)) !=
+          LH__ARGS_CONTINUE ||
+      (rc = lh__args_int(&a, "abandon-after", 0, 1 << 20, c.abandon_after, &abandon_after)) !=
+          LH__ARGS_CONTINUE ||
+      (rc = lh__args_int(&a, "abandon-window", 1, 1 << 20, c.abandon_window, &abandon_window)) !=
+          LH__ARGS_CONTINUE ||
       (rc = lh__args_double(&a, "rate-limit", 0, 1e6, 0, &rate)) != LH__ARGS_CONTINUE ||
       (rc = lh__args_u64(&a, "seed", LH__SEED_MAX, c.rl.seed, &c.rl.seed)) != LH__ARGS_CONTINUE ||
       (rc = lh__args_choice(&a, "loss", lh_loss_kind_names, (int)c.rl.loss.kind, &loss_i)) !=
@@ -144,6 +161,9 @@ int lh__cmd_serve(int argc, char **argv) {
     c.trust.borderline_frac = f;
   }
   c.ban_after = (int)ban_after;
+  c.ban_window = (int)ban_window;
+  c.abandon_after = (int)abandon_after;
+  c.abandon_window = (int)abandon_window;
   c.rate_limit = rate;
   c.allow_keys = lh__args_str(&a, "allow-keys", NULL);
   c.no_verify = lh__args_has(&a, "no-verify");

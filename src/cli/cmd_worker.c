@@ -24,7 +24,8 @@ static const lh__flag flags[] = {
      "TESTING ONLY: cheat in this way, to test a server's defences (docs/SECURITY.md): "
      "other-model | quant4 | quant8 | prompt | tokens | temperature | top-p | best-of-n | "
      "drop-member | dup-member | logprobs | reward | replay | version | garbage | oversized | "
-     "slowloris"},
+     "slowloris | selective (submits the most likely of every 4 groups, abandons the rest) | "
+     "truncate (cuts completions short without a stop token)"},
 };
 
 int lh__cmd_worker(int argc, char **argv) {
@@ -32,7 +33,8 @@ int lh__cmd_worker(int argc, char **argv) {
                 .about = "A rollout worker: registers its key, syncs the policy (signed manifests, "
                          "patches, snapshots), leases prompt groups, generates and submits them. "
                          "SIGINT or SIGTERM stops it; generated groups not yet answered are kept "
-                         "in DIR/pending and sent on the next start.",
+                         "in DIR/pending and sent on the next start. At exit it prints what it "
+                         "submitted and the round trips of its submissions (p50, p90, max).",
                 .flags = flags,
                 .n_flags = sizeof flags / sizeof flags[0]};
   int rc = lh__args_parse(&a, argc, argv);
@@ -68,6 +70,10 @@ int lh__cmd_worker(int argc, char **argv) {
           "downloaded\n",
           (long long)res.groups_submitted, (long long)res.groups_refused,
           (long long)res.versions_applied, (double)res.bytes_downloaded / 1e6);
+  if (res.groups_submitted + res.groups_refused > 0)
+    fprintf(stderr, "worker: submission round trip p50 %.0f ms, p90 %.0f ms, max %.0f ms\n",
+            lh_worker_rtt_quantile(&res, 0.5), lh_worker_rtt_quantile(&res, 0.9),
+            lh_worker_rtt_quantile(&res, 1.0));
   if (e) return lh__cli_fail_err(CMD, e);
   if (lh__stop) return lh__stop_exit_code();
   return LH__EXIT_OK;

@@ -16,9 +16,9 @@
 #include "node_impl.h"
 
 const char *const lh_node_adversary_names[] = {
-    "none",    "other-model", "quant4",      "quant8",     "prompt",   "tokens", "temperature",
-    "top-p",   "best-of-n",   "drop-member", "dup-member", "logprobs", "reward", "replay",
-    "version", "garbage",     "oversized",   "slowloris",  NULL};
+    "none",    "other-model", "quant4",      "quant8",     "prompt",    "tokens",   "temperature",
+    "top-p",   "best-of-n",   "drop-member", "dup-member", "logprobs",  "reward",   "replay",
+    "version", "garbage",     "oversized",   "slowloris",  "selective", "truncate", NULL};
 _Static_assert(sizeof lh_node_adversary_names / sizeof lh_node_adversary_names[0] ==
                    LH_ADV__COUNT + 1,
                "a name for every adversary mode");
@@ -79,6 +79,22 @@ static void duplicate_first(lh_rollout_batch *b) {
   b->finish[last] = b->finish[0];
 }
 
+/* Every completion of 2 tokens or more keeps its first half, its stop token (if any) cut off with
+ * the rest: a completion that ends before max_new without a stop token. */
+static void truncate_members(lh_rollout_batch *b) {
+  int G = b->group_size, to = 0;
+  for (int j = 0; j < G; j++) {
+    int from = b->seq_start[j], n = b->seq_start[j + 1] - from - b->prompt_len[j];
+    int keep = b->prompt_len[j] + (n >= 2 ? n / 2 : n);
+    memmove(b->tokens + to, b->tokens + from, (size_t)keep * sizeof *b->tokens);
+    memmove(b->mu + to, b->mu + from, (size_t)keep * sizeof *b->mu);
+    if (b->old) memmove(b->old + to, b->old + from, (size_t)keep * sizeof *b->old);
+    b->seq_start[j] = to;
+    to += keep;
+  }
+  b->seq_start[G] = to;
+}
+
 void lh__adv_batch(lh_node_adversary a, lh_rollout_batch *b, int vocab) {
   int G = b->group_size;
   switch (a) {
@@ -109,6 +125,9 @@ void lh__adv_batch(lh_node_adversary a, lh_rollout_batch *b, int vocab) {
     break;
   case LH_ADV_VERSION:
     b->version++;
+    break;
+  case LH_ADV_TRUNCATE:
+    truncate_members(b);
     break;
   default:
     break;

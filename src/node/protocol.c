@@ -216,6 +216,50 @@ lh_err lh_node_lease_request_parse(const void *body, size_t len, lh_node_lease_r
   return e;
 }
 
+/* ---------------------------------------------------------------- registration and errors */
+
+lh_err lh_node_register_parse(const void *body, size_t len, char **name, char **hardware_json) {
+  *name = NULL;
+  *hardware_json = NULL;
+  reader r = {"registration"};
+  lh_err e;
+  json_t *o = parse_object(body, len, LH_NODE_REGISTER_MAX, r.what, &e);
+  if (!o) return e;
+  static const char *const names[] = {"name", "hardware"};
+  const json_t *n = json_object_get(o, "name"), *hw = json_object_get(o, "hardware");
+  if ((e = only_fields(&r, o, names, 2))) {
+  } else if (n && !json_is_string(n)) {
+    e = lh_errorf(LH_ERR_FORMAT, "%s: field \"name\": expected a string", r.what);
+  } else if (hw && !json_is_object(hw)) {
+    e = lh_errorf(LH_ERR_FORMAT, "%s: field \"hardware\": expected an object", r.what);
+  } else if (n && strlen(json_string_value(n)) != json_string_length(n)) {
+    e = lh_errorf(LH_ERR_FORMAT, "%s: field \"name\": holds a NUL character", r.what);
+  } else {
+    *name = lh_xstrdup(n ? json_string_value(n) : "");
+    *hardware_json = hw ? json_dumps(hw, JSON_COMPACT) : NULL;
+    if (hw && !*hardware_json) {
+      free(*name);
+      *name = NULL;
+      e = lh_errorf(LH_ERR_NOMEM, "%s: cannot encode the hardware object", r.what);
+    }
+  }
+  json_decref(o);
+  return e;
+}
+
+void lh_node_error_parse(const void *body, size_t len, char *code, size_t cap,
+                         int64_t *server_time_ms) {
+  if (cap > 0) code[0] = '\0';
+  *server_time_ms = -1;
+  if (!body || len > LH_NODE_ERROR_MAX) return;
+  json_t *o = json_loadb(body, len, 0, NULL);
+  const json_t *c = json_object_get(json_object_get(o, "error"), "code");
+  const json_t *t = json_object_get(o, "server_time_ms");
+  if (cap > 0 && json_is_string(c)) snprintf(code, cap, "%s", json_string_value(c));
+  if (json_is_integer(t) && json_integer_value(t) >= 0) *server_time_ms = json_integer_value(t);
+  json_decref(o);
+}
+
 json_t *lh_node_group_json(const lh_node_group *g) {
   json_t *p = json_array();
   for (int i = 0; i < g->prompt_len; i++)

@@ -34,6 +34,10 @@
 #define ROLLOUT_BODY_MAX ((size_t)32 << 20)
 #define SMALL_BODY_MAX   ((size_t)64 << 10)
 #define CACHE_IMMUTABLE  "public, max-age=31536000, immutable"
+#define REPUTE_SLOTS     1024 /* keys whose reputation is remembered (a miss reads the ledger) */
+/* A rejection whose reason starts so is the server's own failure, not the worker's: it never
+ * counts toward a ban (docs/SECURITY.md, "Reputation"). */
+#define EXCUSED_PREFIX "env:"
 
 static int64_t now_ms(void) {
   struct timespec ts;
@@ -53,6 +57,19 @@ typedef struct kept {
   int64_t version; /* -1: empty */
   uint16_t *slab;
 } kept;
+
+/* A key's standing as last read from the ledger (lh_ledger_worker_recent), kept while its group
+ * counts say it cannot have changed: a ban verdict changes only with a new rejection (a banned
+ * key submits nothing more, and more accepted work only moves rejections out of the window); an
+ * abandonment verdict only with a new expiry, or, once refused, with any new submission. */
+typedef struct repute {
+  uint8_t key[32];
+  bool used;
+  int64_t counts[LH_GROUP__COUNT]; /* the worker's groups by state when judged */
+  bool banned, abandoning;
+  int64_t bad, submitted;   /* rejections of its own among its latest `submitted` groups */
+  int64_t expired, settled; /* expired among its latest `settled` groups */
+} repute;
 
 typedef struct nonce_slot {
   uint8_t id[16]; /* BLAKE2b-128 of key and nonce */
@@ -108,18 +125,19 @@ typedef struct server {
   lh_sample_scratch *scratch; /* the training thread's, for verification */
   lh_trust_limiter *limiter;  /* per-key rate limits, or NULL */
   lh_sync_public_key *allow;  /* --allow-keys, or NULL (any key) */
+  repute *repute;             /* REPUTE_SLOTS, by the key's first bytes */
   int n_allow;
   bool stopping;
   /* counters */
   int64_t accepted, rejected, trained, dropped, repeats;
   int64_t refuted, verified, verified_tokens; /* groups verification rejected, checked; tokens */
-  int64_t refused[3];                         /* requests refused: banned, not allowed, rate */
-  double verify_s;                            /* time spent in the check itself (not the forward) */
-  double forward_s;                     /* time spent in the forwards that recompute the logits */
-  double step_verify_s, step_forward_s; /* the same since the last metrics line */
-  double step_lp_err;                   /* the largest log-prob difference since then */
-  int64_t step_tokens, step_borderline; /* tokens checked since then, BORDERLINE among them */
-  int step_border_member;               /* the most BORDERLINE positions in one member */
+  int64_t refused[4]; /* requests refused: banned, not allowed, rate, abandoning (leases) */
+  double verify_s;    /* time spent in the check itself (not the forward) */
+  double forward_s;   /* time spent in the forwards that recompute the logits */
+  double step_verify_s, step_forward_s;    /* the same since the last metrics line */
+  double step_lp_err;                      /* the largest log-prob difference since then */
+  int64_t step_tokens, step_borderline;    /* tokens checked since then, BORDERLINE among them */
+  int step_border_member;                  /* the most BORDERLINE positions in one member */
   uint64_t bytes_shipped, bytes_snapshots; /* blob bytes served; of full snapshots that many */
   int64_t versions_published;
   double busy_s;
@@ -327,6 +345,60 @@ static lh_err rebuild_slab(server *s, int64_t v, uint16_t **out) {
 
 /* ---------------------------------------------------------------- HTTP: authentication */
 
+/* The standing of worker w (docs/SECURITY.md, "Reputation"): banned when at least ban_after of
+ * its latest ban_window submitted groups were rejected for a cause of its own (a rejection
+ * starting with EXCUSED_PREFIX is the server's); abandoning when at least abandon_after of its
+ * latest abandon_window settled groups (submitted or expired) expired without a submission, and
+ * more than half did. Read from the ledger, so it survives restarts; remembered per key while
+ * w's counts say it cannot have changed (struct repute), so an honest key costs no query. */
+static lh_err judge(server *s, const lh_ledger_worker *w, repute *out) {
+  const lh_serve_config *c = s->c;
+  memset(out, 0, sizeof *out);
+  bool may_ban = c->ban_after > 0 && w->groups[LH_GROUP_REJECTED] >= c->ban_after;
+  bool may_abandon = c->abandon_after > 0 && w->groups[LH_GROUP_EXPIRED] >= c->abandon_after;
+  if (!may_ban && !may_abandon) return LH_ERR_OK;
+  uint64_t h;
+  memcpy(&h, w->key, sizeof h);
+  repute *slot = &s->repute[h & (REPUTE_SLOTS - 1)];
+  pthread_mutex_lock(&s->mu);
+  repute was = *slot;
+  pthread_mutex_unlock(&s->mu);
+  bool known = was.used && !memcmp(was.key, w->key, sizeof was.key);
+  bool same = known && !memcmp(was.counts, w->groups, sizeof was.counts);
+  bool ban_fresh = known && was.counts[LH_GROUP_REJECTED] == w->groups[LH_GROUP_REJECTED];
+  bool abandon_fresh =
+      known && was.counts[LH_GROUP_EXPIRED] == w->groups[LH_GROUP_EXPIRED] && !was.abandoning;
+  if (same || ((!may_ban || ban_fresh) && (!may_abandon || abandon_fresh))) {
+    *out = was;
+    out->banned = out->banned && may_ban;
+    out->abandoning = out->abandoning && may_abandon;
+    return LH_ERR_OK;
+  }
+  lh_ledger_recent r;
+  lh_err e;
+  if (may_ban) {
+    if ((e = lh_ledger_worker_recent(s->ledger, w->key, c->ban_window, false, EXCUSED_PREFIX, &r)))
+      return e;
+    out->submitted = r.n;
+    out->bad = r.groups[LH_GROUP_REJECTED] - r.excused;
+    out->banned = out->bad >= c->ban_after;
+  }
+  if (may_abandon) {
+    if ((e = lh_ledger_worker_recent(s->ledger, w->key, c->abandon_window, true, NULL, &r)))
+      return e;
+    out->settled = r.n;
+    out->expired = r.groups[LH_GROUP_EXPIRED];
+    out->abandoning = out->expired >= c->abandon_after && 2 * out->expired > out->settled;
+  }
+  memcpy(out->key, w->key, sizeof out->key);
+  memcpy(out->counts, w->groups, sizeof out->counts);
+  out->used = true;
+  pthread_mutex_lock(&s->mu);
+  *slot = *out;
+  pthread_mutex_unlock(&s->mu);
+  return LH_ERR_OK;
+}
+
 /* Whether a key that signed a request is served: on the allowlist (when there is one), not
  * banned (fewer than ban_after rejected groups), within its rate. Writes the refusal itself. */
 static bool admit(server *s, const lh_sync_public_key *pk, const lh_ledger_worker *known,
@@ -350,18 +422,21 @@ static bool admit(server *s, const lh_sync_public_key *pk, const lh_ledger_worke
       w = *known;
     else
       e = lh_ledger_worker_get(s->ledger, pk->bytes, &w);
+    repute r;
+    if (!e) e = judge(s, &w, &r);
     if (e && e != LH_ERR_NOTFOUND) {
       lh_http_respond_error(res, 500, "ledger", "%s", lh_last_error());
       return false;
     }
-    if (!e && w.groups[LH_GROUP_REJECTED] >= s->c->ban_after) {
+    if (!e && r.banned) {
       pthread_mutex_lock(&s->mu);
       s->refused[0]++;
       pthread_mutex_unlock(&s->mu);
       lh_http_respond_error(res, 403, "banned",
-                            "this key is banned: %lld of its groups were rejected (the limit is "
-                            "%d)",
-                            (long long)w.groups[LH_GROUP_REJECTED], s->c->ban_after);
+                            "this key is banned: %lld of its latest %lld submitted groups were "
+                            "rejected (the limit is %d in %d)",
+                            (long long)r.bad, (long long)r.submitted, s->c->ban_after,
+                            s->c->ban_window);
       return false;
     }
   }
@@ -471,22 +546,16 @@ static bool authenticate(server *s, const lh_http_request *req, lh_http_response
 static void h_register(server *s, const lh_http_request *req, lh_http_response *res) {
   lh_sync_public_key pk;
   if (!authenticate(s, req, res, true, &pk)) return;
-  json_error_t err;
-  json_t *o = json_loadb((const char *)req->body, req->body_len, JSON_REJECT_DUPLICATES, &err);
-  const json_t *name = o ? json_object_get(o, "name") : NULL;
-  const json_t *hw = o ? json_object_get(o, "hardware") : NULL;
-  if (!json_is_object(o) || (name && !json_is_string(name)) || (hw && !json_is_object(hw))) {
+  char *name = NULL, *hw_text = NULL;
+  if (lh_node_register_parse(req->body, req->body_len, &name, &hw_text)) {
     lh_http_respond_error(res, 400, "bad_body",
-                          "expected {\"name\": STRING, \"hardware\": OBJECT}");
-    json_decref(o);
+                          "%s; expected {\"name\": STRING, \"hardware\": OBJECT}", lh_last_error());
     return;
   }
-  char *hw_text = hw ? json_dumps(hw, JSON_COMPACT) : NULL;
   bool is_new = false;
-  lh_err e = lh_ledger_worker_register(s->ledger, pk.bytes, name ? json_string_value(name) : "",
-                                       hw_text, now_ms(), &is_new);
+  lh_err e = lh_ledger_worker_register(s->ledger, pk.bytes, name, hw_text, now_ms(), &is_new);
+  free(name);
   free(hw_text);
-  json_decref(o);
   if (e) {
     lh_http_respond_error(res, e == LH_ERR_LIMIT ? 413 : 500,
                           e == LH_ERR_LIMIT ? "too_large" : "ledger", "%s", lh_last_error());
@@ -548,6 +617,21 @@ static void h_lease(server *s, const lh_http_request *req, lh_http_response *res
   lh_ledger_worker w;
   if (lh_ledger_worker_get(s->ledger, pk.bytes, &w)) {
     lh_http_respond_error(res, 500, "ledger", "%s", lh_last_error());
+    return;
+  }
+  repute rp;
+  if (judge(s, &w, &rp)) {
+    lh_http_respond_error(res, 500, "ledger", "%s", lh_last_error());
+    return;
+  }
+  if (rp.abandoning) { /* selective submission: its late submissions are still taken */
+    pthread_mutex_lock(&s->mu);
+    s->refused[3]++;
+    pthread_mutex_unlock(&s->mu);
+    lh_http_respond_error(res, 403, "abandoning",
+                          "%lld of this key's latest %lld groups expired without a submission "
+                          "(at most %d, or half, may): no new leases until it submits them",
+                          (long long)rp.expired, (long long)rp.settled, s->c->abandon_after - 1);
     return;
   }
   int64_t outstanding = w.groups[LH_GROUP_LEASED];
@@ -795,7 +879,7 @@ static void h_rollout(server *s, const lh_http_request *req, lh_http_response *r
     if (e) {
       lh_http_respond_error(res, 500, "scoring", "%s", lh_last_error());
     } else if (!b.group_ok[0]) {
-      reject(s, res, &g, b.version, "task: the environment failed to score it");
+      reject(s, res, &g, b.version, EXCUSED_PREFIX " the environment failed to score it");
     } else if ((e = lh_rollout_encode(&b, &body, &len))) {
       lh_http_respond_error(res, 500, "encoding", "%s", lh_last_error());
     } else if ((e = lh_ledger_group_accept(s->ledger, gid, b.version, body, len, meta,
@@ -1014,8 +1098,10 @@ static void h_metrics(server *s, lh_http_response *res) {
       "# TYPE longhaul_requests_refused_total counter\n"
       "longhaul_requests_refused_total{why=\"banned\"} %lld\n"
       "longhaul_requests_refused_total{why=\"not_allowed\"} %lld\n"
-      "longhaul_requests_refused_total{why=\"rate_limited\"} %lld\n",
-      (long long)s->refused[0], (long long)s->refused[1], (long long)s->refused[2]);
+      "longhaul_requests_refused_total{why=\"rate_limited\"} %lld\n"
+      "longhaul_requests_refused_total{why=\"abandoning\"} %lld\n",
+      (long long)s->refused[0], (long long)s->refused[1], (long long)s->refused[2],
+      (long long)s->refused[3]);
   PUT("# HELP longhaul_trainer_busy_seconds_total Time the training thread spent training.\n"
       "# TYPE longhaul_trainer_busy_seconds_total counter\n"
       "longhaul_trainer_busy_seconds_total %.3f\n",
@@ -1448,6 +1534,9 @@ lh_serve_config lh_serve_defaults(void) {
   c.lease_ms = 120000;
   c.trust = lh_trust_defaults();
   c.ban_after = 8;
+  c.ban_window = 256;
+  c.abandon_after = 24;
+  c.abandon_window = 64;
   return c;
 }
 
@@ -1486,6 +1575,7 @@ lh_err lh_serve_run(const lh_serve_config *c) {
   pthread_cond_init(&s->published_cv, NULL);
   pthread_cond_init(&s->queue_cv, NULL);
   s->nonces = lh_xcalloc(NONCE_SLOTS, sizeof *s->nonces);
+  s->repute = lh_xcalloc(REPUTE_SLOTS, sizeof *s->repute);
   lh_env_config ecfg;
   lh_model *m = NULL;
   json_t *was = NULL;
@@ -1495,9 +1585,12 @@ lh_err lh_serve_run(const lh_serve_config *c) {
   int port = 0;
   lh_err e;
   if (c->rl.group < 2 || c->rl.prompts < 1 || c->rl.max_new < 1 || c->rl.staleness < 0 ||
-      c->rl.staleness > 64 || c->lease_ms < 1000 || c->keyframe_every < 0) {
+      c->rl.staleness > 64 || c->lease_ms < 1000 || c->keyframe_every < 0 || c->ban_after < 0 ||
+      c->ban_window < 1 || c->abandon_after < 0 || c->abandon_window < 1) {
     e = lh_errorf(LH_ERR_USAGE, "group >= 2, prompts, max_new >= 1, staleness 0 .. 64, lease "
-                                "of at least 1000 ms, keyframe_every >= 0 required");
+                                "of at least 1000 ms, keyframe_every >= 0, ban_after and "
+                                "abandon_after >= 0, ban_window and abandon_window >= 1 "
+                                "required");
     goto out;
   }
   if ((e = parse_listen(c->listen, host, sizeof host, &port))) goto out;
@@ -1762,6 +1855,7 @@ out:
   free(s->kept);
   free(s->reissue);
   free(s->nonces);
+  free(s->repute);
   free(s->allow);
   lh_trust_limiter_free(s->limiter);
   lh_sample_scratch_free(s->scratch);

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <math.h>
 #include <pthread.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -82,6 +83,9 @@ typedef struct worker {
   bool lease_wait;   /* the last lease had nothing: wait for a new version before the next */
   uint8_t *replay;   /* --adversary replay: the first body, sent again for every group */
   size_t replay_len;
+  done_group held; /* --adversary selective: the best of the groups generated since the last */
+  double held_entropy;
+  int held_n; /* groups generated since the last one kept */
 } worker;
 
 static int64_t now_ms(const worker *w) {
@@ -120,18 +124,17 @@ static lh_err call(worker *w, lh_http_client *c, const char *method, const char 
         lh_node_request(c, &w->sk, method, path, body, len, now_ms(w), REPLY_MAX, TIMEOUT_MS, out);
     if (e) return e;
     if (out->status == 401 && attempt == 0 && out->body) {
-      json_t *o = json_loadb((const char *)out->body, out->len, 0, NULL);
-      const json_t *t = o ? json_object_get(o, "server_time_ms") : NULL;
-      if (json_is_integer(t)) {
+      char code[64];
+      int64_t t = -1;
+      lh_node_error_parse(out->body, out->len, code, sizeof code, &t);
+      if (t >= 0) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         int64_t local = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-        w->clock_offset_ms = json_integer_value(t) - local + 1;
-        json_decref(o);
+        w->clock_offset_ms = t - local + 1;
         lh_http_reply_free(out);
         continue;
       }
-      json_decref(o);
     }
     return LH_ERR_OK;
   }
@@ -139,11 +142,8 @@ static lh_err call(worker *w, lh_http_client *c, const char *method, const char 
 
 /* The error code of a JSON error answer ("" when none). */
 static void error_code(const lh_http_reply *r, char *code, size_t cap) {
-  code[0] = '\0';
-  json_t *o = r->body ? json_loadb((const char *)r->body, r->len, 0, NULL) : NULL;
-  const json_t *c = o ? json_object_get(json_object_get(o, "error"), "code") : NULL;
-  if (json_is_string(c)) snprintf(code, cap, "%s", json_string_value(c));
-  json_decref(o);
+  int64_t t;
+  lh_node_error_parse(r->body, r->len, code, cap, &t);
 }
 
 /* A 403 banned or not_allowed: the server will not serve this key, and waiting changes nothing:
@@ -320,31 +320,7 @@ static lh_err get_chain(worker *w, int64_t have, double wait_s, lh_sync_manifest
   } else if (r.status != 200) {
     e = lh_errorf(LH_ERR_IO, "GET %s: HTTP %ld", path, r.status);
   } else {
-    const char *p = (const char *)r.body, *end = p + r.len;
-    lh_sync_manifest *ms = NULL;
-    int k = 0;
-    while (!e && p < end) {
-      const char *nl = memchr(p, '\n', (size_t)(end - p));
-      if (!nl || k == CHAIN_MAX) {
-        e = lh_errorf(LH_ERR_FORMAT, "GET %s: not manifests one per line", path);
-        break;
-      }
-      ms = lh_xrealloc(ms, (size_t)(k + 1) * sizeof *ms);
-      if (!(e = lh_sync_manifest_verify(p, (size_t)(nl - p), &w->trust, path, &ms[k]))) k++;
-      p = nl + 1;
-    }
-    for (int i = 1; !e && i < k; i++)
-      if (ms[i].version != ms[i - 1].version + 1)
-        e = lh_errorf(LH_ERR_FORMAT, "GET %s: versions %lld and %lld in a row", path,
-                      (long long)ms[i - 1].version, (long long)ms[i].version);
-    if (!e && (k == 0 || ms[k - 1].version <= have))
-      e = lh_errorf(LH_ERR_FORMAT, "GET %s: no newer manifest in the chain", path);
-    if (e) {
-      free(ms);
-    } else {
-      *out = ms;
-      *n = k;
-    }
+    e = lh_sync_chain_parse(r.body, r.len, &w->trust, CHAIN_MAX, have, path, out, n);
   }
   lh_http_reply_free(&r);
   return e;
@@ -471,13 +447,32 @@ static lh_err load_pending(worker *w) {
 
 /* ---------------------------------------------------------------- the network thread */
 
+static int rtt_bucket(double ms) {
+  int k = ms > 0 ? (int)(4.0 * log2(ms + 1.0)) : 0;
+  return k < LH_WORKER_RTT_BUCKETS ? k : LH_WORKER_RTT_BUCKETS - 1;
+}
+
+double lh_worker_rtt_quantile(const lh_worker_result *r, double q) {
+  int64_t n = 0, seen = 0;
+  for (int k = 0; k < LH_WORKER_RTT_BUCKETS; k++)
+    n += r->submit_rtt[k];
+  if (n == 0) return -1;
+  for (int k = 0; k < LH_WORKER_RTT_BUCKETS; k++) {
+    seen += r->submit_rtt[k];
+    if ((double)seen >= q * (double)n && r->submit_rtt[k] > 0) return exp2((k + 1) / 4.0) - 1.0;
+  }
+  return exp2(LH_WORKER_RTT_BUCKETS / 4.0) - 1.0;
+}
+
 static lh_err submit(worker *w, lh_http_client *c, done_group *d, bool *final) {
   *final = false;
   char path[128];
   snprintf(path, sizeof path, "/v1/rollouts?lease=%lld&group=%lld&gen_ms=%lld", (long long)d->lease,
            (long long)d->group, (long long)d->gen_ms);
   lh_http_reply r;
+  double t0 = lh_time_now();
   lh_err e = call(w, c, "POST", path, d->body, d->len, &r);
+  double rtt_ms = 1000.0 * (lh_time_now() - t0);
   if (e) return e;
   if (r.status == 202) {
     *final = true;
@@ -500,6 +495,9 @@ static lh_err submit(worker *w, lh_http_client *c, done_group *d, bool *final) {
   }
   lh_http_reply_free(&r);
   if (*final) {
+    pthread_mutex_lock(&w->mu);
+    w->res->submit_rtt[rtt_bucket(rtt_ms)]++;
+    pthread_mutex_unlock(&w->mu);
     char *p = pending_path(w, d->lease, d->group);
     unlink(p);
     free(p);
@@ -770,6 +768,26 @@ static lh_err best_of_n(lh_generator *gen, const lh_gen_config *gc, const uint64
   return LH_ERR_OK;
 }
 
+/* selective (testing only): of every 4 groups generated, keeps the most likely one (a stand-in
+ * for the best rewarded: the worker has no environment) and abandons the other 3, never
+ * submitted, whose leases expire. Takes d (its body); true when d is now the one to send.
+ * The generating thread's. */
+static bool selective(worker *w, done_group *d, double entropy) {
+  if (w->held_n == 0 || entropy < w->held_entropy) {
+    free(w->held.body);
+    w->held = *d;
+    w->held_entropy = entropy;
+  } else {
+    free(d->body);
+  }
+  memset(d, 0, sizeof *d);
+  if (++w->held_n < 4) return false;
+  *d = w->held;
+  memset(&w->held, 0, sizeof w->held);
+  w->held_n = 0;
+  return true;
+}
+
 /* The body-level cheats (testing only): garbage, an oversized body, a replay of the first. */
 static void adversary_body(worker *w, uint8_t **body, size_t *len) {
   lh_node_adversary a = w->c->adversary;
@@ -948,6 +966,7 @@ lh_err lh_worker_run(const lh_worker_config *c, lh_worker_result *res) {
       uint8_t *body = NULL;
       size_t len = 0;
       lh_err ei = e;
+      double entropy = ei ? 0 : lh_rollout_summarise(&b[i]).entropy;
       if (!ei) {
         b[i].version = version;
         b[i].seed = take[i].g.seed; /* what was leased, whatever a cheat used */
@@ -957,18 +976,19 @@ lh_err lh_worker_run(const lh_worker_config *c, lh_worker_result *res) {
       }
       if (!ei && c->adversary != LH_ADV_NONE) adversary_body(w, &body, &len);
       lh_rollout_batch_free(&b[i]);
-      char *path = pending_path(w, take[i].lease, take[i].g.group);
-      if (!ei) ei = lh_file_write_atomic(path, body, len);
-      free(path);
       done_group d = {take[i].lease, take[i].g.group, body, len, gen_ms};
+      bool keep = ei || c->adversary != LH_ADV_SELECTIVE || selective(w, &d, entropy);
+      char *path = keep ? pending_path(w, d.lease, d.group) : NULL;
+      if (keep && !ei) ei = lh_file_write_atomic(path, d.body, d.len);
+      free(path);
       lh_node_group_clear(&take[i].g);
       pthread_mutex_lock(&w->mu);
       w->in_flight--;
       w->generated++;
-      if (!ei)
+      if (!ei && keep)
         done_push(w, &d);
       else
-        free(body);
+        free(d.body);
       pthread_cond_broadcast(&w->cv);
       pthread_mutex_unlock(&w->mu);
       if (ei && !e) e = ei;
@@ -1000,6 +1020,7 @@ out:
     free(w->done[i].body);
   free(w->done);
   free(w->replay);
+  free(w->held.body);
   lh__adv_slowloris_stop(loris);
   free(w->staged);
   free(w->blob_dir);

@@ -114,6 +114,15 @@ static const char SCHEMA[] =
   X(WORKER_HARDWARE, "SELECT hardware FROM workers WHERE key = ?1")                                \
   X(WORKER_GET, WORKER_COLUMNS "WHERE w.key = ?1 GROUP BY w.id")                                   \
   X(WORKERS, WORKER_COLUMNS "GROUP BY w.id ORDER BY w.id")                                         \
+  X(WORKER_RECENT, "SELECT count(*), count(*) FILTER (WHERE state = 1),"                           \
+                   " count(*) FILTER (WHERE state = 2), count(*) FILTER (WHERE state = 3),"        \
+                   " count(*) FILTER (WHERE state = 4), count(*) FILTER (WHERE state = 5),"        \
+                   " count(*) FILTER (WHERE state = 2 AND ?4 <> '' AND"                            \
+                   " substr(reason, 1, length(?4)) = ?4)"                                          \
+                   " FROM (SELECT g.state AS state, g.reason AS reason FROM groups g"              \
+                   " JOIN leases l ON l.id = g.lease JOIN workers w ON w.id = l.worker"            \
+                   " WHERE w.key = ?1 AND g.state <> 0 AND (?3 OR g.state <> 5)"                   \
+                   " ORDER BY g.id DESC LIMIT ?2)")                                                \
   X(LEASE_INSERT, "INSERT INTO leases (worker, leased_ms, expires_ms, n_groups)"                   \
                   " VALUES (?1, ?2, ?3, ?4)")                                                      \
   X(GROUP_INSERT, "INSERT INTO groups (lease, task_index, spec, state) VALUES (?1, ?2, ?3, 0)")    \
@@ -838,6 +847,35 @@ static lh_err workers_all(lh_ledger *l, lh_ledger_worker **out, int *n) {
     if (e) *n = 0;
   }
   *out = a;
+  return e;
+}
+
+lh_err lh_ledger_worker_recent(lh_ledger *l, const uint8_t key[LH_LEDGER_KEY_BYTES], int window,
+                               bool with_expired, const char *excused, lh_ledger_recent *out) {
+  const char *doing = "counting a worker's recent groups";
+  memset(out, 0, sizeof *out);
+  if (window < 1)
+    return lh_errorf(LH_ERR_INVAL, "%s: %s: a window of %d groups, expected >= 1", l->path, doing,
+                     window);
+  if (!excused) excused = "";
+  pthread_mutex_lock(&l->mu);
+  sqlite3_stmt *s = l->st[ST_WORKER_RECENT];
+  bool row = false;
+  lh_err e = LH_ERR_OK;
+  if (sqlite3_bind_blob(s, 1, key, LH_LEDGER_KEY_BYTES, SQLITE_STATIC) ||
+      sqlite3_bind_int(s, 2, window) || sqlite3_bind_int(s, 3, with_expired) ||
+      sqlite3_bind_text(s, 4, excused, -1, SQLITE_STATIC))
+    e = bind_fail(l, s, doing);
+  else if (!(e = step(l, s, &row, doing))) {
+    if (row) {
+      out->n = sqlite3_column_int64(s, 0);
+      for (int i = 1; i < LH_GROUP__COUNT; i++)
+        out->groups[i] = sqlite3_column_int64(s, i);
+      out->excused = sqlite3_column_int64(s, LH_GROUP__COUNT);
+    }
+    reset(s);
+  }
+  pthread_mutex_unlock(&l->mu);
   return e;
 }
 

@@ -543,3 +543,37 @@ lh_err lh_sync_model_hashes(const char *dir, lh_sync_manifest *m) {
   if (!e) e = hash_optional(dir, "generation_config.json", &m->has_generation, m->generation);
   return e;
 }
+
+lh_err lh_sync_chain_parse(const void *data, size_t len, const lh_sync_public_key *pinned, int max,
+                           int64_t after, const char *what, lh_sync_manifest **out, int *n) {
+  *out = NULL;
+  *n = 0;
+  const char *p = data, *end = p + len;
+  lh_sync_manifest *ms = NULL;
+  int k = 0;
+  lh_err e = LH_ERR_OK;
+  while (!e && p < end) {
+    const char *nl = memchr(p, '\n', (size_t)(end - p));
+    if (!nl || k >= max) {
+      e = lh_errorf(LH_ERR_FORMAT, "%s: not at most %d manifests, one per line", what, max);
+      break;
+    }
+    ms = lh_xrealloc(ms, (size_t)(k + 1) * sizeof *ms);
+    if (!(e = lh_sync_manifest_verify(p, (size_t)(nl - p), pinned, what, &ms[k]))) k++;
+    p = nl + 1;
+  }
+  for (int i = 1; !e && i < k; i++)
+    if (ms[i].version != ms[i - 1].version + 1)
+      e = lh_errorf(LH_ERR_FORMAT, "%s: versions %lld and %lld in a row", what,
+                    (long long)ms[i - 1].version, (long long)ms[i].version);
+  if (!e && (k == 0 || ms[k - 1].version <= after))
+    e = lh_errorf(LH_ERR_FORMAT, "%s: no manifest newer than version %lld in the chain", what,
+                  (long long)after);
+  if (e) {
+    free(ms);
+    return e;
+  }
+  *out = ms;
+  *n = k;
+  return LH_ERR_OK;
+}

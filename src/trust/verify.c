@@ -175,9 +175,11 @@ lh_err lh_trust_verify_group(const lh_rollout_batch *b, int t, const float *logi
         }
       }
     }
-    if (c->n_stop > 0 && n < b->max_new && !is_stop(c, b->tokens[end - 1])) {
-      fail(out, LH_TRUST_STOP, j, n - 1, "%d tokens of at most %d, and no stop token at the end", n,
-           b->max_new);
+    /* truncation: only a stop token ends a completion before max_new (a model without one
+     * always runs to max_new) */
+    if (n < b->max_new && (c->n_stop == 0 || !is_stop(c, b->tokens[end - 1]))) {
+      fail(out, LH_TRUST_STOP, j, n - 1, "%d tokens of at most %d, and %s", n, b->max_new,
+           c->n_stop ? "no stop token at the end" : "the model has no stop tokens");
       return LH_ERR_OK;
     }
   }

@@ -3,12 +3,18 @@
 # throughout while cheating workers (`worker --adversary MODE`) come and go, a few modes at a
 # time. Checks: no group of a detectable cheat is trained on; no honest group is rejected; each
 # cheat's refusal is in the ledger with its reason (and, for verification, the failing member
-# and position); a key past --ban-after gets 403 banned and its worker stops; an --allow-keys
+# and position); selective submission gets 403 abandoning; a key past --ban-after gets 403
+# banned, its worker stops, and the ban holds after a restart of the server; rejections the
+# server caused (an exec environment that fails to score) never ban; an --allow-keys
 # server refuses other keys with 403 not_allowed; the server stays responsive (under
-# slowloris too) and honest groups keep being trained. Everything started is stopped on exit.
+# slowloris too): an honest worker's submission round trips under attack stay within a bound
+# of those measured before it; and the trained model improves on held-out tasks (`longhaul
+# eval`, paired against the base, sampled at temperature 1). Everything started is stopped on
+# exit.
 # Usage: trust.sh LONGHAUL_BIN SOURCE_DIR
 set -euo pipefail
 BIN=$1
+SRC=$2
 TMP=$(mktemp -d)
 PIDS=()
 cleanup() {
@@ -26,25 +32,44 @@ fail() {
 }
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE
 cd "$TMP"
+T0=$(date +%s)
+phase() { echo "trust.sh: $(($(date +%s) - T0)) s: $*" >&2; }
 ENV=sort:count=3,digits=1
+# a base that learns within the test: 110 sft steps (greedy pass@1 about 0.8, sampled about 0.5)
 "$BIN" init-model --arch qwen2 --preset tiny --tokenizer chars --seed 2 --out m0 >/dev/null 2>&1
-"$BIN" sft --model m0 --env $ENV --steps 40 --batch 16 --log-every 40 --out base >/dev/null 2>&1
+"$BIN" sft --model m0 --env $ENV --steps 110 --batch 32 --log-every 110 --threads 1 \
+  --out base >/dev/null 2>&1
 "$BIN" keygen --out trainer.key >/dev/null 2>&1
 
-"$BIN" serve --run run --model base --env $ENV --key trainer.key --port-file port \
-  --steps 100000 --max-wall 240 --prompts 3 --group 4 --max-new 12 --max-staleness 4 \
-  --lease-s 5 --ban-after 3 >serve.log 2>&1 &
-SERVE=$!
-PIDS+=("$SERVE")
-for _ in $(seq 1 200); do [ -s port ] && break; sleep 0.05; done
-[ -s port ] || fail "serve did not write its port"
-PORT=$(cat port)
-URL=http://127.0.0.1:$PORT
+SERVE_ARGS=(--run run --model base --env $ENV --key trainer.key --steps 100000 --max-wall 240
+  --prompts 4 --group 8 --max-new 12 --max-staleness 4 --lease-s 5 --lr 1e-4 --loss tis
+  --ban-after 3 --abandon-after 8 --threads 1)
+start_serve() { # port-file
+  rm -f "$1"
+  "$BIN" serve "${SERVE_ARGS[@]}" --port-file "$1" >>serve.log 2>&1 &
+  SERVE=$!
+  PIDS+=("$SERVE")
+  for _ in $(seq 1 200); do [ -s "$1" ] && break; sleep 0.05; done
+  [ -s "$1" ] || fail "serve did not write its port"
+  URL=http://127.0.0.1:$(cat "$1")
+}
+phase "sft done"
+start_serve port
+# Cheats run at a lower priority: on a real network they run on machines of their own, and
+# here they must not starve the server of the CPU that the latency checks measure.
 worker() { # name [mode]
-  "$BIN" worker --server "$URL" --key "$1.key" --trust-key trainer.key.pub --dir "$1" --slots 4 \
+  ${2:+nice -n 10} "$BIN" worker --server "$URL" --key "$1.key" --trust-key trainer.key.pub --dir "$1" --slots 8 \
     --threads 1 --name "$1" ${2:+--adversary "$2"} >>"$1.log" 2>&1 &
   PIDS+=("$!")
   LAST=$!
+}
+# An honest worker that submits 8 groups and stops; prints its submission round trips (ms):
+# "p50 p90".
+probe() { # name
+  timeout 60 "$BIN" worker --server "$URL" --key "$1.key" --trust-key trainer.key.pub \
+    --dir "$1" --slots 8 --threads 1 --name "$1" --max-groups 8 >"$1.log" 2>&1 ||
+    fail "the probe $1 did not submit 8 groups: $(tail -2 "$1.log")"
+  sed -n 's/.*round trip p50 \([0-9]*\) ms, p90 \([0-9]*\) ms.*/\1 \2/p' "$1.log"
 }
 q() { sqlite3 run/ledger.sqlite "$1"; }
 J="SELECT w.name AS name, g.state AS state, g.reason AS reason FROM groups g JOIN leases l ON l.id = g.lease JOIN workers w ON w.id = l.worker"
@@ -53,8 +78,11 @@ worker wa
 worker wb
 for _ in $(seq 1 300); do [ "$(count "name IN ('wa','wb') AND state = 3")" -ge 6 ] && break; sleep 0.1; done
 [ "$(count "name IN ('wa','wb') AND state = 3")" -ge 6 ] || fail "honest workers trained nothing"
+# honest submission latency with no cheat around
+read -r Q50 Q90 <<<"$(probe wq)"
+[ -n "${Q90:-}" ] || fail "the quiet probe printed no round trips: $(tail -2 wq.log)"
 
-# The cheats, a few at a time: each runs until the server has decided on two of its groups and
+# The cheats, a few at a time: each runs until the server has decided on one of its groups and
 # rejected one (or 50 s), then stops. decided = rejected, trained or dropped.
 declare -A APID
 run_batch() {
@@ -62,27 +90,50 @@ run_batch() {
     worker "x-$m" "$m"
     APID[$m]=$LAST
   done
+  local waiting=""
   for _ in $(seq 1 250); do
     local pending=0
+    waiting=""
     for m in "$@"; do
       case $m in oversized | slowloris) continue ;; esac
-      [ "$(count "name = 'x-$m' AND state IN (2, 3, 4)")" -ge 2 ] || pending=1
+      if [ "$m" = selective ]; then # it submits honest groups: refused leases, not groups
+        grep -q 'HTTP 403 abandoning' "x-$m.log" || pending=1
+        continue
+      fi
+      [ "$(count "name = 'x-$m' AND state IN (2, 3, 4)")" -ge 1 ] || pending=1
       # a cheat that sometimes sends an honest group (best-of-n, version, replay, quant8, ...)
       # runs until one of its groups is rejected; reward claims are never rejected
       [ "$m" = reward ] || [ "$(count "name = 'x-$m' AND state = 2")" -ge 1 ] || pending=1
+      [ "$pending" = 0 ] || waiting="$waiting $m"
     done
     [ "$pending" = 0 ] && break
+    if [ $((SECONDS % 5)) = 0 ] && [ "$SECONDS" != "${SHOWN:-}" ]; then
+      SHOWN=$SECONDS
+      phase "waiting for$waiting"
+    fi
     sleep 0.2
   done
   for m in "$@"; do kill -TERM "${APID[$m]}" 2>/dev/null || true; done
   for m in "$@"; do wait "${APID[$m]}" 2>/dev/null || true; done
 }
 trained0=$(count "name IN ('wa','wb') AND state = 3")
-run_batch tokens temperature logprobs other-model
-run_batch quant4 best-of-n version top-p
-run_batch prompt drop-member replay garbage
-run_batch reward dup-member quant8
+# an honest probe submits while the first cheats run
+probe wr1 >probe1.txt &
+PROBE1=$!
+phase "cheats: tokens temperature logprobs other-model quant4"
+run_batch tokens temperature logprobs other-model quant4
+wait "$PROBE1" || true
+read -r A50 A90 <probe1.txt || true
+phase "cheats: best-of-n version top-p prompt drop-member"
+run_batch best-of-n version top-p prompt drop-member
+phase "cheats: replay garbage reward dup-member quant8"
+run_batch replay garbage reward dup-member quant8
+# selective submission holds its abandoned leases until they expire, and they count toward the
+# server's backpressure (docs/SECURITY.md): it runs last, so it does not slow the others
+phase "cheats: selective truncate"
+run_batch selective truncate
 # slowloris and oversized bodies: the server goes on answering and training
+phase "slowloris and oversized bodies"
 worker x-slowloris slowloris
 LORIS=$LAST
 worker x-oversized oversized
@@ -93,16 +144,27 @@ curl -sf -m 5 "$URL/v1/status" >/dev/null || fail "/v1/status did not answer und
 t1=$(date +%s%N)
 [ $(((t1 - t0) / 1000000)) -lt 2000 ] || fail "/v1/status took $(((t1 - t0) / 1000000)) ms under slowloris"
 before=$(count "name IN ('wa','wb') AND state = 3")
-sleep 6
+read -r S50 S90 <<<"$(probe wr2)"
+sleep 1
 after=$(count "name IN ('wa','wb') AND state = 3")
 [ "$after" -gt "$before" ] || fail "no honest group trained during slowloris ($before, $after)"
 for _ in $(seq 1 600); do grep -q 'HTTP 413' x-oversized.log && break; sleep 0.1; done
 kill -TERM "$LORIS" "$BIG" 2>/dev/null || true
 wait "$LORIS" "$BIG" 2>/dev/null || true
 grep -q 'HTTP 413' x-oversized.log || fail "the oversized body did not get 413: $(tail -2 x-oversized.log)"
+# honest latency under attack: within 10x of the quiet figures plus 1 s (p50) and 2 s (p90), as
+# the shared machine's load moves between the phases; a server that stalls on slow or oversized
+# requests (a connection's timeout is 30 s) fails it
+for w in "wr1 ${A50:-} ${A90:-}" "wr2 ${S50:-} ${S90:-}"; do
+  read -r name p50 p90 <<<"$w"
+  [ -n "${p90:-}" ] || fail "$name printed no round trips: $(tail -2 "$name.log")"
+  [ "$p50" -le $((10 * Q50 + 1000)) ] && [ "$p90" -le $((10 * Q90 + 2000)) ] ||
+    fail "$name: honest round trips p50 $p50 ms, p90 $p90 ms under attack; $Q50, $Q90 ms before"
+done
 
+phase "what the ledger says"
 # ---------------------------------------------------------------- what the ledger says
-honest_rej=$(count "name IN ('wa','wb') AND state = 2")
+honest_rej=$(count "name IN ('wa','wb','wq','wr1','wr2') AND state = 2")
 [ "$honest_rej" = 0 ] || fail "$honest_rej honest groups rejected"
 trained1=$(count "name IN ('wa','wb') AND state = 3")
 [ "$trained1" -gt "$trained0" ] || fail "honest groups stopped being trained"
@@ -115,15 +177,27 @@ expect() { # mode reason-pattern [most trained: 0, or 'some' for any]
   [ "$rej" -ge 1 ] || fail "$m: no group rejected for '$pat'"
 }
 expect tokens 'token: member * position *: * (after * of * tokens)'
-expect temperature '[lt]o[gk]*: member *'
+expect truncate 'stop: member * position *: * tokens of at most 12, and no stop token at the end*'
+# selective submission: only the most likely of every 4 groups was sent (honest groups, so they
+# may be trained), the others expired, and the key gets no more leases
+grep -q 'HTTP 403 abandoning' x-selective.log || fail "selective: never refused: $(tail -2 x-selective.log)"
+# honest workers whose leases ran out under this load (5 s leases) are not refused: what they
+# submit late, and what they submit on time, keeps them under the bound
+! grep -l 'abandoning' wa.log wb.log wq.log wr1.log wr2.log >/dev/null 2>&1 ||
+  fail "an honest worker was refused for abandoning: $(grep -l abandoning wa.log wb.log wq.log wr1.log wr2.log)"
 expect logprobs 'logprob: member 0 position 0: *'
-expect other-model '[tl]o[kg]*: member *'
-expect quant4 '[tl]o[kg]*: member *'
+# other weights and another temperature: a group passes when, at every position of every
+# member, the seed selects the same token under both and the log-probs differ by less than
+# logprob_tol (a policy confident everywhere: it happened once in an ASan run; docs/SECURITY.md)
+expect temperature '[lt]o[gk]*: member *' 1
+expect other-model '[tl]o[kg]*: member *' 1
+expect quant4 '[tl]o[kg]*: member *' 1
 # best-of-n submits the leased seed's own group when it is the most likely of the 4: that group
-# is honest. A version lie passes when the claimed version's weights equal the used one's (this
-# policy gets reward 0 and does not move); it is refused when that version is not published.
+# is honest. A version lie is refused when that version is not published (version), else caught
+# by the token and log-prob checks under the claimed version's weights (this policy learns, so
+# they differ), or passes when an update left the tokens' logits within the tolerances.
 expect best-of-n 'token: member *' some
-expect version '*version*' some
+expect version '[tlv][oe][kgr]*' some
 expect prompt 'prompt: *'
 expect drop-member 'shape: *'
 expect replay '[st][ea][es][dk]: *' 1 # its first body is the honest original
@@ -147,10 +221,45 @@ curl -sf "$URL/metrics" | grep -q '^longhaul_requests_refused_total{why="banned"
   fail "/metrics counts no banned request"
 curl -sf "$URL/metrics" | grep -q '^longhaul_groups_refuted_total [1-9]' ||
   fail "/metrics counts no refuted group"
-kill -TERM "$SERVE"
+curl -sf "$URL/metrics" | grep -q '^longhaul_requests_refused_total{why="abandoning"} [1-9]' ||
+  fail "/metrics counts no lease refused for abandoning"
+# the honest workers train on to 80 updates (a slower machine has made fewer by now) for the
+# held-out check below, 40 s at most
+for _ in $(seq 1 200); do
+  [ "$(grep -c '"reward"' run/metrics.jsonl)" -ge 80 ] && break
+  sleep 0.2
+done
+kill -TERM "$SERVE" "${PIDS[@]:1:2}" 2>/dev/null || true
 wait "$SERVE" || true
 grep -q '"verify_s"' run/metrics.jsonl || fail "metrics.jsonl has no verify_s"
+# the ban is read from the ledger: a restarted server refuses the key at once
+phase "restart: the ban holds"
+start_serve port-b
+worker x-ban garbage
+for _ in $(seq 1 300); do kill -0 "$LAST" 2>/dev/null || break; sleep 0.1; done
+! kill -0 "$LAST" 2>/dev/null || fail "the banned worker was served after a restart"
+[ "$(grep -c 'HTTP 403 banned' x-ban.log)" -ge 2 ] || fail "no 403 banned after the restart: $(tail -2 x-ban.log)"
+kill -TERM "$SERVE"
+wait "$SERVE" || true
 
+# ---------------------------------------------------------------- the trained model improved
+phase "eval"
+# paired against the base on 1000 held-out tasks, 4 samples each at temperature 1 (what RL
+# trains), the same sampler streams for both (an unchanged model scores exactly +0): the lower
+# end of the 95% interval must be above 0
+"$BIN" eval --model run --env $ENV --n 1000 --samples 4 --temperature 1 --max-new 12 \
+  --compare base --threads 2 --json eval.json >eval.txt 2>&1 || fail "eval: $(tail -2 eval.txt)"
+read -r GAIN LO HI STEPS <<<"$(/usr/bin/python3 - <<'PYEOF'
+import json
+d = json.load(open("eval.json"))["paired"]["pass_at_1"]
+steps = sum(1 for l in open("run/metrics.jsonl") if '"reward"' in l)
+print(f"{d['mean']:+.3f} {d['lo']:+.3f} {d['hi']:+.3f} {steps}")
+PYEOF
+)"
+/usr/bin/python3 -c "import sys; sys.exit(0 if float('$LO') > 0 else 1)" ||
+  fail "the trained model did not improve: pass@1 $GAIN [$LO, $HI] against the base after $STEPS updates"
+
+phase "allowlist and rate limits"
 # ---------------------------------------------------------------- allowlist and rate limits
 cat wa.key.pub >allow.txt
 "$BIN" serve --run run2 --model base --env $ENV --key trainer.key --port-file port2 \
@@ -173,6 +282,32 @@ done
 [ "$limited" = 1 ] || fail "the allowed worker was never rate limited at 0.5 requests/s"
 kill -TERM "$SERVE2"
 wait "$SERVE2" || true
+
+# ---------------------------------------------------------------- rejections the worker did not cause
+# an exec environment that fails to score every task (a reward of 5): each group is rejected
+# with reason env: ..., and none counts toward the ban, even at --ban-after 1
+phase "an environment that fails to score"
+"$BIN" serve --run run3 --model base --key trainer.key --port-file port3 --steps 100000 \
+  --env "exec:path=/usr/bin/python3 $SRC/tests/fixtures/env/exec_env.py badreward" \
+  --max-wall 60 --prompts 2 --group 2 --max-new 4 --ban-after 1 >serve3.log 2>&1 &
+SERVE3=$!
+PIDS+=("$SERVE3")
+for _ in $(seq 1 200); do [ -s port3 ] && break; sleep 0.05; done
+URL=http://127.0.0.1:$(cat port3)
+worker we
+excused=0
+for _ in $(seq 1 150); do
+  excused=$(sqlite3 run3/ledger.sqlite "SELECT count(*) FROM groups WHERE state = 2 AND reason GLOB 'env: *'")
+  [ "$excused" -ge 3 ] && break
+  sleep 0.1
+done
+[ "$excused" -ge 3 ] || fail "the failing environment rejected $excused groups: $(tail -2 serve3.log)"
+kill -0 "$LAST" 2>/dev/null || fail "the worker stopped: $(tail -2 we.log)"
+! grep -q 'HTTP 403 banned' we.log || fail "a key was banned for the environment's failures"
+curl -sf "$URL/metrics" | grep -q '^longhaul_requests_refused_total{why="banned"} 0' ||
+  fail "/metrics counts a banned request"
+kill -TERM "$SERVE3" "$LAST"
+wait "$SERVE3" || true
 ! grep -l 'Sanitizer' ./*.log >/dev/null 2>&1 || fail "a sanitizer report: $(grep -l Sanitizer ./*.log)"
 trained_x=$(q "SELECT name || ' ' || count(*) FROM ($J) WHERE name LIKE 'x-%' AND state = 3 GROUP BY name" | paste -sd, -)
-echo "trust.sh: ok ($trained1 honest groups trained, 0 rejected; $(q "SELECT count(*) FROM groups WHERE state = 2") cheating groups rejected; trained (as docs/SECURITY.md allows): ${trained_x:-none})"
+echo "trust.sh: ok ($trained1 honest groups trained, 0 rejected; $(q "SELECT count(*) FROM groups WHERE state = 2") cheating groups rejected; trained (as docs/SECURITY.md allows): ${trained_x:-none}; honest round trips p50/p90 quiet $Q50/$Q90 ms, with cheats $A50/$A90 ms, under slowloris and oversized bodies $S50/$S90 ms; held-out pass@1 $GAIN [$LO, $HI] after $STEPS updates)"

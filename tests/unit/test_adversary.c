@@ -1,7 +1,7 @@
 /* The adversary kit of `worker --adversary` (src/node/adversary.c, testing only) does what
  * docs/SECURITY.md says each mode does: quantisation to 4 and 8 bits per block of 32, other
  * weights within [0.8, 1.2] of the right ones, the sampling parameters, and each change to a
- * generated group. */
+ * generated group (truncation included). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -143,7 +143,19 @@ static void test_batch(void **state) {
   lh__adv_batch(LH_ADV_VERSION, &b, 50);
   assert_int_equal(b.version, 8);
   lh_rollout_batch_free(&b);
+  /* truncate: completions of 3, 4, 2 tokens keep 1, 2, 1, prompts whole, packed end to end */
+  group(&b);
+  lh__adv_batch(LH_ADV_TRUNCATE, &b, 50);
+  static const int32_t cut[10] = {5, 6, 2, 5, 6, 12, 13, 5, 6, 22};
+  static const int starts[4] = {0, 3, 7, 10};
+  for (int j = 0; j <= 3; j++)
+    assert_int_equal(b.seq_start[j], starts[j]);
+  assert_memory_equal(b.tokens, cut, sizeof cut);
+  assert_true(b.mu[2] == -0.5f && b.mu[3] == 0.0f && b.mu[6] == -0.5f);
+  lh_rollout_batch_free(&b);
   assert_string_equal(lh_node_adversary_names[LH_ADV_SLOWLORIS], "slowloris");
+  assert_string_equal(lh_node_adversary_names[LH_ADV_SELECTIVE], "selective");
+  assert_string_equal(lh_node_adversary_names[LH_ADV_TRUNCATE], "truncate");
   assert_null(lh_node_adversary_names[LH_ADV__COUNT]);
 }
 

@@ -605,6 +605,60 @@ static void test_refute(void **state) {
   lh_ledger_close(l);
 }
 
+/* The reputation window: a worker's latest groups that are no longer leased, by state, newest
+ * first; rejections with the excused prefix counted apart; expired groups only when asked;
+ * another worker's groups never. */
+static void test_worker_recent(void **state) {
+  (void)state;
+  lh_ledger *l = NULL;
+  OK(lh_ledger_open(path_of("recent.db"), &l));
+  int64_t a[10], b[2];
+  lease_n(l, 1, 10, 1000, 2000, a);
+  lease_n(l, 2, 2, 1000, 9000, b);
+  OK(lh_ledger_group_reject(l, a[0], 0, "token: member 0 position 1: forged", 1100));
+  OK(lh_ledger_group_reject(l, a[1], 0, "env: the environment failed to score it", 1100));
+  OK(lh_ledger_group_reject(l, a[2], 0, "prompt: changed", 1100));
+  for (int i = 3; i < 7; i++)
+    accept_body(l, a[i], 0);
+  OK(lh_ledger_group_reject(l, b[0], 0, "shape: forged", 1100)); /* worker 2's */
+  int64_t *gone = NULL;
+  int n = 0;
+  OK(lh_ledger_expire(l, 3000, &gone, &n)); /* a[7..9] expire, b[1] stays leased */
+  assert_int_equal(n, 3);
+  free(gone);
+  uint8_t k1[LH_LEDGER_KEY_BYTES], k2[LH_LEDGER_KEY_BYTES], k3[LH_LEDGER_KEY_BYTES];
+  key_of(1, k1);
+  key_of(2, k2);
+  key_of(3, k3);
+  lh_ledger_recent r;
+  OK(lh_ledger_worker_recent(l, k1, 100, false, "env:", &r));
+  assert_int_equal(r.n, 7);
+  assert_int_equal(r.groups[LH_GROUP_REJECTED], 3);
+  assert_int_equal(r.excused, 1);
+  assert_int_equal(r.groups[LH_GROUP_ACCEPTED], 4);
+  assert_int_equal(r.groups[LH_GROUP_EXPIRED], 0);
+  OK(lh_ledger_worker_recent(l, k1, 100, true, "env:", &r));
+  assert_int_equal(r.n, 10);
+  assert_int_equal(r.groups[LH_GROUP_EXPIRED], 3);
+  /* the window holds the newest: a[3..6] accepted and a[2] rejected */
+  OK(lh_ledger_worker_recent(l, k1, 5, false, "env:", &r));
+  assert_int_equal(r.n, 5);
+  assert_int_equal(r.groups[LH_GROUP_REJECTED], 1);
+  assert_int_equal(r.groups[LH_GROUP_ACCEPTED], 4);
+  assert_int_equal(r.excused, 0);
+  OK(lh_ledger_worker_recent(l, k1, 6, false, NULL, &r)); /* no excused prefix */
+  assert_int_equal(r.groups[LH_GROUP_REJECTED], 2);
+  assert_int_equal(r.excused, 0);
+  OK(lh_ledger_worker_recent(l, k2, 100, true, "env:", &r)); /* the leased one is not counted */
+  assert_int_equal(r.n, 1);
+  assert_int_equal(r.groups[LH_GROUP_REJECTED], 1);
+  assert_int_equal(r.groups[LH_GROUP_LEASED], 0);
+  OK(lh_ledger_worker_recent(l, k3, 100, true, "env:", &r)); /* never registered */
+  assert_int_equal(r.n, 0);
+  expect_err(lh_ledger_worker_recent(l, k1, 0, true, NULL, &r), LH_ERR_INVAL, "window of 0");
+  lh_ledger_close(l);
+}
+
 /* ---------------------------------------------------------------- rewind */
 
 static void test_rewind(void **state) {
@@ -1080,6 +1134,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_expire_late_accept, setup, teardown),
       cmocka_unit_test_setup_teardown(test_reject, setup, teardown),
       cmocka_unit_test_setup_teardown(test_refute, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_worker_recent, setup, teardown),
       cmocka_unit_test_setup_teardown(test_rewind, setup, teardown),
       cmocka_unit_test_setup_teardown(test_prune, setup, teardown),
       cmocka_unit_test_setup_teardown(test_versions, setup, teardown),

@@ -3,6 +3,7 @@
  * an Ed25519 signature made with libsodium directly over the documented bytes verifies (the
  * format, not just our own round trip); lease requests and replies round-trip and their bounds
  * are refused with the field named. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -170,12 +171,25 @@ static void test_lease_codecs(void **state) {
   lh_node_lease_clear(NULL);
 }
 
+/* The worker's submission round trips: quantiles are the upper edges of quarter-octave
+ * buckets (10 ms lands in [9.6, 10.3), 1000 ms in [860, 1023)). */
+static void test_rtt_quantiles(void **state) {
+  (void)state;
+  lh_worker_result r;
+  memset(&r, 0, sizeof r);
+  assert_true(lh_worker_rtt_quantile(&r, 0.5) == -1);
+  r.submit_rtt[13] = 9; /* 10 ms: 4 log2(11) = 13.8 */
+  r.submit_rtt[39] = 1; /* 1000 ms: 4 log2(1001) = 39.9 */
+  assert_true(fabs(lh_worker_rtt_quantile(&r, 0.5) - (exp2(3.5) - 1)) < 1e-9);
+  assert_true(fabs(lh_worker_rtt_quantile(&r, 0.9) - (exp2(3.5) - 1)) < 1e-9);
+  assert_true(fabs(lh_worker_rtt_quantile(&r, 1.0) - 1023) < 1e-9);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_sign_verify),
-      cmocka_unit_test(test_documented_bytes),
-      cmocka_unit_test(test_auth_refusals),
-      cmocka_unit_test(test_lease_codecs),
+      cmocka_unit_test(test_sign_verify),   cmocka_unit_test(test_documented_bytes),
+      cmocka_unit_test(test_auth_refusals), cmocka_unit_test(test_lease_codecs),
+      cmocka_unit_test(test_rtt_quantiles),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -318,6 +318,19 @@ static void test_stops(void **state) {
   assert_int_equal(w.failed, LH_TRUST_MEMBERS);
   assert_int_equal(w.member, 0);
   lh_rollout_batch_free(&b);
+  /* a model without stop tokens: every honest completion runs to max_new, so a shorter one is
+   * truncated whatever its last token */
+  lh_trust_config none = config();
+  none.n_stop = 0;
+  generate(&a, &b); /* a.stop_at_eos is 0: EOS is a token like any other */
+  lh_trust_verdict h = verify(&b, &none, 1e-4);
+  assert_int_equal(h.failed, LH_TRUST_OK);
+  b.seq_start[G]--;
+  h = verify(&b, &none, 1e-4);
+  assert_int_equal(h.failed, LH_TRUST_STOP);
+  assert_int_equal(h.member, G - 1);
+  assert_non_null(strstr(h.reason, "no stop tokens"));
+  lh_rollout_batch_free(&b);
 }
 
 static void test_borderline_bound(void **state) {
