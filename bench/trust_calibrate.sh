@@ -1,22 +1,37 @@
 #!/usr/bin/env bash
 # Calibration of rollout verification (docs/SECURITY.md, "Calibration"): real `longhaul serve`
-# runs on loopback with honest workers under different engines (thread counts, OpenMP and
-# non-OpenMP builds, batch compositions through --slots), and runs with one cheating worker per
-# adversary mode beside an honest one. Each run leaves OUT/NAME.json (what the ledger and the
-# metrics say) and is skipped when that file exists: the script resumes where it stopped, and a
-# later session adds engines (kernel paths) and rounds by extending the lists below.
+# runs on loopback with honest workers under different engines (builds with and without OpenMP,
+# thread counts 1 and 2, batch compositions through --slots, and the kernel paths: the workers'
+# bf16 path forced with LH_KERNEL, the server's OpenBLAS sgemm forced with OPENBLAS_CORETYPE,
+# so that a worker on one path is checked by a verifier on another), and runs with one cheating
+# worker per adversary mode beside two honest ones, the workers on another kernel path than
+# the server. Each run leaves OUT/NAME.json (what the ledger and the metrics say, and the build
+# that ran it) and is skipped when that file exists: the script resumes where it stopped.
 # Usage: trust_calibrate.sh [OUT]   (make trust-calibrate)
-# Environment: BINS="build/longhaul build-noomp/longhaul" (each a build; the first also makes
-# the model), ROUNDS (honest runs per engine, default 2), STEPS (updates per run, default 20),
-# MODES (adversary modes, default all), SERVE_FLAGS (tolerances to try, e.g. --logit-tol 1e-4).
-# Prints the summary table at the end (also OUT/summary.txt).
+# Environment:
+#   BINS="build/longhaul build-noomp/longhaul"  builds (the first also makes the model)
+#   ROUNDS (honest rounds over every engine, default 1), STEPS (updates per run, default 20)
+#   PAIRS  worker:server kernel paths of the honest runs, default below; the worker's is
+#          LH_KERNEL (avx512, avx2, scalar, auto), the server's an OpenBLAS core (SkylakeX:
+#          AVX-512, Haswell: AVX2, Nehalem: SSE only, auto) with LH_KERNEL set to match
+#   ADV_PAIR  the same for the adversary runs (default avx2:SkylakeX)
+#   MODES (adversary modes, default all), SERVE_FLAGS (tolerances to try, e.g. --logit-tol 1e-4)
+#   ONLY   a regular expression: run only the runs whose names match (e.g. ONLY=-w for the
+#          kernel-path runs, ONLY=^adv- for the adversaries)
+#   REDO=stale  run again the runs whose record names another build (a binary with other
+#          bytes); their old records move to OUT/stale/BUILD/. The summary counts each build.
+# Prints the summary at the end (also OUT/summary.txt).
 set -euo pipefail
 OUT=${1:-build/trust-calib}
 read -r -a BINS <<<"${BINS:-build/longhaul build-noomp/longhaul}"
-ROUNDS=${ROUNDS:-2}
+ROUNDS=${ROUNDS:-1}
 STEPS=${STEPS:-20}
 MODES=${MODES:-other-model quant4 quant8 prompt tokens temperature top-p best-of-n drop-member dup-member logprobs reward replay version garbage oversized slowloris}
 SERVE_FLAGS=${SERVE_FLAGS:-}
+PAIRS=${PAIRS:-avx2:SkylakeX avx512:Haswell scalar:SkylakeX avx512:Nehalem avx512:SkylakeX avx2:Haswell}
+ADV_PAIR=${ADV_PAIR:-avx2:SkylakeX}
+ONLY=${ONLY:-}
+REDO=${REDO:-}
 ENV=sort:count=3,digits=1
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
@@ -33,18 +48,44 @@ if [ ! -f "$OUT/base/config.json" ]; then
     "$B0" keygen --out trainer.key >/dev/null 2>&1)
 fi
 
-# run NAME BIN THREADS SLOTS MODE [FLAGS]: serve for STEPS updates with two honest workers (THREADS
-# generation threads, SLOTS sequences at once) and, unless MODE is none, a cheating worker.
+# The build a binary is: the first 12 hex digits of its SHA-256 (a rebuild with other kernels
+# reads as another build); its repository's commit (-dirty with uncommitted changes) goes in the
+# record beside it.
+declare -A BUILD GIT
+for b in "${BINS[@]}"; do
+  BUILD[$b]=$(sha256sum "$b" | cut -c1-12)
+  GIT[$b]=$(git -C "$(dirname "$b")" describe --always --dirty 2>/dev/null || echo unknown)
+done
+
+# blas_kernel CORE: the LH_KERNEL that matches an OpenBLAS core (what a server on that CPU runs)
+blas_kernel() {
+  case $1 in SkylakeX | Cooperlake) echo avx512 ;; Haswell | Zen) echo avx2 ;; auto) echo auto ;; *) echo scalar ;; esac
+}
+
+# run NAME BIN THREADS SLOTS MODE WORKER_KERNEL SERVER_CORE [FLAGS]: serve for STEPS updates with two
+# honest workers (THREADS generation threads, SLOTS sequences at once, LH_KERNEL=WORKER_KERNEL)
+# and, unless MODE is none, a cheating worker; serve's sgemm on OpenBLAS core SERVER_CORE.
 run() {
-  local name=$1 bin=$2 threads=$3 slots=$4 mode=$5 flags=${6:-}
-  [ -f "$OUT/$name.json" ] && return 0
+  local name=$1 bin=$2 threads=$3 slots=$4 mode=$5 wk=$6 vk=$7 flags=${8:-}
+  [ -n "$ONLY" ] && ! [[ $name =~ $ONLY ]] && return 0
+  if [ -f "$OUT/$name.json" ]; then
+    local was
+    was=$(jq -r '.build // "unknown"' "$OUT/$name.json")
+    [ "$REDO" = stale ] && [ "$was" != "${BUILD[$bin]}" ] || return 0
+    mkdir -p "$OUT/stale/${was//[^A-Za-z0-9._-]/_}"
+    mv "$OUT/$name.json" "$OUT/stale/${was//[^A-Za-z0-9._-]/_}/"
+    echo "trust_calibrate: $name: recorded with build $was, running it again with ${BUILD[$bin]}" >&2
+  fi
   local d="$OUT/runs/$name"
   rm -rf "$d" && mkdir -p "$d"
   (
     cd "$d"
     export OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads OMP_WAIT_POLICY=PASSIVE
+    local senv=() wenv=()
+    [ "$vk" != auto ] && senv=(OPENBLAS_CORETYPE="$vk" LH_KERNEL="$(blas_kernel "$vk")")
+    [ "$wk" != auto ] && wenv=(LH_KERNEL="$wk")
     # shellcheck disable=SC2086
-    "$bin" serve --run run --model "$OUT/base" --env $ENV --key "$OUT/trainer.key" --port-file port \
+    env "${senv[@]}" "$bin" serve --run run --model "$OUT/base" --env $ENV --key "$OUT/trainer.key" --port-file port \
       --steps "$STEPS" --prompts 3 --group 4 --max-new 16 --lease-s 5 --ban-after 0 \
       --max-wall 120 $SERVE_FLAGS $flags >serve.log 2>&1 &
     local sp=$!
@@ -54,12 +95,12 @@ run() {
     port=$(cat port)
     local ws=()
     for w in wa wb; do
-      "$bin" worker --server "http://127.0.0.1:$port" --key "$w.key" --trust-key "$OUT/trainer.key.pub" \
+      env "${wenv[@]}" "$bin" worker --server "http://127.0.0.1:$port" --key "$w.key" --trust-key "$OUT/trainer.key.pub" \
         --dir "$w" --slots "$slots" --threads "$threads" --name "$w" >"$w.log" 2>&1 &
       ws+=("$!")
     done
     if [ "$mode" != none ]; then
-      "$bin" worker --server "http://127.0.0.1:$port" --key wx.key --trust-key "$OUT/trainer.key.pub" \
+      env "${wenv[@]}" "$bin" worker --server "http://127.0.0.1:$port" --key wx.key --trust-key "$OUT/trainer.key.pub" \
         --dir wx --slots "$slots" --threads "$threads" --name wx --adversary "$mode" >wx.log 2>&1 &
       ws+=("$!")
     fi
@@ -89,11 +130,13 @@ run() {
       logprob_err_max: (map(.logprob_err_max // 0) | max), recompute_s: (map(.recompute_s // 0) | add),
       verify_s: (map(.verify_s // 0) | add), train_s: (map(.train_s // 0) | add), steps: length}' run/metrics.jsonl)
     # the server stayed responsive: /v1/status was not needed after exit; steps reached
-    jq -n --arg name "$name" --arg mode "$mode" --arg flags "$flags" --arg bin "$bin" --argjson threads "$threads" \
+    jq -n --arg name "$name" --arg mode "$mode" --arg flags "$flags" --arg bin "$bin" --arg build "${BUILD[$bin]}" --arg git "${GIT[$bin]}" --arg wk "$wk" --arg vk "$vk" \
+      --argjson steps "$STEPS" --argjson threads "$threads" \
       --argjson slots "$slots" --argjson rc "$rc" --argjson h_ok "$h_ok" --argjson h_rej "$h_rej" \
       --argjson a_sub "$a_sub" --argjson a_rej "$a_rej" --argjson a_tr "$a_tr" \
       --argjson reasons "$reasons" --argjson h_why "$h_why" --arg until "$until" --argjson stats "$stats" \
-      '{name: $name, mode: $mode, flags: $flags, bin: $bin, threads: $threads, slots: $slots, serve_rc: $rc,
+      '{name: $name, mode: $mode, flags: $flags, bin: $bin, build: $build, git: $git, worker_kernel: $wk,
+        server_blas: $vk, steps: $steps, threads: $threads, slots: $slots, serve_rc: $rc,
         honest_groups: $h_ok, honest_rejected: $h_rej, honest_reasons: $h_why, adv_submitted: $a_sub, adv_rejected: $a_rej,
         adv_trained: $a_tr, reasons: $reasons,
         tokens_until: ($until | split(" ") | map(select(. != "") | tonumber)), metrics: $stats}' \
@@ -104,22 +147,34 @@ run() {
   echo "trust_calibrate: $name done" >&2
 }
 
-# honest runs: every engine, thread counts 1 and 2, batch compositions of 1, 4 and 8 slots
+# honest runs: every build, thread counts 1 and 2, every worker:server kernel pair, and batch
+# compositions of 1, 4 and 8 slots taken in turn (each pair meets each composition over the
+# builds, thread counts and rounds)
+SLOTS=(1 4 8)
 for r in $(seq 1 "$ROUNDS"); do
-  for b in "${BINS[@]}"; do
+  for bi in "${!BINS[@]}"; do
+    b=${BINS[$bi]}
     kind=$(basename "$(dirname "$b")")
     for t in 1 2; do
-      for sl in 1 4 8; do run "honest-$kind-t$t-s$sl-r$r" "$b" "$t" "$sl" none; done
+      pi=0
+      for pair in $PAIRS; do
+        wk=${pair%%:*} vk=${pair#*:}
+        sl=${SLOTS[$(((pi + bi + 2 * t + r) % 3))]}
+        run "honest-$kind-w$wk-v$vk-t$t-s$sl-r$r" "$b" "$t" "$sl" none "$wk" "$vk"
+        pi=$((pi + 1))
+      done
     done
   done
 done
-# one run per adversary mode (the first engine, 2 threads, 8 slots)
-for m in $MODES; do run "adv-$m" "$B0" 2 8 "$m"; done
+# one run per adversary mode (the first build, 2 threads, 8 slots, every worker on ADV_PAIR's
+# worker path and the server on its core)
+awk_=${ADV_PAIR%%:*} avk=${ADV_PAIR#*:}
+for m in $MODES; do run "adv-$m-w$awk_-v$avk" "$B0" 2 8 "$m" "$awk_" "$avk"; done
 # the generation cheats again with the log-prob check off: what the token check alone catches
 # (a cheat that reports the log-probs of the leased distribution; for a wrong model it cannot)
 for m in $MODES; do
   case $m in other-model | quant4 | quant8 | temperature | top-p | best-of-n | tokens | dup-member)
-    run "adv-tokenonly-$m" "$B0" 2 8 "$m" "--logprob-tol 1000" ;;
+    run "adv-tokenonly-$m-w$awk_-v$avk" "$B0" 2 8 "$m" "$awk_" "$avk" "--logprob-tol 1000" ;;
   esac
 done
 
