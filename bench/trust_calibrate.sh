@@ -178,21 +178,30 @@ for m in $MODES; do
   esac
 done
 
-# summary
+# summary: every record in OUT (a rerun with another build replaces the records it runs again;
+# the first lines say which builds the records come from). Rollouts = groups x 4 members.
 {
+  jq -rs 'group_by(.build // "unrecorded") | .[] |
+    "binary \(.[0].bin | split("/") | .[-2:] | join("/")) \(.[0].build // "(unrecorded)") (commit \(.[0].git // "?")): \(length) runs (\(map(select(.mode == "none")) | length) honest)"' "$OUT"/*.json
   jq -rs '[.[] | select(.mode == "none")] |
-    "honest: \(length) runs, \(map(.honest_groups) | add) groups verified, \(map(.honest_rejected) | add) rejected; \(map(.metrics.tokens) | add) tokens, \(map(.metrics.borderline) | add) BORDERLINE (at most \(map(.metrics.borderline_member_max // 0) | max) in one member, in the runs that record it); largest log-prob difference \(map(.metrics.logprob_err_max) | max); verification \(map(.metrics.verify_s) | add) s, recompute forwards \(map(.metrics.recompute_s) | add) s, training \(map(.metrics.train_s) | add) s"' "$OUT"/*.json
-  echo "engine | threads | groups | rejected | tokens | BORDERLINE | largest log-prob difference"
+    "honest: \(length) runs, \(map(.honest_groups) | add) groups = \(map(.honest_groups) | add * 4) rollouts verified, \(map(.honest_rejected) | add) rejected; \(map(.metrics.tokens) | add) tokens, \(map(.metrics.borderline) | add) BORDERLINE (at most \(map(.metrics.borderline_member_max // 0) | max) in one member, in the runs that record it); largest log-prob difference \(map(.metrics.logprob_err_max) | max); verification \(map(.metrics.verify_s) | add) s, recompute forwards \(map(.metrics.recompute_s) | add) s, training \(map(.metrics.train_s) | add) s"' "$OUT"/*.json
+  echo "worker kernel | server BLAS core | runs | groups | rollouts | rejected | tokens | BORDERLINE | most in one member | largest log-prob difference"
+  jq -rs '[.[] | select(.mode == "none")] | group_by("\(.worker_kernel // "auto") \(.server_blas // "auto")") | .[] |
+    "\(.[0].worker_kernel // "auto") | \(.[0].server_blas // "auto") | \(length) | \(map(.honest_groups) | add) | \(map(.honest_groups) | add * 4) | \(map(.honest_rejected) | add) | \(map(.metrics.tokens) | add) | \(map(.metrics.borderline) | add) | \(map(.metrics.borderline_member_max // 0) | max) | \(map(.metrics.logprob_err_max) | max)"' "$OUT"/*.json
+  echo "build | threads | runs | groups | rollouts | rejected | tokens | BORDERLINE | largest log-prob difference"
   jq -rs '[.[] | select(.mode == "none")] | group_by((.bin | split("/") | .[-2]) + " \(.threads)") | .[] |
-    "\(.[0].bin | split("/") | .[-2]) | \(.[0].threads) | \(map(.honest_groups) | add) | \(map(.honest_rejected) | add) | \(map(.metrics.tokens) | add) | \(map(.metrics.borderline) | add) | \(map(.metrics.logprob_err_max) | max)"' "$OUT"/*.json
-  echo "slots | groups | rejected | BORDERLINE | largest log-prob difference"
+    "\(.[0].bin | split("/") | .[-2]) | \(.[0].threads) | \(length) | \(map(.honest_groups) | add) | \(map(.honest_groups) | add * 4) | \(map(.honest_rejected) | add) | \(map(.metrics.tokens) | add) | \(map(.metrics.borderline) | add) | \(map(.metrics.logprob_err_max) | max)"' "$OUT"/*.json
+  echo "slots | runs | groups | rollouts | rejected | BORDERLINE | largest log-prob difference"
   jq -rs '[.[] | select(.mode == "none")] | group_by(.slots) | .[] |
-    "\(.[0].slots) | \(map(.honest_groups) | add) | \(map(.honest_rejected) | add) | \(map(.metrics.borderline) | add) | \(map(.metrics.logprob_err_max) | max)"' "$OUT"/*.json
-  echo "cost, runs recording borderline_member_max: engine | threads | train_s | recompute_s | verify_s | recompute/train | verify/recompute"
+    "\(.[0].slots) | \(length) | \(map(.honest_groups) | add) | \(map(.honest_groups) | add * 4) | \(map(.honest_rejected) | add) | \(map(.metrics.borderline) | add) | \(map(.metrics.logprob_err_max) | max)"' "$OUT"/*.json
+  echo "cost, runs recording borderline_member_max: build | threads | train_s | recompute_s | verify_s | recompute/train | verify/recompute | verify/train"
   jq -rs '[.[] | select(.mode == "none" and .metrics.borderline_member_max != null)] | group_by((.bin | split("/") | .[-2]) + " \(.threads)") | .[] |
     (map(.metrics.train_s) | add) as $t | (map(.metrics.recompute_s) | add) as $r | (map(.metrics.verify_s) | add) as $v |
-    "\(.[0].bin | split("/") | .[-2]) | \(.[0].threads) | \($t) | \($r) | \($v) | \($r / $t) | \($v / $r)"' "$OUT"/*.json
-  echo "mode | checks | groups submitted | rejected | trained | by | tokens until detection (median)"
+    "\(.[0].bin | split("/") | .[-2]) | \(.[0].threads) | \($t) | \($r) | \($v) | \($r / $t) | \($v / $r) | \($v / $t)"' "$OUT"/*.json
+  echo "mode | checks | worker kernel | server BLAS core | groups submitted | rejected | trained | caught of decided | by | tokens until detection (median)"
   jq -rs '.[] | select(.mode != "none") |
-    "\(.mode) | \(if (.flags // "") == "" then "all" else "token only" end) | \(.adv_submitted) | \(.adv_rejected) | \(.adv_trained) | \(.reasons | to_entries | map("\(.key) \(.value)") | join(", ")) | \(if (.tokens_until | length) > 0 then (.tokens_until | sort | .[(length - 1) / 2 | floor]) else "-" end)"' "$OUT"/*.json
+    "\(.mode) | \(if (.flags // "") == "" then "all" else "token only" end) | \(.worker_kernel // "auto") | \(.server_blas // "auto") | \(.adv_submitted) | \(.adv_rejected) | \(.adv_trained) | \(if .adv_rejected + .adv_trained > 0 then "\(.adv_rejected * 1000 / (.adv_rejected + .adv_trained) | round / 10)%" else "-" end) | \(.reasons | to_entries | map("\(.key) \(.value)") | join(", ")) | \(if (.tokens_until | length) > 0 then (.tokens_until | sort | .[(length - 1) / 2 | floor]) else "-" end)"' "$OUT"/*.json
+  echo "every run: name | build | groups | rollouts | rejected | BORDERLINE | largest log-prob difference"
+  jq -rs '.[] | select(.mode == "none") |
+    "\(.name) | \(.build // "unrecorded") | \(.honest_groups) | \(.honest_groups * 4) | \(.honest_rejected) | \(.metrics.borderline) | \(.metrics.logprob_err_max)"' "$OUT"/*.json
 } | tee "$OUT/summary.txt"

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The honest noise of rollout verification on the Qwen2.5-0.5B shape (random bf16 weights, vocab
+# 151936; docs/SECURITY.md, "Noise at Qwen2.5-0.5B size"): workers generate with bench's
+# verify_noise on one kernel path, build and thread count, and the verifier recomputes and checks
+# on another, as serve does (recompute forward on OpenBLAS forced with OPENBLAS_CORETYPE), and
+# teacher-forces the worker's decode on every kernel path. Resumable: every generated batch
+# (OUT/g-*.lhrb) and every check (OUT/c-*.json) is skipped when present; delete a check's file
+# (or all: rm OUT/*.json OUT/*.lhrb) to run it again with a new build.
+# Usage: verify_noise.sh [OUT] (default build/verify-noise); needs build/ and build-noomp/ with
+# longhaul and bench/verify_noise built (make trust-calibrate builds build-noomp's longhaul;
+# cmake --build build-noomp --target verify_noise).
+set -euo pipefail
+OUT=${1:-build/verify-noise}
+mkdir -p "$OUT"
+VN=build/bench/verify_noise VN0=build-noomp/bench/verify_noise
+M=$OUT/model
+if [ ! -f "$M/model.safetensors" ]; then
+  cat >"$OUT/q05.json" <<'JSON'
+{"vocab_size":151936,"hidden_size":896,"intermediate_size":4864,"num_hidden_layers":24,
+ "num_attention_heads":14,"num_key_value_heads":2,"max_position_embeddings":32768,
+ "tie_word_embeddings":true,"rope_theta":1000000.0,"rms_norm_eps":1e-6}
+JSON
+  build/longhaul init-model --arch qwen2 --preset "$OUT/q05.json" --seed 1 --dtype bf16 --out "$M" >&2
+fi
+# gen NAME BIN KERNEL THREADS [GROUPS GROUP_SIZE MAX_NEW]: a worker's batch (prompts of 16, 8 slots)
+gen() {
+  [ -f "$OUT/$1.lhrb" ] && return 0
+  OMP_NUM_THREADS=$4 OPENBLAS_NUM_THREADS=$4 LH_KERNEL=$3 "$2" gen "$M" "$OUT/$1.lhrb.tmp" \
+    "${5:-2}" "${6:-4}" "${7:-48}" 16 1 8 >"$OUT/$1.gen.json"
+  mv "$OUT/$1.lhrb.tmp" "$OUT/$1.lhrb"
+}
+# check NAME BATCH BIN THREADS CORE PATHS: the verifier on OpenBLAS core CORE, and the worker's
+# decode teacher-forced on PATHS
+check() {
+  [ -f "$OUT/$1.json" ] && return 0
+  OMP_NUM_THREADS=$4 OPENBLAS_NUM_THREADS=$4 OPENBLAS_CORETYPE=$5 "$3" check "$M" "$OUT/$2.lhrb" "$6" \
+    >"$OUT/$1.json.tmp" 2>"$OUT/$1.err"
+  jq -c --arg bin "$3" --arg core "$5" '. + {bin: $bin, core: $core}' "$OUT/$1.json.tmp" >"$OUT/$1.json"
+  rm "$OUT/$1.json.tmp"
+  echo "verify_noise: $1 done" >&2
+}
+gen g-omp-avx512-t2 $VN avx512 2
+gen g-noomp-avx2-t1 $VN0 avx2 1
+gen g-omp-scalar-t1 $VN scalar 1 1 2 16
+check c-omp-avx512-t2.by-omp-t2-SkylakeX g-omp-avx512-t2 $VN 2 SkylakeX avx512,avx2
+check c-omp-avx512-t2.by-noomp-t1-Haswell g-omp-avx512-t2 $VN0 1 Haswell avx512,avx2
+check c-noomp-avx2-t1.by-omp-t2-SkylakeX g-noomp-avx2-t1 $VN 2 SkylakeX none
+check c-omp-scalar-t1.by-omp-t2-SkylakeX g-omp-scalar-t1 $VN 2 SkylakeX scalar,avx2
+{
+  echo "check (worker batch . verifier) | tokens | |logit| max | reported log-prob diff worst | recompute s | train step s"
+  jq -r '"\(input_filename | split("/") | .[-1] | rtrimstr(".json")) | \(.completion_tokens) | \(.logit_absmax) | \(.reported_worst) | \(.recompute_s) | \(.train_step_s)"' "$OUT"/c-*.json
+  echo "check | logit_tol | groups rejected | tokens checked | BORDERLINE | most in one member | check s"
+  jq -r '(input_filename | split("/") | .[-1] | rtrimstr(".json")) as $n | .verdicts | to_entries[] |
+    "\($n) | \(.value.logit_tol)\(if .key == 0 then " (default)" else "" end) | \(.value.rejected) | \(.value.tokens_checked) | \(.value.borderline) | \(.value.borderline_member_max) | \(.value.verify_s)"' "$OUT"/c-*.json
+  echo "check | worker decode path | logit diff worst | logit diff p99.9 (all entries) | token log-prob diff worst | p99.9"
+  jq -r '(input_filename | split("/") | .[-1] | rtrimstr(".json")) as $n | .paths[] |
+    "\($n) | \(.path) | \(.logit_worst) | \(.logit_p999) | \(.logprob_worst) | \(.logprob_p999)"' "$OUT"/c-*.json
+} | tee "$OUT/summary.txt"
