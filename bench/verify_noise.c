@@ -326,6 +326,10 @@ static int check_main(int argc, char **argv) {
     tk.logit_tol = k ? sweep_tol[k] : tc.logit_tol;
     vd[k] = verify_all(&b, logits, V, &tk, sc, k == 0);
   }
+  /* the cost of checking every token: the defaults with no BORDERLINE bound */
+  lh_trust_config all = tc;
+  all.borderline_frac = 1.0;
+  verdicts every = verify_all(&b, logits, V, &all, sc, false);
   double absmax = 0.0;
   /* the reported log-probs against the recomputed ones, every completion token */
   positions p = completion_positions(&b);
@@ -365,7 +369,9 @@ static int check_main(int argc, char **argv) {
            "%lld, \"borderline_member_max\": %d, \"logprob_err_max\": %.3e, \"verify_s\": %.4f}",
            k ? ", " : "", k ? sweep_tol[k] : tc.logit_tol, vd[k].rejected, (long long)vd[k].tokens,
            (long long)vd[k].border, vd[k].border_member, vd[k].lp_err, vd[k].secs);
-  printf("], \"paths\": [");
+  printf("], \"no_borderline_bound\": {\"rejected\": %d, \"tokens_checked\": %lld, \"verify_s\": "
+         "%.4f}, \"paths\": [",
+         every.rejected, (long long)every.tokens, every.secs);
   if (!paths || strcmp(paths, "none")) {
     lh_infer *inf;
     if (lh_infer_load(dir, &inf)) die(dir);

@@ -6,6 +6,9 @@
 # teacher-forces the worker's decode on every kernel path. Resumable: every generated batch
 # (OUT/g-*.lhrb) and every check (OUT/c-*.json) is skipped when present; delete a check's file
 # (or all: rm OUT/*.json OUT/*.lhrb) to run it again with a new build.
+# Two models: the random one, whose softmax is near uniform (the most BORDERLINE positions), and
+# a copy whose logits are 8 times larger (bench/scale_norm.py: as large as a trained model's, so
+# that the noise, which grows with them, is not understated).
 # Usage: verify_noise.sh [OUT] (default build/verify-noise); needs build/ and build-noomp/ with
 # longhaul and bench/verify_noise built (make trust-calibrate builds build-noomp's longhaul;
 # cmake --build build-noomp --target verify_noise).
@@ -39,20 +42,29 @@ check() {
   rm "$OUT/$1.json.tmp"
   echo "verify_noise: $1 done" >&2
 }
-gen g-omp-avx512-t2 $VN avx512 2
-gen g-noomp-avx2-t1 $VN0 avx2 1
-gen g-omp-scalar-t1 $VN scalar 1 1 2 16
-check c-omp-avx512-t2.by-omp-t2-SkylakeX g-omp-avx512-t2 $VN 2 SkylakeX avx512,avx2
-check c-omp-avx512-t2.by-noomp-t1-Haswell g-omp-avx512-t2 $VN0 1 Haswell avx512,avx2
-check c-noomp-avx2-t1.by-omp-t2-SkylakeX g-noomp-avx2-t1 $VN 2 SkylakeX none
-check c-omp-scalar-t1.by-omp-t2-SkylakeX g-omp-scalar-t1 $VN 2 SkylakeX scalar,avx2
+# the random model (near-uniform softmax, logits of std ~0.6), then the same with logits 8 times
+# larger (final norm weight 8: std ~5, as large as a trained model's; files x8.*)
+for tag in "" x8.; do
+  M=$OUT/model
+  if [ -n "$tag" ]; then
+    M=$OUT/model-x8
+    [ -f "$M/model.safetensors" ] || /usr/bin/python3 bench/scale_norm.py "$OUT/model" "$M" 8
+  fi
+  gen ${tag}g-omp-avx512-t2 $VN avx512 2
+  gen ${tag}g-noomp-avx2-t1 $VN0 avx2 1
+  gen ${tag}g-omp-scalar-t1 $VN scalar 1 1 2 16
+  check ${tag}c-omp-avx512-t2.by-omp-t2-SkylakeX ${tag}g-omp-avx512-t2 $VN 2 SkylakeX avx512,avx2
+  check ${tag}c-omp-avx512-t2.by-noomp-t1-Haswell ${tag}g-omp-avx512-t2 $VN0 1 Haswell avx512,avx2
+  check ${tag}c-noomp-avx2-t1.by-omp-t2-SkylakeX ${tag}g-noomp-avx2-t1 $VN 2 SkylakeX none
+  check ${tag}c-omp-scalar-t1.by-omp-t2-SkylakeX ${tag}g-omp-scalar-t1 $VN 2 SkylakeX scalar,avx2
+done
 {
-  echo "check (worker batch . verifier) | tokens | |logit| max | reported log-prob diff worst | recompute s | train step s"
-  jq -r '"\(input_filename | split("/") | .[-1] | rtrimstr(".json")) | \(.completion_tokens) | \(.logit_absmax) | \(.reported_worst) | \(.recompute_s) | \(.train_step_s)"' "$OUT"/c-*.json
+  echo "check (worker batch . verifier) | tokens | |logit| max | reported log-prob diff worst | recompute s | train step s | check s, every token | check / recompute | check / train step"
+  jq -r '"\(input_filename | split("/") | .[-1] | rtrimstr(".json")) | \(.completion_tokens) | \(.logit_absmax) | \(.reported_worst) | \(.recompute_s) | \(.train_step_s) | \(.no_borderline_bound.verify_s // "-") | \(if .no_borderline_bound then .no_borderline_bound.verify_s / .recompute_s else "-" end) | \(if .no_borderline_bound then .no_borderline_bound.verify_s / .train_step_s else "-" end)"' "$OUT"/c-*.json "$OUT"/x8.c-*.json
   echo "check | logit_tol | groups rejected | tokens checked | BORDERLINE | most in one member | check s"
   jq -r '(input_filename | split("/") | .[-1] | rtrimstr(".json")) as $n | .verdicts | to_entries[] |
-    "\($n) | \(.value.logit_tol)\(if .key == 0 then " (default)" else "" end) | \(.value.rejected) | \(.value.tokens_checked) | \(.value.borderline) | \(.value.borderline_member_max) | \(.value.verify_s)"' "$OUT"/c-*.json
+    "\($n) | \(.value.logit_tol)\(if .key == 0 then " (default)" else "" end) | \(.value.rejected) | \(.value.tokens_checked) | \(.value.borderline) | \(.value.borderline_member_max) | \(.value.verify_s)"' "$OUT"/c-*.json "$OUT"/x8.c-*.json
   echo "check | worker decode path | logit diff worst | logit diff p99.9 (all entries) | token log-prob diff worst | p99.9"
   jq -r '(input_filename | split("/") | .[-1] | rtrimstr(".json")) as $n | .paths[] |
-    "\($n) | \(.path) | \(.logit_worst) | \(.logit_p999) | \(.logprob_worst) | \(.logprob_p999)"' "$OUT"/c-*.json
+    "\($n) | \(.path) | \(.logit_worst) | \(.logit_p999) | \(.logprob_worst) | \(.logprob_p999)"' "$OUT"/c-*.json "$OUT"/x8.c-*.json
 } | tee "$OUT/summary.txt"
