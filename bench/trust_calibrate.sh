@@ -10,7 +10,7 @@
 # Usage: trust_calibrate.sh [OUT]   (make trust-calibrate)
 # Environment:
 #   BINS="build/longhaul build-noomp/longhaul"  builds (the first also makes the model)
-#   ROUNDS (honest rounds over every engine, default 1), STEPS (updates per run, default 20)
+#   ROUNDS (honest rounds over every engine, default 2: about 13,000 rollouts), STEPS (updates per run, default 20)
 #   PAIRS  worker:server kernel paths of the honest runs, default below; the worker's is
 #          LH_KERNEL (avx512, avx2, scalar, auto), the server's an OpenBLAS core (SkylakeX:
 #          AVX-512, Haswell: AVX2, Nehalem: SSE only, auto) with LH_KERNEL set to match
@@ -24,7 +24,7 @@
 set -euo pipefail
 OUT=${1:-build/trust-calib}
 read -r -a BINS <<<"${BINS:-build/longhaul build-noomp/longhaul}"
-ROUNDS=${ROUNDS:-1}
+ROUNDS=${ROUNDS:-2}
 STEPS=${STEPS:-20}
 MODES=${MODES:-other-model quant4 quant8 prompt tokens temperature top-p best-of-n drop-member dup-member logprobs reward replay version garbage oversized slowloris}
 SERVE_FLAGS=${SERVE_FLAGS:-}
@@ -198,9 +198,9 @@ done
   jq -rs '[.[] | select(.mode == "none" and .metrics.borderline_member_max != null)] | group_by((.bin | split("/") | .[-2]) + " \(.threads)") | .[] |
     (map(.metrics.train_s) | add) as $t | (map(.metrics.recompute_s) | add) as $r | (map(.metrics.verify_s) | add) as $v |
     "\(.[0].bin | split("/") | .[-2]) | \(.[0].threads) | \($t) | \($r) | \($v) | \($r / $t) | \($v / $r) | \($v / $t)"' "$OUT"/*.json
-  echo "mode | checks | worker kernel | server BLAS core | groups submitted | rejected | trained | caught of decided | by | tokens until detection (median)"
+  echo "mode | checks | worker kernel | server BLAS core | groups submitted | rejected | trained | caught of decided | by | tokens until detection (median, most)"
   jq -rs '.[] | select(.mode != "none") |
-    "\(.mode) | \(if (.flags // "") == "" then "all" else "token only" end) | \(.worker_kernel // "auto") | \(.server_blas // "auto") | \(.adv_submitted) | \(.adv_rejected) | \(.adv_trained) | \(if .adv_rejected + .adv_trained > 0 then "\(.adv_rejected * 1000 / (.adv_rejected + .adv_trained) | round / 10)%" else "-" end) | \(.reasons | to_entries | map("\(.key) \(.value)") | join(", ")) | \(if (.tokens_until | length) > 0 then (.tokens_until | sort | .[(length - 1) / 2 | floor]) else "-" end)"' "$OUT"/*.json
+    "\(.mode) | \(if (.flags // "") == "" then "all" else "token only" end) | \(.worker_kernel // "auto") | \(.server_blas // "auto") | \(.adv_submitted) | \(.adv_rejected) | \(.adv_trained) | \(if .adv_rejected + .adv_trained > 0 then "\(.adv_rejected * 1000 / (.adv_rejected + .adv_trained) | round / 10)%" else "-" end) | \(.reasons | to_entries | map("\(.key) \(.value)") | join(", ")) | \(if (.tokens_until | length) > 0 then "\(.tokens_until | sort | .[(length - 1) / 2 | floor]), \(.tokens_until | max)" else "-" end)"' "$OUT"/*.json
   echo "every run: name | build | groups | rollouts | rejected | BORDERLINE | largest log-prob difference"
   jq -rs '.[] | select(.mode == "none") |
     "\(.name) | \(.build // "unrecorded") | \(.honest_groups) | \(.honest_groups * 4) | \(.honest_rejected) | \(.metrics.borderline) | \(.metrics.logprob_err_max)"' "$OUT"/*.json
