@@ -20,7 +20,7 @@
 #          kernel-path runs, ONLY=^adv- for the adversaries)
 #   REDO=stale  run again the runs whose record names another build (a binary with other
 #          bytes); their old records move to OUT/stale/BUILD/. The summary counts each build.
-# Prints the summary at the end (also OUT/summary.txt).
+# Prints the summary at the end (also OUT/summary.txt); ONLY='^$' runs nothing and prints it.
 set -euo pipefail
 OUT=${1:-build/trust-calib}
 read -r -a BINS <<<"${BINS:-build/longhaul build-noomp/longhaul}"
