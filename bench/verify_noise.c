@@ -1,17 +1,18 @@
 /* verify_noise: the honest noise of rollout verification on a model of any shape (the tiny
- * calibration model says little about a Qwen-sized one). `gen` generates a batch as a worker does
- * (lh_rollout_generate_ids on this process's kernel path, LH_KERNEL, and thread count) and
+ * calibration model says little about a Qwen-sized one). `gen` generates a batch as a worker
+ * does (lh_rollout_generate_ids on this process's kernel path, LH_KERNEL, and thread count) and
  * writes it in the rollout byte format; `check` verifies it as serve does (the fp32 training
  * forward on the same bf16 weights, then lh_trust_verify_group with lh_trust_defaults and the
- * model's stop ids), teacher-forces the worker's decode on each kernel path named (one token per
- * sequence per forward, as the generator decodes) and prints one JSON line: the verdicts,
- * BORDERLINE counts, the differences between the worker's and the verifier's log-probs and
- * logits (worst, and 99.9th percentile: of the token log-probs over completion positions, of the
- * logits over every vocabulary entry of those positions) and the seconds of the
- * recompute forward, the check (at the default tolerances, then at logit_tol 1e-3 down to 1e-5)
- * and, for scale, one training step (forward and backward). verify_noise gen MODEL_DIR OUT [GROUPS
- * GROUP_SIZE MAX_NEW PROMPT_LEN SEED SLOTS] verify_noise check MODEL_DIR BATCH [PATHS]    PATHS:
- * comma-separated kernel paths, default all this CPU runs; "none" for none */
+ * model's stop ids), teacher-forces the worker's decode on each kernel path named (one token
+ * per sequence per forward, as the generator decodes) and prints one JSON line: the verdicts
+ * and BORDERLINE counts at the defaults and at logit_tol 1e-3 down to 1e-5, the differences
+ * between the worker's and the verifier's log-probs and logits (worst, and 99.9th percentile:
+ * of the token log-probs over completion positions, of the logits over every vocabulary entry
+ * of those positions), and the seconds of the recompute forward, of the check of every token
+ * and, for scale, of one training step (forward and backward). Usage:
+ *   verify_noise gen MODEL_DIR OUT [GROUPS GROUP_SIZE MAX_NEW PROMPT_LEN SEED SLOTS]
+ *   verify_noise check MODEL_DIR BATCH [PATHS]
+ * PATHS: comma-separated kernel paths (default: all this CPU runs; "none": none). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,11 +76,7 @@ static int gen_main(int argc, char **argv) {
   uint8_t *buf;
   size_t len;
   if (lh_rollout_encode(&all, &buf, &len)) die("encode");
-  FILE *f = fopen(out, "wb");
-  if (!f || fwrite(buf, 1, len, f) != len || fclose(f)) {
-    fprintf(stderr, "verify_noise: cannot write %s\n", out);
-    return 1;
-  }
+  if (lh_file_write_atomic(out, buf, len)) die("write");
   printf("{\"gen\": \"%s\", \"kernel\": \"%s\", \"threads\": %d, \"groups\": %d, \"group_size\": "
          "%d, \"tokens\": %d, \"gen_s\": %.3f}\n",
          out, lh_kernel_name(lh_kernel_get()), lh_threads(), G, gs, all.seq_start[G * gs], gen_s);
@@ -140,22 +137,6 @@ static double logsumexp(const float *x, int V) {
   for (int i = 0; i < V; i++)
     s += exp((double)x[i] - mx);
   return mx + log(s);
-}
-
-static uint8_t *read_file(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f || fseek(f, 0, SEEK_END)) return NULL;
-  long n = ftell(f);
-  rewind(f);
-  uint8_t *b = n > 0 ? lh_xmalloc((size_t)n) : NULL;
-  if (!b || fread(b, 1, (size_t)n, f) != (size_t)n) {
-    free(b);
-    fclose(f);
-    return NULL;
-  }
-  fclose(f);
-  *len = (size_t)n;
-  return b;
 }
 
 /* The completion positions of a batch: row[i] is the recomputed logits' row (the token before
@@ -284,11 +265,8 @@ static verdicts verify_all(const lh_rollout_batch *b, const float *logits, int V
 static int check_main(int argc, char **argv) {
   const char *dir = argv[2], *paths = argc > 4 ? argv[4] : NULL;
   size_t len;
-  uint8_t *buf = read_file(argv[3], &len);
-  if (!buf) {
-    fprintf(stderr, "verify_noise: cannot read %s\n", argv[3]);
-    return 1;
-  }
+  char *buf;
+  if (lh_file_read(argv[3], (size_t)1 << 32, &buf, &len)) die("read");
   /* the policy is bf16: the verifier widens its bf16 weights (lh_trainer_recompute) */
   lh_config cfg;
   uint16_t *slab;
@@ -300,7 +278,7 @@ static int check_main(int argc, char **argv) {
   lh_rollout_limits lim = lh_rollout_default_limits();
   lim.vocab = V;
   lh_rollout_batch b;
-  if (lh_rollout_decode(buf, len, &lim, argv[3], &b)) die("decode");
+  if (lh_rollout_decode((const uint8_t *)buf, len, &lim, argv[3], &b)) die("decode");
   free(buf);
   int ns = b.n_groups * b.group_size, N = b.seq_start[ns], len_max = 0;
   for (int s = 0; s < ns; s++)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The honest noise of rollout verification on the Qwen2.5-0.5B shape (random bf16 weights, vocab
-# 151936; docs/SECURITY.md, "Noise at Qwen2.5-0.5B size"): workers generate with bench's
+# 151936; docs/SECURITY.md, "Noise at the Qwen2.5-0.5B size"): workers generate with bench's
 # verify_noise on one kernel path, build and thread count, and the verifier recomputes and checks
 # on another, as serve does (recompute forward on OpenBLAS forced with OPENBLAS_CORETYPE), and
 # teacher-forces the worker's decode on every kernel path. Resumable: every generated batch
@@ -11,11 +11,12 @@
 # that the noise, which grows with them, is not understated).
 # Usage: verify_noise.sh [OUT] (default build/verify-noise); needs build/ and build-noomp/ with
 # longhaul and bench/verify_noise built (make trust-calibrate builds build-noomp's longhaul;
-# cmake --build build-noomp --target verify_noise).
+# cmake --build build-noomp --target verify_noise; make trust-noise does both). VN, VN0 and LH
+# name other binaries (verify_noise of the OpenMP and the non-OpenMP builds, longhaul).
 set -euo pipefail
 OUT=${1:-build/verify-noise}
 mkdir -p "$OUT"
-VN=build/bench/verify_noise VN0=build-noomp/bench/verify_noise
+VN=${VN:-build/bench/verify_noise} VN0=${VN0:-build-noomp/bench/verify_noise} LH=${LH:-build/longhaul}
 M=$OUT/model
 if [ ! -f "$M/model.safetensors" ]; then
   cat >"$OUT/q05.json" <<'JSON'
@@ -23,7 +24,7 @@ if [ ! -f "$M/model.safetensors" ]; then
  "num_attention_heads":14,"num_key_value_heads":2,"max_position_embeddings":32768,
  "tie_word_embeddings":true,"rope_theta":1000000.0,"rms_norm_eps":1e-6}
 JSON
-  build/longhaul init-model --arch qwen2 --preset "$OUT/q05.json" --seed 1 --dtype bf16 --out "$M" >&2
+  "$LH" init-model --arch qwen2 --preset "$OUT/q05.json" --seed 1 --dtype bf16 --out "$M" >&2
 fi
 # gen NAME BIN KERNEL THREADS [GROUPS GROUP_SIZE MAX_NEW]: a worker's batch (prompts of 16, 8 slots)
 gen() {
