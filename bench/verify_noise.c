@@ -23,7 +23,7 @@
 #include "longhaul/tensor.h"
 #include "longhaul/trust.h"
 
-static void die(const char *what) {
+_Noreturn static void die(const char *what) {
   fprintf(stderr, "verify_noise: %s: %s\n", what, lh_last_error());
   exit(1);
 }
