@@ -15,6 +15,10 @@
 #          LH_KERNEL (avx512, avx2, scalar, auto), the server's an OpenBLAS core (SkylakeX:
 #          AVX-512, Haswell: AVX2, Nehalem: SSE only, auto) with LH_KERNEL set to match
 #   ADV_PAIR  the same for the adversary runs (default avx2:SkylakeX)
+#   WORKER_BLAS=match (default): the workers' OpenBLAS core follows their LH_KERNEL (avx512:
+#          SkylakeX, avx2: Haswell, scalar: Nehalem), as on a CPU whose best path that is (the
+#          inference engine's attention runs on OpenBLAS sgemv); the run's name says it
+#          (wavx2.Haswell). auto: the library's choice (the first calibration's runs, named wavx2)
 #   MODES (adversary modes, default all), SERVE_FLAGS (tolerances to try, e.g. --logit-tol 1e-4)
 #   ONLY   a regular expression: run only the runs whose names match (e.g. ONLY=-w for the
 #          kernel-path runs, ONLY=^adv- for the adversaries)
@@ -32,6 +36,7 @@ PAIRS=${PAIRS:-avx2:SkylakeX avx512:Haswell scalar:SkylakeX avx512:Nehalem avx51
 ADV_PAIR=${ADV_PAIR:-avx2:SkylakeX}
 ONLY=${ONLY:-}
 REDO=${REDO:-}
+WORKER_BLAS=${WORKER_BLAS:-match}
 ENV=sort:count=3,digits=1
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
@@ -58,6 +63,15 @@ for b in "${BINS[@]}"; do
 done
 
 # blas_kernel CORE: the LH_KERNEL that matches an OpenBLAS core (what a server on that CPU runs)
+# kernel_blas KERNEL: the OpenBLAS core of a CPU whose best bf16 path is KERNEL (the inference
+# engine's attention runs on OpenBLAS sgemv, so a worker's logits depend on both)
+kernel_blas() {
+  case $1 in avx512) echo SkylakeX ;; avx2) echo Haswell ;; scalar) echo Nehalem ;; *) echo auto ;; esac
+}
+# wname KERNEL: the worker part of a run's name (KERNEL.CORE when the worker's core is forced)
+wname() {
+  if [ "$WORKER_BLAS" = match ] && [ "$1" != auto ]; then echo "$1.$(kernel_blas "$1")"; else echo "$1"; fi
+}
 blas_kernel() {
   case $1 in SkylakeX | Cooperlake) echo avx512 ;; Haswell | Zen) echo avx2 ;; auto) echo auto ;; *) echo scalar ;; esac
 }
@@ -66,7 +80,8 @@ blas_kernel() {
 # honest workers (THREADS generation threads, SLOTS sequences at once, LH_KERNEL=WORKER_KERNEL)
 # and, unless MODE is none, a cheating worker; serve's sgemm on OpenBLAS core SERVER_CORE.
 run() {
-  local name=$1 bin=$2 threads=$3 slots=$4 mode=$5 wk=$6 vk=$7 flags=${8:-}
+  local name=$1 bin=$2 threads=$3 slots=$4 mode=$5 wk=$6 vk=$7 flags=${8:-} wb=auto
+  [ "$WORKER_BLAS" = match ] && wb=$(kernel_blas "$wk")
   [ -n "$ONLY" ] && ! [[ $name =~ $ONLY ]] && return 0
   if [ -f "$OUT/$name.json" ]; then
     local was
@@ -84,6 +99,7 @@ run() {
     local senv=() wenv=()
     [ "$vk" != auto ] && senv=(OPENBLAS_CORETYPE="$vk" LH_KERNEL="$(blas_kernel "$vk")")
     [ "$wk" != auto ] && wenv=(LH_KERNEL="$wk")
+    [ "$wb" != auto ] && wenv+=(OPENBLAS_CORETYPE="$wb")
     # shellcheck disable=SC2086
     env "${senv[@]}" "$bin" serve --run run --model "$OUT/base" --env $ENV --key "$OUT/trainer.key" --port-file port \
       --steps "$STEPS" --prompts 3 --group 4 --max-new 16 --lease-s 5 --ban-after 0 \
@@ -130,12 +146,12 @@ run() {
       logprob_err_max: (map(.logprob_err_max // 0) | max), recompute_s: (map(.recompute_s // 0) | add),
       verify_s: (map(.verify_s // 0) | add), train_s: (map(.train_s // 0) | add), steps: length}' run/metrics.jsonl)
     # the server stayed responsive: /v1/status was not needed after exit; steps reached
-    jq -n --arg name "$name" --arg mode "$mode" --arg flags "$flags" --arg bin "$bin" --arg build "${BUILD[$bin]}" --arg git "${GIT[$bin]}" --arg wk "$wk" --arg vk "$vk" \
+    jq -n --arg name "$name" --arg mode "$mode" --arg flags "$flags" --arg bin "$bin" --arg build "${BUILD[$bin]}" --arg git "${GIT[$bin]}" --arg wk "$wk" --arg wb "$wb" --arg vk "$vk" \
       --argjson steps "$STEPS" --argjson threads "$threads" \
       --argjson slots "$slots" --argjson rc "$rc" --argjson h_ok "$h_ok" --argjson h_rej "$h_rej" \
       --argjson a_sub "$a_sub" --argjson a_rej "$a_rej" --argjson a_tr "$a_tr" \
       --argjson reasons "$reasons" --argjson h_why "$h_why" --arg until "$until" --argjson stats "$stats" \
-      '{name: $name, mode: $mode, flags: $flags, bin: $bin, build: $build, git: $git, worker_kernel: $wk,
+      '{name: $name, mode: $mode, flags: $flags, bin: $bin, build: $build, git: $git, worker_kernel: $wk, worker_blas: $wb,
         server_blas: $vk, steps: $steps, threads: $threads, slots: $slots, serve_rc: $rc,
         honest_groups: $h_ok, honest_rejected: $h_rej, honest_reasons: $h_why, adv_submitted: $a_sub, adv_rejected: $a_rej,
         adv_trained: $a_tr, reasons: $reasons,
@@ -160,7 +176,7 @@ for r in $(seq 1 "$ROUNDS"); do
       for pair in $PAIRS; do
         wk=${pair%%:*} vk=${pair#*:}
         sl=${SLOTS[$(((pi + bi + 2 * t + r) % 3))]}
-        run "honest-$kind-w$wk-v$vk-t$t-s$sl-r$r" "$b" "$t" "$sl" none "$wk" "$vk"
+        run "honest-$kind-w$(wname "$wk")-v$vk-t$t-s$sl-r$r" "$b" "$t" "$sl" none "$wk" "$vk"
         pi=$((pi + 1))
       done
     done
@@ -169,12 +185,12 @@ done
 # one run per adversary mode (the first build, 2 threads, 8 slots, every worker on ADV_PAIR's
 # worker path and the server on its core)
 awk_=${ADV_PAIR%%:*} avk=${ADV_PAIR#*:}
-for m in $MODES; do run "adv-$m-w$awk_-v$avk" "$B0" 2 8 "$m" "$awk_" "$avk"; done
+for m in $MODES; do run "adv-$m-w$(wname "$awk_")-v$avk" "$B0" 2 8 "$m" "$awk_" "$avk"; done
 # the generation cheats again with the log-prob check off: what the token check alone catches
 # (a cheat that reports the log-probs of the leased distribution; for a wrong model it cannot)
 for m in $MODES; do
   case $m in other-model | quant4 | quant8 | temperature | top-p | best-of-n | tokens | dup-member)
-    run "adv-tokenonly-$m-w$awk_-v$avk" "$B0" 2 8 "$m" "$awk_" "$avk" "--logprob-tol 1000" ;;
+    run "adv-tokenonly-$m-w$(wname "$awk_")-v$avk" "$B0" 2 8 "$m" "$awk_" "$avk" "--logprob-tol 1000" ;;
   esac
 done
 
@@ -185,9 +201,9 @@ done
     "binary \(.[0].bin | split("/") | .[-2:] | join("/")) \(.[0].build // "(unrecorded)") (commit \(.[0].git // "?")): \(length) runs (\(map(select(.mode == "none")) | length) honest)"' "$OUT"/*.json
   jq -rs '[.[] | select(.mode == "none")] |
     "honest: \(length) runs, \(map(.honest_groups) | add) groups = \(map(.honest_groups) | add * 4) rollouts verified, \(map(.honest_rejected) | add) rejected; \(map(.metrics.tokens) | add) tokens, \(map(.metrics.borderline) | add) BORDERLINE (at most \(map(.metrics.borderline_member_max // 0) | max) in one member, in the runs that record it); largest log-prob difference \(map(.metrics.logprob_err_max) | max); verification \(map(.metrics.verify_s) | add) s, recompute forwards \(map(.metrics.recompute_s) | add) s, training \(map(.metrics.train_s) | add) s"' "$OUT"/*.json
-  echo "worker kernel | server BLAS core | runs | groups | rollouts | rejected | tokens | BORDERLINE | most in one member | largest log-prob difference"
-  jq -rs '[.[] | select(.mode == "none")] | group_by("\(.worker_kernel // "auto") \(.server_blas // "auto")") | .[] |
-    "\(.[0].worker_kernel // "auto") | \(.[0].server_blas // "auto") | \(length) | \(map(.honest_groups) | add) | \(map(.honest_groups) | add * 4) | \(map(.honest_rejected) | add) | \(map(.metrics.tokens) | add) | \(map(.metrics.borderline) | add) | \(map(.metrics.borderline_member_max // 0) | max) | \(map(.metrics.logprob_err_max) | max)"' "$OUT"/*.json
+  echo "worker kernel | worker BLAS core | server BLAS core | runs | groups | rollouts | rejected | tokens | BORDERLINE | most in one member | largest log-prob difference"
+  jq -rs '[.[] | select(.mode == "none")] | group_by("\(.worker_kernel // "auto") \(.worker_blas // "auto") \(.server_blas // "auto")") | .[] |
+    "\(.[0].worker_kernel // "auto") | \(.[0].worker_blas // "auto") | \(.[0].server_blas // "auto") | \(length) | \(map(.honest_groups) | add) | \(map(.honest_groups) | add * 4) | \(map(.honest_rejected) | add) | \(map(.metrics.tokens) | add) | \(map(.metrics.borderline) | add) | \(map(.metrics.borderline_member_max // 0) | max) | \(map(.metrics.logprob_err_max) | max)"' "$OUT"/*.json
   echo "build | threads | runs | groups | rollouts | rejected | tokens | BORDERLINE | largest log-prob difference"
   jq -rs '[.[] | select(.mode == "none")] | group_by((.bin | split("/") | .[-2]) + " \(.threads)") | .[] |
     "\(.[0].bin | split("/") | .[-2]) | \(.[0].threads) | \(length) | \(map(.honest_groups) | add) | \(map(.honest_groups) | add * 4) | \(map(.honest_rejected) | add) | \(map(.metrics.tokens) | add) | \(map(.metrics.borderline) | add) | \(map(.metrics.logprob_err_max) | max)"' "$OUT"/*.json
@@ -198,9 +214,9 @@ done
   jq -rs '[.[] | select(.mode == "none" and .metrics.borderline_member_max != null)] | group_by((.bin | split("/") | .[-2]) + " \(.threads)") | .[] |
     (map(.metrics.train_s) | add) as $t | (map(.metrics.recompute_s) | add) as $r | (map(.metrics.verify_s) | add) as $v |
     "\(.[0].bin | split("/") | .[-2]) | \(.[0].threads) | \($t) | \($r) | \($v) | \($r / $t) | \($v / $r) | \($v / $t)"' "$OUT"/*.json
-  echo "mode | checks | worker kernel | server BLAS core | groups submitted | rejected | trained | caught of decided | by | tokens until detection (median, most)"
+  echo "mode | checks | worker kernel | worker BLAS core | server BLAS core | groups submitted | rejected | trained | caught of decided | by | tokens until detection (median, most)"
   jq -rs '.[] | select(.mode != "none") |
-    "\(.mode) | \(if (.flags // "") == "" then "all" else "token only" end) | \(.worker_kernel // "auto") | \(.server_blas // "auto") | \(.adv_submitted) | \(.adv_rejected) | \(.adv_trained) | \(if .adv_rejected + .adv_trained > 0 then "\(.adv_rejected * 1000 / (.adv_rejected + .adv_trained) | round / 10)%" else "-" end) | \(.reasons | to_entries | map("\(.key) \(.value)") | join(", ")) | \(if (.tokens_until | length) > 0 then "\(.tokens_until | sort | .[(length - 1) / 2 | floor]), \(.tokens_until | max)" else "-" end)"' "$OUT"/*.json
+    "\(.mode) | \(if (.flags // "") == "" then "all" else "token only" end) | \(.worker_kernel // "auto") | \(.worker_blas // "auto") | \(.server_blas // "auto") | \(.adv_submitted) | \(.adv_rejected) | \(.adv_trained) | \(if .adv_rejected + .adv_trained > 0 then "\(.adv_rejected * 1000 / (.adv_rejected + .adv_trained) | round / 10)%" else "-" end) | \(.reasons | to_entries | map("\(.key) \(.value)") | join(", ")) | \(if (.tokens_until | length) > 0 then "\(.tokens_until | sort | .[(length - 1) / 2 | floor]), \(.tokens_until | max)" else "-" end)"' "$OUT"/*.json
   echo "every run: name | build | groups | rollouts | rejected | BORDERLINE | largest log-prob difference"
   jq -rs '.[] | select(.mode == "none") |
     "\(.name) | \(.build // "unrecorded") | \(.honest_groups) | \(.honest_groups * 4) | \(.honest_rejected) | \(.metrics.borderline) | \(.metrics.logprob_err_max)"' "$OUT"/*.json
