@@ -6,7 +6,7 @@ CMAKE_FLAGS ?=
 # make's "Entering directory" lines of the nested builds are noise
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all deps build test demo asan tsan noomp fuzz trust-calibrate bench-train bench-generate bench-serve-load results results-network results-lag fixtures clean \
+.PHONY: all deps build test demo asan tsan noomp fuzz trust-calibrate trust-noise bench-train bench-generate bench-serve-load results results-network results-lag fixtures clean \
 	format
 
 all: build
@@ -48,12 +48,21 @@ tsan: deps
 	cd build-tsan && OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 ctest --output-on-failure -j $(JOBS) -E integration_qwen05_rss
 
 # Calibration of rollout verification (docs/SECURITY.md): honest runs on the Release and the
-# non-OpenMP builds, then one run per adversary mode. Resumable: finished runs are skipped
-# (results in build/trust-calib/*.json); ROUNDS=N for more honest runs. Not part of `make test`.
+# non-OpenMP builds, 1 and 2 threads, worker and server on different kernel paths, then one run
+# per adversary mode. Resumable: finished runs are skipped (results in build/trust-calib/*.json);
+# ROUNDS=N for more honest runs, REDO=stale to run again what a rebuilt binary changes, ONLY=REGEX
+# for some runs. trust-noise: the same noise on the Qwen2.5-0.5B shape (bench/verify_noise.sh,
+# about 25 minutes). Neither is part of `make test`.
 trust-calibrate: build
 	@cmake -S . -B build-noomp -DCMAKE_BUILD_TYPE=Release -DLH_OPENMP=OFF >/dev/null
 	@cmake --build build-noomp -j $(JOBS) --target longhaul
 	BINS="$(BUILD)/longhaul build-noomp/longhaul" bash bench/trust_calibrate.sh $(BUILD)/trust-calib
+
+trust-noise: build
+	@cmake -S . -B build-noomp -DCMAKE_BUILD_TYPE=Release -DLH_OPENMP=OFF >/dev/null
+	@cmake --build build-noomp -j $(JOBS) --target verify_noise
+	@cmake --build $(BUILD) -j $(JOBS) --target verify_noise
+	bash bench/verify_noise.sh $(BUILD)/verify-noise
 
 # The suite with OpenMP off (the build must pass without it).
 noomp: deps
