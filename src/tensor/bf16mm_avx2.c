@@ -1,6 +1,6 @@
-/* lh_bf16mm's AVX2 + FMA path: 8 lanes, tiles of 4 activation rows x 3 weight rows (12
- * accumulators in the 16 ymm registers). Compiled with -march=haswell (CMakeLists.txt), so no
- * AVX-512 instruction can appear in it even when the rest of the build targets this machine;
+/* lh_bf16mm's AVX2 + FMA path: 8 lanes, 16 k per step, tiles of 4 activation rows x 3 weight
+ * rows (12 accumulators in the 16 ymm registers). Compiled with -march=haswell (CMakeLists.txt), so
+ * no AVX-512 instruction can appear in it even when the rest of the build targets this machine;
  * bf16mm.c calls it only when cpuid says the CPU has AVX2 and FMA. */
 #include <string.h>
 
@@ -18,24 +18,22 @@
 static inline __m256 vzero(void) {
   return _mm256_setzero_ps();
 }
-static inline __m256 widen(__m128i b) {
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(b), 16));
+/* 16 bf16: the even-indexed ones shifted into the high half, the odd-indexed ones with the low
+ * half masked off */
+static inline void widen2(__m256i v, __m256 *even, __m256 *odd) {
+  *even = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+  *odd = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xFFFF0000u)));
 }
-static inline __m256 vload_w(const uint16_t *p) {
-  return widen(_mm_loadu_si128((const __m128i *)p));
+static inline void vload_w2(const uint16_t *p, __m256 *even, __m256 *odd) {
+  widen2(_mm256_loadu_si256((const __m256i *)p), even, odd);
 }
-static inline __m256 vload_w_tail(const uint16_t *p, int n) {
-  uint16_t b[LANES] = {0};
+static inline void vload_w2_tail(const uint16_t *p, int n, __m256 *even, __m256 *odd) {
+  uint16_t b[2 * LANES] = {0};
   memcpy(b, p, (size_t)n * sizeof *p);
-  return vload_w(b);
+  vload_w2(b, even, odd);
 }
 static inline __m256 vload_x(const float *p) {
-  return _mm256_loadu_ps(p);
-}
-static inline __m256 vload_x_tail(const float *p, int n) {
-  float b[LANES] = {0};
-  memcpy(b, p, (size_t)n * sizeof *p);
-  return _mm256_loadu_ps(b);
+  return _mm256_load_ps(p);
 }
 static inline __m256 vfma(__m256 a, __m256 b, __m256 c) {
   return _mm256_fmadd_ps(a, b, c);

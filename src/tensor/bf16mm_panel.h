@@ -1,50 +1,90 @@
 /* Internal to src/tensor: the register-blocked panel of lh_bf16mm, written once for every SIMD
  * path. The including file defines its vector type and operations, then includes this:
- *   VF, LANES, MR, NR, PANEL, vzero(), vload_x(p), vload_w(p) (LANES bf16 widened to fp32),
- *   vload_x_tail(p, n), vload_w_tail(p, n) (first n lanes, the rest 0), vfma(a, b, c) = a*b+c,
- *   vsum(v) (a fixed horizontal sum).
- * A tile is MR activation rows x NR weight rows: each weight vector is widened once and used by
- * MR rows, each activation vector loaded once and used by NR weight rows; the MR * NR sums stay
- * in registers for a whole K block. Remainder tiles (fewer rows or columns) are the same code
- * with smaller constant bounds, so every output element sums in the same order. */
+ *   VF, LANES, MR, NR, PANEL, vzero(), vload_x(p) (aligned LANES fp32),
+ *   vload_w2(p, &even, &odd) (2 * LANES bf16 widened to fp32: the even-indexed ones and the
+ *   odd-indexed ones), vload_w2_tail(p, n, &even, &odd) (the first n, the rest 0),
+ *   vfma(a, b, c) = a*b+c, vsum(v) (a fixed horizontal sum).
+ * Widening: a 32-bit lane holding two bf16 is the odd one as an fp32 once its low half is masked
+ * off, and the even one shifted left by 16: one and and one shift widen 2 * LANES weights, no
+ * shuffle. The activations are permuted to match once per K block (permute(), below), so lane l
+ * of a group of 2 * LANES k sums k = 2l, then 2l + 1. A tile is MR activation rows x NR weight
+ * rows: each weight vector is widened once and used by MR rows, each activation vector loaded
+ * once and used by NR weight rows; the MR * NR sums stay in registers for a whole K block.
+ * Remainder tiles (fewer rows or columns) are the same code with smaller constant bounds, so
+ * every output element sums in the same order whatever the batch. */
 
-/* out[i * N + j] (+)= sum over k < kc of x[i * K + k] * w[j * K + k], i < mr, j < nr */
+#define GROUP  (2 * LANES) /* k per step */
+#define PF     4096        /* bf16 weights (8 KiB) ahead of the 1-row tiles' loads */
+#define ROW_NR 6 /* weight rows per tile of a lone activation row: independent sums in flight */
+/* the permuted activations: MR rows of one K block, or one row of up to XP_BLOCKS K blocks */
+#define XP_BLOCKS 8
+_Static_assert(XP_BLOCKS >= MR, "the buffer holds MR rows of a block");
+
+/* xp (mr rows of LH__BF16MM_KC) = the K block x[i * K + k], k < kc, each group of GROUP k laid
+ * out as its even-indexed then its odd-indexed values, zero past kc up to a whole group */
+static void permute(float *restrict xp, const float *restrict x, int mr, int K, int kc) {
+  int kp = (kc + GROUP - 1) / GROUP * GROUP;
+  for (int i = 0; i < mr; i++) {
+    const float *xi = x + (size_t)i * K;
+    float *pi = xp + (size_t)i * LH__BF16MM_KC;
+    int k = 0;
+    for (; k + GROUP <= kc; k += GROUP)
+      for (int l = 0; l < LANES; l++) {
+        pi[k + l] = xi[k + 2 * l];
+        pi[k + LANES + l] = xi[k + 2 * l + 1];
+      }
+    for (; k < kp; k += GROUP)
+      for (int l = 0; l < LANES; l++) {
+        pi[k + l] = k + 2 * l < kc ? xi[k + 2 * l] : 0.0f;
+        pi[k + LANES + l] = k + 2 * l + 1 < kc ? xi[k + 2 * l + 1] : 0.0f;
+      }
+  }
+}
+
+/* acc[i][j] += the products of one group: the even k of every row, then the odd, so each sum's
+ * two FMAs are far apart */
+#define STEP(mr, nr, acc, we, wo, xp, k)                                                           \
+  do {                                                                                             \
+    _Pragma("GCC unroll 8") for (int i = 0; i < (mr); i++) {                                       \
+      VF xv = vload_x((xp) + (size_t)i * LH__BF16MM_KC + (k));                                     \
+      _Pragma("GCC unroll 8") for (int j = 0; j < (nr); j++) acc[i][j] =                           \
+          vfma(xv, we[j], acc[i][j]);                                                              \
+    }                                                                                              \
+    _Pragma("GCC unroll 8") for (int i = 0; i < (mr); i++) {                                       \
+      VF xv = vload_x((xp) + (size_t)i * LH__BF16MM_KC + (k) + LANES);                             \
+      _Pragma("GCC unroll 8") for (int j = 0; j < (nr); j++) acc[i][j] =                           \
+          vfma(xv, wo[j], acc[i][j]);                                                              \
+    }                                                                                              \
+  } while (0)
+
+/* out[i * N + j] (+)= sum over k < kc of x[i * K + k] * w[j * K + k], i < mr, j < nr, with the
+ * activations permuted in xp (rows LH__BF16MM_KC apart) */
 static inline __attribute__((always_inline)) void tile(int mr, int nr, float *out, int N,
-                                                       const float *x, int K, const uint16_t *w,
+                                                       const float *xp, int K, const uint16_t *w,
                                                        int kc, bool add) {
-  VF acc[MR][NR];
+  VF acc[MR][ROW_NR], we[ROW_NR], wo[ROW_NR]; /* NR <= ROW_NR */
 #pragma GCC unroll 8
-  for (int i = 0; i < MR; i++)
+  for (int i = 0; i < mr; i++)
 #pragma GCC unroll 8
-    for (int j = 0; j < NR; j++)
+    for (int j = 0; j < nr; j++)
       acc[i][j] = vzero();
   int k = 0;
-  for (; k + LANES <= kc; k += LANES) {
-    VF wv[NR];
+  for (; k + GROUP <= kc; k += GROUP) {
 #pragma GCC unroll 8
-    for (int j = 0; j < nr; j++)
-      wv[j] = vload_w(w + (size_t)j * K + k);
-#pragma GCC unroll 8
-    for (int i = 0; i < mr; i++) {
-      VF xv = vload_x(x + (size_t)i * K + k);
-#pragma GCC unroll 8
-      for (int j = 0; j < nr; j++)
-        acc[i][j] = vfma(xv, wv[j], acc[i][j]);
+    for (int j = 0; j < nr; j++) {
+      /* one row streams from memory: ask for each weight row PF ahead (into the next tiles'
+       * rows when the rows are short), so that more lines are in flight than the hardware
+       * prefetcher keeps; many rows reuse the chunk from L2 and need none */
+      if (mr == 1) __builtin_prefetch(w + (size_t)j * K + k + PF, 0, 3);
+      vload_w2(w + (size_t)j * K + k, &we[j], &wo[j]);
     }
+    STEP(mr, nr, acc, we, wo, xp, k);
   }
   if (k < kc) {
-    int n = kc - k;
-    VF wv[NR];
 #pragma GCC unroll 8
     for (int j = 0; j < nr; j++)
-      wv[j] = vload_w_tail(w + (size_t)j * K + k, n);
-#pragma GCC unroll 8
-    for (int i = 0; i < mr; i++) {
-      VF xv = vload_x_tail(x + (size_t)i * K + k, n);
-#pragma GCC unroll 8
-      for (int j = 0; j < nr; j++)
-        acc[i][j] = vfma(xv, wv[j], acc[i][j]);
-    }
+      vload_w2_tail(w + (size_t)j * K + k, kc - k, &we[j], &wo[j]);
+    STEP(mr, nr, acc, we, wo, xp, k);
   }
 #pragma GCC unroll 8
   for (int i = 0; i < mr; i++)
@@ -55,17 +95,18 @@ static inline __attribute__((always_inline)) void tile(int mr, int nr, float *ou
     }
 }
 
-typedef void (*tile_fn)(float *out, int N, const float *x, int K, const uint16_t *w, int kc,
+typedef void (*tile_fn)(float *out, int N, const float *xp, int K, const uint16_t *w, int kc,
                         bool add);
 #define TILE(mr, nr)                                                                               \
-  static void tile_##mr##_##nr(float *out, int N, const float *x, int K, const uint16_t *w,        \
+  static void tile_##mr##_##nr(float *out, int N, const float *xp, int K, const uint16_t *w,       \
                                int kc, bool add) {                                                 \
-    tile(mr, nr, out, N, x, K, w, kc, add);                                                        \
+    tile(mr, nr, out, N, xp, K, w, kc, add);                                                       \
   }
 #define TILE_ROW(mr) TILE(mr, 1) TILE(mr, 2) TILE(mr, 3)
 #define TILE_ENTRIES(mr)                                                                           \
   { tile_##mr##_1, tile_##mr##_2, tile_##mr##_3 }
 _Static_assert(NR == 3, "the tile table below is written for 3 weight rows per tile");
+_Static_assert(LH__BF16MM_KC % GROUP == 0, "a K block is a whole number of groups");
 TILE_ROW(1)
 TILE_ROW(2)
 TILE_ROW(3)
@@ -85,22 +126,67 @@ static const tile_fn tiles[MR][NR] = {TILE_ENTRIES(1), TILE_ENTRIES(2), TILE_ENT
 #error "MR must be 4 or 8"
 #endif
 
+#define ROW_TILE(nr)                                                                               \
+  static void row_tile_##nr(float *out, const float *xp, int K, const uint16_t *w, int kc,         \
+                            bool add) {                                                            \
+    tile(1, nr, out, 0, xp, K, w, kc, add);                                                        \
+  }
+ROW_TILE(1)
+ROW_TILE(2)
+ROW_TILE(3)
+ROW_TILE(4)
+ROW_TILE(5)
+ROW_TILE(6)
+typedef void (*row_tile_fn)(float *out, const float *xp, int K, const uint16_t *w, int kc,
+                            bool add);
+static const row_tile_fn row_tiles[ROW_NR] = {row_tile_1, row_tile_2, row_tile_3,
+                                              row_tile_4, row_tile_5, row_tile_6};
+_Static_assert(ROW_NR == 6 && NR <= ROW_NR, "the row tile table is written for 6 weight rows");
+
+/* M == 1 and K <= XP_BLOCKS * LH__BF16MM_KC: the row's K blocks permuted once, then every tile
+ * takes its weight rows whole, block after block, so the weights stream in address order (a
+ * product with K > LH__BF16MM_KC otherwise passes over each row once per block). Each block's
+ * sums are the blocked order's, added to the output in the same order: the same bits. */
+static void panel_row(float *out, const float *x, const uint16_t *W, int K, int n0, int n1,
+                      bool accumulate, float *xp) {
+  int blocks = (K + LH__BF16MM_KC - 1) / LH__BF16MM_KC;
+  for (int b = 0; b < blocks; b++) {
+    int k0 = b * LH__BF16MM_KC, kc = K - k0 < LH__BF16MM_KC ? K - k0 : LH__BF16MM_KC;
+    permute(xp + (size_t)b * LH__BF16MM_KC, x + k0, 1, K, kc);
+  }
+  for (int n = n0; n < n1; n += ROW_NR) {
+    int nr = n1 - n < ROW_NR ? n1 - n : ROW_NR;
+    for (int b = 0; b < blocks; b++) {
+      int k0 = b * LH__BF16MM_KC, kc = K - k0 < LH__BF16MM_KC ? K - k0 : LH__BF16MM_KC;
+      row_tiles[nr - 1](out + n, xp + (size_t)b * LH__BF16MM_KC, K, W + (size_t)n * K + k0, kc,
+                        accumulate || b > 0);
+    }
+  }
+}
+
 void PANEL(float *out, const float *x, const uint16_t *W, int M, int K, int N, int n0, int n1,
            bool accumulate) {
   /* weight rows per chunk: a chunk's K block (NC x KC bf16, 192 KiB) stays in L2 while every
-   * row tile passes over it, and a row tile's K block (MR x KC fp32) stays in L1 */
+   * row tile passes over it, and a row tile's permuted K block (MR x KC fp32) stays in L1 */
   enum { NC = NR * 32 };
+  _Alignas(64) float xp[XP_BLOCKS * LH__BF16MM_KC];
+  if (M == 1 && K <= XP_BLOCKS * LH__BF16MM_KC) {
+    panel_row(out, x, W, K, n0, n1, accumulate, xp);
+    return;
+  }
   for (int k0 = 0; k0 < K; k0 += LH__BF16MM_KC) {
     int kc = K - k0 < LH__BF16MM_KC ? K - k0 : LH__BF16MM_KC;
     bool add = accumulate || k0 > 0;
+    int held = -1; /* the row tile whose block xp holds: with M <= MR, one permute per block */
     for (int c0 = n0; c0 < n1; c0 += NC) {
       int c1 = n1 - c0 < NC ? n1 : c0 + NC;
       for (int m = 0; m < M; m += MR) {
         int mr = M - m < MR ? M - m : MR;
+        if (held != m) permute(xp, x + (size_t)m * K + k0, mr, K, kc);
+        held = m;
         for (int n = c0; n < c1; n += NR) {
           int nr = c1 - n < NR ? c1 - n : NR;
-          tiles[mr - 1][nr - 1](out + (size_t)m * N + n, N, x + (size_t)m * K + k0, K,
-                                W + (size_t)n * K + k0, kc, add);
+          tiles[mr - 1][nr - 1](out + (size_t)m * N + n, N, xp, K, W + (size_t)n * K + k0, kc, add);
         }
       }
     }
