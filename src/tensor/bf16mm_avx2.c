@@ -18,22 +18,37 @@
 static inline __m256 vzero(void) {
   return _mm256_setzero_ps();
 }
-/* 16 bf16: the even-indexed ones shifted into the high half, the odd-indexed ones with the low
- * half masked off */
-static inline void widen2(__m256i v, __m256 *even, __m256 *odd) {
-  *even = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-  *odd = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xFFFF0000u)));
+/* a 32-bit lane holding two bf16: the even-indexed one shifted into the high half, the
+ * odd-indexed one with the low half cleared (by two shifts, not an and: the and's constant
+ * would take a sixteenth register from the tile) */
+static inline __m256 widen(__m256i v, int odd) {
+  return _mm256_castsi256_ps(odd ? _mm256_slli_epi32(_mm256_srli_epi32(v, 16), 16)
+                                 : _mm256_slli_epi32(v, 16));
 }
-static inline void vload_w2(const uint16_t *p, __m256 *even, __m256 *odd) {
-  widen2(_mm256_loadu_si256((const __m256i *)p), even, odd);
+static inline __m256 vload_w(const uint16_t *p, int odd) {
+  return widen(_mm256_loadu_si256((const __m256i *)p), odd);
 }
-static inline void vload_w2_tail(const uint16_t *p, int n, __m256 *even, __m256 *odd) {
+static inline __m256 vload_w_tail(const uint16_t *p, int n, int odd) {
   uint16_t b[2 * LANES] = {0};
   memcpy(b, p, (size_t)n * sizeof *p);
-  vload_w2(b, even, odd);
+  return vload_w(b, odd);
 }
 static inline __m256 vload_x(const float *p) {
   return _mm256_load_ps(p);
+}
+/* within each 128-bit half a shuffle picks 2 + 2, then the 64-bit quarters are put in order */
+static inline void vpermute(float *dst, const float *src) {
+  __m256 lo = _mm256_loadu_ps(src), hi = _mm256_loadu_ps(src + LANES);
+  __m256 even = _mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0));
+  __m256 odd = _mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1));
+  _mm256_store_ps(dst, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(even), 0xD8)));
+  _mm256_store_ps(dst + LANES,
+                  _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(odd), 0xD8)));
+}
+/* with 16 registers, 12 sums and 3 weight vectors, the activation is better read by each FMA
+ * from L1 than held (measured: holding it spills sums) */
+static inline __m256 vkeep(__m256 v) {
+  return v;
 }
 static inline __m256 vfma(__m256 a, __m256 b, __m256 c) {
   return _mm256_fmadd_ps(a, b, c);

@@ -15,20 +15,31 @@
 static inline __m512 vzero(void) {
   return _mm512_setzero_ps();
 }
-/* 32 bf16: the even-indexed ones shifted into the high half, the odd-indexed ones with the low
- * half masked off */
-static inline void widen2(__m512i v, __m512 *even, __m512 *odd) {
-  *even = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
-  *odd = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)0xFFFF0000u)));
+/* a 32-bit lane holding two bf16: the even-indexed one shifted into the high half, the
+ * odd-indexed one with the low half masked off */
+static inline __m512 widen(__m512i v, int odd) {
+  return _mm512_castsi512_ps(odd ? _mm512_and_si512(v, _mm512_set1_epi32((int)0xFFFF0000u))
+                                 : _mm512_slli_epi32(v, 16));
 }
-static inline void vload_w2(const uint16_t *p, __m512 *even, __m512 *odd) {
-  widen2(_mm512_loadu_si512((const void *)p), even, odd);
+static inline __m512 vload_w(const uint16_t *p, int odd) {
+  return widen(_mm512_loadu_si512((const void *)p), odd);
 }
-static inline void vload_w2_tail(const uint16_t *p, int n, __m512 *even, __m512 *odd) {
-  widen2(_mm512_maskz_loadu_epi16((__mmask32)((1u << n) - 1), p), even, odd);
+static inline __m512 vload_w_tail(const uint16_t *p, int n, int odd) {
+  return widen(_mm512_maskz_loadu_epi16((__mmask32)((1u << n) - 1), p), odd);
 }
 static inline __m512 vload_x(const float *p) {
   return _mm512_load_ps(p);
+}
+static inline void vpermute(float *dst, const float *src) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  __m512 lo = _mm512_loadu_ps(src), hi = _mm512_loadu_ps(src + LANES);
+  _mm512_store_ps(dst, _mm512_permutex2var_ps(lo, even, hi));
+  _mm512_store_ps(dst + LANES, _mm512_permutex2var_ps(lo, odd, hi));
+}
+static inline __m512 vkeep(__m512 v) {
+  __asm__("" : "+v"(v));
+  return v;
 }
 static inline __m512 vfma(__m512 a, __m512 b, __m512 c) {
   return _mm512_fmadd_ps(a, b, c);

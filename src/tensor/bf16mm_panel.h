@@ -1,38 +1,40 @@
 /* Internal to src/tensor: the register-blocked panel of lh_bf16mm, written once for every SIMD
  * path. The including file defines its vector type and operations, then includes this:
  *   VF, LANES, MR, NR, PANEL, vzero(), vload_x(p) (aligned LANES fp32),
- *   vload_w2(p, &even, &odd) (2 * LANES bf16 widened to fp32: the even-indexed ones and the
- *   odd-indexed ones), vload_w2_tail(p, n, &even, &odd) (the first n, the rest 0),
- *   vfma(a, b, c) = a*b+c, vsum(v) (a fixed horizontal sum).
- * Widening: a 32-bit lane holding two bf16 is the odd one as an fp32 once its low half is masked
- * off, and the even one shifted left by 16: one and and one shift widen 2 * LANES weights, no
- * shuffle. The activations are permuted to match once per K block (permute(), below), so lane l
- * of a group of 2 * LANES k sums k = 2l, then 2l + 1. A tile is MR activation rows x NR weight
- * rows: each weight vector is widened once and used by MR rows, each activation vector loaded
- * once and used by NR weight rows; the MR * NR sums stay in registers for a whole K block.
- * Remainder tiles (fewer rows or columns) are the same code with smaller constant bounds, so
- * every output element sums in the same order whatever the batch. */
+ *   vload_w(p, odd) (of 2 * LANES bf16, the even-indexed (odd = 0) or the odd-indexed ones
+ *   widened to fp32), vload_w_tail(p, n, odd) (the same of the first n, the rest 0),
+ *   vkeep(v) (v, held in a register where that pays: compilers otherwise fold the activation
+ *   load into each of the NR FMAs, and the tile is bound by loads, not FMAs),
+ *   vfma(a, b, c) = a*b+c, vsum(v) (a fixed horizontal sum),
+ *   vpermute(dst, src) (2 * LANES fp32: the even-indexed ones, then the odd-indexed ones).
+ * Widening: a 32-bit lane holding two bf16 is the odd one as an fp32 once its low half is
+ * cleared, and the even one shifted left by 16: two or three integer operations widen 2 * LANES
+ * weights, no shuffle. The activations are permuted to match once per K block (permute(),
+ * below), so lane l of a group of 2 * LANES k sums k = 2l, then 2l + 1. A tile is MR activation
+ * rows x NR weight rows: each weight vector is widened once and used by MR rows, each activation
+ * vector loaded once and used by NR weight rows; the MR * NR sums stay in registers for a whole K
+ * block. Remainder tiles (fewer rows or columns) and the wider tiles of a lone row are the same
+ * code with other constant bounds, so every output element sums in the same order whatever the
+ * batch. */
 
 #define GROUP  (2 * LANES) /* k per step */
 #define PF     4096        /* bf16 weights (8 KiB) ahead of the 1-row tiles' loads */
 #define ROW_NR 6 /* weight rows per tile of a lone activation row: independent sums in flight */
 /* the permuted activations: MR rows of one K block, or one row of up to XP_BLOCKS K blocks */
 #define XP_BLOCKS 8
+#define XS        (LH__BF16MM_KC + GROUP) /* floats between rows (or blocks) of xp */
 _Static_assert(XP_BLOCKS >= MR, "the buffer holds MR rows of a block");
 
-/* xp (mr rows of LH__BF16MM_KC) = the K block x[i * K + k], k < kc, each group of GROUP k laid
+/* xp (mr rows, XS apart) = the K block x[i * K + k], k < kc, each group of GROUP k laid
  * out as its even-indexed then its odd-indexed values, zero past kc up to a whole group */
 static void permute(float *restrict xp, const float *restrict x, int mr, int K, int kc) {
   int kp = (kc + GROUP - 1) / GROUP * GROUP;
   for (int i = 0; i < mr; i++) {
     const float *xi = x + (size_t)i * K;
-    float *pi = xp + (size_t)i * LH__BF16MM_KC;
+    float *pi = xp + (size_t)i * XS;
     int k = 0;
     for (; k + GROUP <= kc; k += GROUP)
-      for (int l = 0; l < LANES; l++) {
-        pi[k + l] = xi[k + 2 * l];
-        pi[k + LANES + l] = xi[k + 2 * l + 1];
-      }
+      vpermute(pi + k, xi + k);
     for (; k < kp; k += GROUP)
       for (int l = 0; l < LANES; l++) {
         pi[k + l] = k + 2 * l < kc ? xi[k + 2 * l] : 0.0f;
@@ -41,28 +43,32 @@ static void permute(float *restrict xp, const float *restrict x, int mr, int K, 
   }
 }
 
-/* acc[i][j] += the products of one group: the even k of every row, then the odd, so each sum's
- * two FMAs are far apart */
-#define STEP(mr, nr, acc, we, wo, xp, k)                                                           \
-  do {                                                                                             \
-    _Pragma("GCC unroll 8") for (int i = 0; i < (mr); i++) {                                       \
-      VF xv = vload_x((xp) + (size_t)i * LH__BF16MM_KC + (k));                                     \
-      _Pragma("GCC unroll 8") for (int j = 0; j < (nr); j++) acc[i][j] =                           \
-          vfma(xv, we[j], acc[i][j]);                                                              \
-    }                                                                                              \
-    _Pragma("GCC unroll 8") for (int i = 0; i < (mr); i++) {                                       \
-      VF xv = vload_x((xp) + (size_t)i * LH__BF16MM_KC + (k) + LANES);                             \
-      _Pragma("GCC unroll 8") for (int j = 0; j < (nr); j++) acc[i][j] =                           \
-          vfma(xv, wo[j], acc[i][j]);                                                              \
-    }                                                                                              \
-  } while (0)
+/* acc[i][j] += the products of one half of a group: the even k (odd = 0) or the odd k (odd = 1)
+ * of n < GROUP weights (n = GROUP: a whole group) times the permuted activations. The halves are
+ * widened one at a time, so MR * NR sums, NR weight vectors and one activation vector fit in the
+ * registers and each activation vector is loaded once. */
+static inline __attribute__((always_inline)) void half(int mr, int nr, VF acc[MR][ROW_NR],
+                                                       const uint16_t *w, int K, int n, int odd,
+                                                       const float *xp) {
+  VF wv[ROW_NR];
+#pragma GCC unroll 8
+  for (int j = 0; j < nr; j++)
+    wv[j] = n == GROUP ? vload_w(w + (size_t)j * K, odd) : vload_w_tail(w + (size_t)j * K, n, odd);
+#pragma GCC unroll 8
+  for (int i = 0; i < mr; i++) {
+    VF xv = vkeep(vload_x(xp + (size_t)i * XS + odd * LANES));
+#pragma GCC unroll 8
+    for (int j = 0; j < nr; j++)
+      acc[i][j] = vfma(xv, wv[j], acc[i][j]);
+  }
+}
 
 /* out[i * N + j] (+)= sum over k < kc of x[i * K + k] * w[j * K + k], i < mr, j < nr, with the
- * activations permuted in xp (rows LH__BF16MM_KC apart) */
+ * activations permuted in xp (rows XS apart) */
 static inline __attribute__((always_inline)) void tile(int mr, int nr, float *out, int N,
                                                        const float *xp, int K, const uint16_t *w,
                                                        int kc, bool add) {
-  VF acc[MR][ROW_NR], we[ROW_NR], wo[ROW_NR]; /* NR <= ROW_NR */
+  VF acc[MR][ROW_NR]; /* NR <= ROW_NR */
 #pragma GCC unroll 8
   for (int i = 0; i < mr; i++)
 #pragma GCC unroll 8
@@ -70,21 +76,19 @@ static inline __attribute__((always_inline)) void tile(int mr, int nr, float *ou
       acc[i][j] = vzero();
   int k = 0;
   for (; k + GROUP <= kc; k += GROUP) {
+    /* one row streams from memory: ask for each weight row PF ahead (into the next tiles' rows
+     * when the rows are short), so that more lines are in flight than the hardware prefetcher
+     * keeps; many rows reuse the chunk from L2 and need none */
+    if (mr == 1)
 #pragma GCC unroll 8
-    for (int j = 0; j < nr; j++) {
-      /* one row streams from memory: ask for each weight row PF ahead (into the next tiles'
-       * rows when the rows are short), so that more lines are in flight than the hardware
-       * prefetcher keeps; many rows reuse the chunk from L2 and need none */
-      if (mr == 1) __builtin_prefetch(w + (size_t)j * K + k + PF, 0, 3);
-      vload_w2(w + (size_t)j * K + k, &we[j], &wo[j]);
-    }
-    STEP(mr, nr, acc, we, wo, xp, k);
+      for (int j = 0; j < nr; j++)
+        __builtin_prefetch(w + (size_t)j * K + k + PF, 0, 3);
+    half(mr, nr, acc, w + k, K, GROUP, 0, xp + k);
+    half(mr, nr, acc, w + k, K, GROUP, 1, xp + k);
   }
   if (k < kc) {
-#pragma GCC unroll 8
-    for (int j = 0; j < nr; j++)
-      vload_w2_tail(w + (size_t)j * K + k, kc - k, &we[j], &wo[j]);
-    STEP(mr, nr, acc, we, wo, xp, k);
+    half(mr, nr, acc, w + k, K, kc - k, 0, xp + k);
+    half(mr, nr, acc, w + k, K, kc - k, 1, xp + k);
   }
 #pragma GCC unroll 8
   for (int i = 0; i < mr; i++)
@@ -152,13 +156,13 @@ static void panel_row(float *out, const float *x, const uint16_t *W, int K, int 
   int blocks = (K + LH__BF16MM_KC - 1) / LH__BF16MM_KC;
   for (int b = 0; b < blocks; b++) {
     int k0 = b * LH__BF16MM_KC, kc = K - k0 < LH__BF16MM_KC ? K - k0 : LH__BF16MM_KC;
-    permute(xp + (size_t)b * LH__BF16MM_KC, x + k0, 1, K, kc);
+    permute(xp + (size_t)b * XS, x + k0, 1, K, kc);
   }
   for (int n = n0; n < n1; n += ROW_NR) {
     int nr = n1 - n < ROW_NR ? n1 - n : ROW_NR;
     for (int b = 0; b < blocks; b++) {
       int k0 = b * LH__BF16MM_KC, kc = K - k0 < LH__BF16MM_KC ? K - k0 : LH__BF16MM_KC;
-      row_tiles[nr - 1](out + n, xp + (size_t)b * LH__BF16MM_KC, K, W + (size_t)n * K + k0, kc,
+      row_tiles[nr - 1](out + n, xp + (size_t)b * XS, K, W + (size_t)n * K + k0, kc,
                         accumulate || b > 0);
     }
   }
@@ -169,7 +173,7 @@ void PANEL(float *out, const float *x, const uint16_t *W, int M, int K, int N, i
   /* weight rows per chunk: a chunk's K block (NC x KC bf16, 192 KiB) stays in L2 while every
    * row tile passes over it, and a row tile's permuted K block (MR x KC fp32) stays in L1 */
   enum { NC = NR * 32 };
-  _Alignas(64) float xp[XP_BLOCKS * LH__BF16MM_KC];
+  _Alignas(64) float xp[XP_BLOCKS * XS];
   if (M == 1 && K <= XP_BLOCKS * LH__BF16MM_KC) {
     panel_row(out, x, W, K, n0, n1, accumulate, xp);
     return;
