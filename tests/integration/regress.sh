@@ -5,7 +5,9 @@
 # with REGRESS_PRINT=1); they cover tensor data, not file bytes, so metadata may change but no
 # value may. First recorded before the trainer was reshaped into library pieces (e53a884, issue
 # 13); re-recorded when generation moved to the bf16-weight kernels (issue 18: the rollouts'
-# logits changed in their last bits, so the rl weights and metrics did; sft and eval did not).
+# logits changed in their last bits, so the rl weights and metrics did; sft and eval did not),
+# and again when those kernels took activations in permuted pairs (issue 18, batch-1 decode: each
+# lane now sums k = 2l, 2l + 1 of every 16 instead of k = l of every 8; the same parts changed).
 # The generation kernel path is pinned to avx2 (LH_KERNEL; the scalar path gives the same bits),
 # which every x86-64 machine CI runs on has, as OpenBLAS is pinned to Haswell: the avx512 path
 # sums in another order and gives other bits. Threads are fixed at 2.
@@ -23,12 +25,12 @@ export OMP_WAIT_POLICY=PASSIVE LH_KERNEL=avx2
 KIND=${LH_BUILD_KIND:-Release-none-omp}
 RELEASE=(
   d966a371e2674d9e9cc91041adc213ed680794f5da84a337ce412e34fbbeef4d
-  71e2628ce6242ad5a87fe3b57d465d41850ac4861a6a8af6c2344524c12729f0
-  ae1a165cdb2502112d88f0240fd8896b95103bca3eb479427b99f03c3ecd7650
-  784998b6ae0e702e0b339a90ef56d409fb931b2220897bc1ff84ed14f183682e
-  2091c239c1a82b0af22dba2778a280d23c79a65c48be5bb0e9011dd0c245cf9e
-  b8bcc8e8b56ae851bbef5e39743f5ffcd0f59cd72aabfe0659ef766d84554e35
-  cbfcdc6e470f6f68b9f655185f353802c1d69cd42d71b376629ebd73476060cf
+  5e8d847056dc73560afaf444e13fcb9becfe4efa2c3356ef49f0a1cde2b055cc
+  1e516746f697bb0f7e6ef59d152e676b9a74887d74ea6c8465fc05ba29f874a3
+  e356eb7d03ef699e05e818cb13053571aab012f2182ec3ed5a2c4bf4eb74b9d9
+  5b683811706799b12b836d39c8618a1f37423884937a7a809536cf6b88c37339
+  4fdf5ca7f11084d520344bc847b6b4d78c2d32da06d8fc2cdb4c7f44f65dae1c
+  304a29e97a4dbafbc806b892db26389ed5b6bf16b382eb4359f251eff98de796
   6d1545e8dd7a45b3b604f2ec010a07b34cf33fcfa690706cba80387e462c2390
 )
 NOOMP=("${RELEASE[@]}") # OpenMP off gives the same numbers
