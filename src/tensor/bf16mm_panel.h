@@ -76,13 +76,20 @@ static inline __attribute__((always_inline)) void tile(int mr, int nr, float *ou
       acc[i][j] = vzero();
   int k = 0;
   for (; k + GROUP <= kc; k += GROUP) {
-    /* one row streams from memory: ask for each weight row PF ahead (into the next tiles' rows
-     * when the rows are short), so that more lines are in flight than the hardware prefetcher
-     * keeps; many rows reuse the chunk from L2 and need none */
-    if (mr == 1)
+    /* Ask for weights ahead, so that more lines are in flight than the hardware prefetcher
+     * keeps. A lone row over whole rows (kc == K: the rows are contiguous) streams in address
+     * order: PF further on, in the next tiles' rows. Otherwise the next tile's rows at this k,
+     * which the next call reads (with many rows, from L2 after the first row tile: cheap). */
+    if (mr == 1) {
+      if (kc == K)
+#pragma GCC unroll 8
+        for (int j = 0; j < nr; j++)
+          __builtin_prefetch(w + (size_t)j * K + k + PF, 0, 3);
+    } else {
 #pragma GCC unroll 8
       for (int j = 0; j < nr; j++)
-        __builtin_prefetch(w + (size_t)j * K + k + PF, 0, 3);
+        __builtin_prefetch(w + (size_t)(NR + j) * K + k, 0, 3);
+    }
     half(mr, nr, acc, w + k, K, GROUP, 0, xp + k);
     half(mr, nr, acc, w + k, K, GROUP, 1, xp + k);
   }
