@@ -125,21 +125,21 @@ static void test_paths_against_reference(void **state) {
 static void test_rows_and_threads_independent(void **state) {
   (void)state;
   int saved = lh_threads();
-  static const int Ks[] = {1100, 9001};
+  static const int shapes[][2] = {{1100, 301}, {9001, 31}}; /* K, N */
   for (int k = 0; k < LH_KERNEL_COUNT; k++) {
     if (!lh_kernel_supported((lh_kernel)k)) continue;
     assert_int_equal(lh_kernel_set((lh_kernel)k), LH_ERR_OK);
-    for (size_t s = 0; s < sizeof Ks / sizeof Ks[0]; s++) {
-      int K = Ks[s];
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+      int K = shapes[s][0], N = shapes[s][1];
       problem p;
-      make_problem(&p, 45, K, 301);
+      make_problem(&p, 45, K, N);
       lh_set_threads(2);
-      lh_bf16mm(p.out, p.x, p.w, 45, K, 301, false);
-      float *one = malloc(301 * sizeof(float));
+      lh_bf16mm(p.out, p.x, p.w, 45, K, N, false);
+      float *one = malloc((size_t)N * sizeof(float));
       for (int m = 0; m < 45; m += 11) {
         lh_set_threads(1);
-        lh_bf16mm(one, p.x + (size_t)m * K, p.w, 1, K, 301, false);
-        if (memcmp(one, p.out + (size_t)m * 301, 301 * sizeof(float)))
+        lh_bf16mm(one, p.x + (size_t)m * K, p.w, 1, K, N, false);
+        if (memcmp(one, p.out + (size_t)m * N, (size_t)N * sizeof(float)))
           fail_msg("%s: K %d: row %d alone on 1 thread differs from the same row among 45 on 2",
                    lh_kernel_name((lh_kernel)k), K, m);
       }
