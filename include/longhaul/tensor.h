@@ -56,7 +56,8 @@ static inline float lh_bf16f(uint16_t b) {
  * (+ out when accumulate), W (N, K) bf16 in Hugging Face Linear layout. Weights are widened to
  * fp32 in registers (no fp32 copy anywhere) and every sum runs in fp32, in an order fixed by K
  * and the kernel path alone: a row's result does not depend on M, on the other rows, or on the
- * thread count (OpenMP over output columns, static chunks). Allocates nothing. */
+ * thread count (OpenMP over output columns, static chunks). Allocates nothing on the heap (each
+ * thread permutes activations into 34 KiB of its stack). */
 void lh_bf16mm(float *out, const float *x, const uint16_t *W, int M, int K, int N, bool accumulate);
 
 /* The kernel paths. Paths differ in the order of their fp32 sums (8 or 16 lanes), so their

@@ -82,22 +82,27 @@ lh_err lh_kernel_set(lh_kernel k) {
 /* ---------------------------------------------------------------- scalar path */
 
 #define SCALAR_LANES 8
+#define SCALAR_GROUP (2 * SCALAR_LANES)
 
-/* The AVX2 path's order exactly (8 lanes of fused multiply-adds over each K block, then halves,
+/* The AVX2 path's order exactly (8 lanes of fused multiply-adds over each K block, lane l taking
+ * k = 2l and 2l + 1 of every group of 16, the last group padded with zero products; then halves,
  * quarters, pairs), so the two give the same bits: a CPU without AVX2 computes what one with it
  * does. */
 static void panel_scalar(float *out, const float *x, const uint16_t *W, int M, int K, int N, int n0,
                          int n1, bool accumulate) {
   for (int k0 = 0; k0 < K; k0 += LH__BF16MM_KC) {
     int kc = K - k0 < LH__BF16MM_KC ? K - k0 : LH__BF16MM_KC;
+    int kp = (kc + SCALAR_GROUP - 1) / SCALAR_GROUP * SCALAR_GROUP;
     bool add = accumulate || k0 > 0;
     for (int n = n0; n < n1; n++) {
       const uint16_t *w = W + (size_t)n * K + k0;
       for (int m = 0; m < M; m++) {
         const float *xm = x + (size_t)m * K + k0;
         float lane[SCALAR_LANES] = {0};
-        for (int k = 0; k < kc; k++)
-          lane[k % SCALAR_LANES] = fmaf(xm[k], lh_bf16f(w[k]), lane[k % SCALAR_LANES]);
+        for (int k = 0; k < kp; k++) {
+          float *l = &lane[k % SCALAR_GROUP / 2];
+          *l = k < kc ? fmaf(xm[k], lh_bf16f(w[k]), *l) : fmaf(0.0f, 0.0f, *l);
+        }
         for (int h = SCALAR_LANES / 2; h > 0; h /= 2)
           for (int i = 0; i < h; i++)
             lane[i] += lane[i + h];

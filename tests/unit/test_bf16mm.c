@@ -88,8 +88,8 @@ static double check(problem *p, bool accumulate, const char *path) {
 
 static void test_paths_against_reference(void **state) {
   (void)state;
-  static const int shapes[][2] = {{1, 1},    {7, 5},     {16, 3},   {17, 4},   {37, 13},
-                                  {100, 67}, {1029, 11}, {2100, 7}, {4864, 5}, {896, 130}};
+  static const int shapes[][2] = {{1, 1},     {7, 5},    {16, 3},   {17, 4},    {37, 13}, {100, 67},
+                                  {1029, 11}, {2100, 7}, {4864, 5}, {896, 130}, {9001, 7}};
   int ran = 0;
   for (int k = 0; k < LH_KERNEL_COUNT; k++) {
     if (!lh_kernel_supported((lh_kernel)k)) {
@@ -119,27 +119,33 @@ static void test_paths_against_reference(void **state) {
   assert_true(ran >= 1);
 }
 
-/* A row's result does not depend on the rows around it, on M, or on the thread count. */
+/* A row's result does not depend on the rows around it, on M, or on the thread count: a lone
+ * row takes other tiles and another loop order (whole weight rows, K up to 8 blocks; past that
+ * the blocked order, K = 9001) than a batch, and must give the same bits. */
 static void test_rows_and_threads_independent(void **state) {
   (void)state;
   int saved = lh_threads();
+  static const int shapes[][2] = {{1100, 301}, {9001, 31}}; /* K, N */
   for (int k = 0; k < LH_KERNEL_COUNT; k++) {
     if (!lh_kernel_supported((lh_kernel)k)) continue;
     assert_int_equal(lh_kernel_set((lh_kernel)k), LH_ERR_OK);
-    problem p;
-    make_problem(&p, 45, 1100, 301);
-    lh_set_threads(2);
-    lh_bf16mm(p.out, p.x, p.w, 45, 1100, 301, false);
-    float *one = malloc(301 * sizeof(float));
-    for (int m = 0; m < 45; m += 11) {
-      lh_set_threads(1);
-      lh_bf16mm(one, p.x + (size_t)m * 1100, p.w, 1, 1100, 301, false);
-      if (memcmp(one, p.out + (size_t)m * 301, 301 * sizeof(float)))
-        fail_msg("%s: row %d alone on 1 thread differs from the same row among 45 on 2",
-                 lh_kernel_name((lh_kernel)k), m);
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+      int K = shapes[s][0], N = shapes[s][1];
+      problem p;
+      make_problem(&p, 45, K, N);
+      lh_set_threads(2);
+      lh_bf16mm(p.out, p.x, p.w, 45, K, N, false);
+      float *one = malloc((size_t)N * sizeof(float));
+      for (int m = 0; m < 45; m += 11) {
+        lh_set_threads(1);
+        lh_bf16mm(one, p.x + (size_t)m * K, p.w, 1, K, N, false);
+        if (memcmp(one, p.out + (size_t)m * N, (size_t)N * sizeof(float)))
+          fail_msg("%s: K %d: row %d alone on 1 thread differs from the same row among 45 on 2",
+                   lh_kernel_name((lh_kernel)k), K, m);
+      }
+      free(one);
+      free_problem(&p);
     }
-    free(one);
-    free_problem(&p);
   }
   lh_set_threads(saved);
 }
