@@ -71,7 +71,7 @@ probe() { # name
     fail "the probe $1 did not submit 8 groups: $(tail -2 "$1.log")"
   sed -n 's/.*round trip p50 \([0-9]*\) ms, p90 \([0-9]*\) ms.*/\1 \2/p' "$1.log"
 }
-q() { sqlite3 run/ledger.sqlite "$1"; }
+q() { sqlite3 -cmd ".timeout 10000" run/ledger.sqlite "$1"; } # the server writes meanwhile
 J="SELECT w.name AS name, g.state AS state, g.reason AS reason FROM groups g JOIN leases l ON l.id = g.lease JOIN workers w ON w.id = l.worker"
 count() { q "SELECT count(*) FROM ($J) WHERE $1"; }
 worker wa
