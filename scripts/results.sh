@@ -38,6 +38,9 @@ run() {
   local name=$1
   shift
   [ -f "$name.done" ] && return 0
+  # a run stopped part-way (a session's end) leaves its output directory behind, and rl refuses
+  # to write into one: start such a run over
+  [ -d "$name" ] && rm -rf -- "$name"
   echo "$*" >"$name.cmd"
   local t0
   t0=$(date +%s.%N)
@@ -50,7 +53,7 @@ run() {
   touch "$name.done"
 }
 export -f run
-export BIN
+export BIN OUT
 
 # evaluate NAME MODEL ENV [COMPARE]: greedy pass@1 (eval-NAME.json), and pass@1 of the policy
 # as RL samples it, temperature 1, from $EVAL_SAMPLES samples per task (eval-NAME-t1.json).
@@ -95,7 +98,7 @@ stale_run() { # stale_run LOSS K SEED; LOSS decoupled_mb4 is decoupled PPO over 
   [ "$loss" = decoupled_mb4 ] && loss=decoupled mb=4
   run "$name" "$BIN" rl --model sort-base --env $STALE_ENV --steps $STALE_STEPS \
     --lr $STALE_LR --max-new 16 --staleness "$k" --loss "$loss" --minibatches $mb \
-    --seed "$seed" --threads 1 --save-every 0 --log-every 100 --out "$name"
+    --seed "$seed" --threads 1 --save-every 0 --log-every 100 --out "$name" || return 1
   evaluate "$name" "$name/checkpoints/step-$(printf %06d $STALE_STEPS)" $STALE_ENV
 }
 export -f stale_run
@@ -106,7 +109,7 @@ export STALE_STEPS STALE_LR STALE_ENV
 net_run() {
   local seed=$1 name="net-s$1"
   run "$name" bash "$HERE/net_run.sh" "$BIN" sort-base $STALE_ENV $STALE_STEPS $STALE_LR "$seed" \
-    "$name"
+    "$name" || return 1
   evaluate "$name" "$name/checkpoints/step-$(printf %06d $STALE_STEPS)" $STALE_ENV sort-base
 }
 export -f net_run
@@ -168,7 +171,7 @@ lag_run() { # lag_run ENV LOSS MODE K SEED
   # shellcheck disable=SC2086 # flags are words
   run "$name" "$BIN" rl --model "$env-base" --env "$spec" --steps $LAG_STEPS --lr $LAG_LR \
     --max-new 16 "$flag" "$k" $flags --seed "$seed" --threads 1 --save-every 0 \
-    --log-every 100 --out "$name"
+    --log-every 100 --out "$name" || return 1
   evaluate "$name" "$name/checkpoints/step-$(printf %06d $LAG_STEPS)" "$spec" "$env-base"
 }
 export -f lag_flags lag_spec lag_run
