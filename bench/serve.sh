@@ -15,7 +15,7 @@ set -euo pipefail
 BIN=$(realpath "${1:?usage: bench/serve.sh LONGHAUL_BIN OUT_DIR [SECONDS]}")
 OUT=${2:?usage: bench/serve.sh LONGHAUL_BIN OUT_DIR [SECONDS]}
 SECONDS_PER_RUN=${3:-60}
-K=${BENCH_K:-8} # the staleness bound (--max-staleness); BENCH_MODES, BENCH_RTTS choose the runs
+K=${BENCH_K:-16} # the staleness bound (--max-staleness, serve's default); BENCH_MODES, BENCH_RTTS choose the runs
 mkdir -p "$OUT"
 OUT=$(realpath "$OUT")
 cd "$OUT"
@@ -42,7 +42,7 @@ trap stop_all EXIT
 
 one_run() { # mode rtt_ms
   local mode=$1 rtt=$2 name="run-$1-$2"
-  [ "$K" = 8 ] || name="$name-k$K"
+  [ "$K" = 16 ] || name="$name-k$K"
   grep -q "\"name\": \"$name\"" serve-bench.jsonl && return 0
   rm -rf "$name" "$name".port "$name"-w*
   local flags=""
@@ -74,13 +74,29 @@ db = sqlite3.connect(f"file:{name}/ledger.sqlite?mode=ro", uri=True)
 dropped = db.execute("SELECT count(*) FROM groups WHERE state = 4").fetchone()[0]
 lines = [json.loads(l) for l in open(f"{name}/metrics.jsonl")]
 groups = sum(l["groups"] for l in lines)
-busy = sum(l["train_s"] for l in lines)
+# the training thread's time: verification (its forwards and the check) and the update
+busy = sum(l["train_s"] + (l.get("recompute_s") or 0) + (l.get("verify_s") or 0) for l in lines)
+window = [l["lease_window"] for l in lines if "lease_window" in l]
 stale = [l["staleness"] for l in lines if l.get("staleness") is not None]
+# where a trained group's time goes (ms, means over trained groups): from the publication of
+# the version it was generated with to its arrival (the worker's side: sync, generation,
+# submission), its lease's age at arrival, and from its arrival to the publication of the
+# version trained on it (the server's queue and the update)
+pipe = db.execute(
+    "SELECT avg(g.received_ms - vu.published_ms), avg(g.received_ms - l.leased_ms),"
+    " avg(vt.published_ms - g.received_ms), max(g.trained_at - 1 - g.version_used)"
+    " FROM groups g JOIN leases l ON l.id = g.lease"
+    " JOIN versions vu ON vu.version = g.version_used"
+    " JOIN versions vt ON vt.version = g.trained_at WHERE g.state = 3").fetchone()
 print(json.dumps({"name": name, "mode": mode, "rtt_ms": rtt, "k": k, "wall_s": wall,
                   "updates": len(lines), "groups": groups, "groups_per_s": groups / wall,
                   "busy": busy / wall,
                   "staleness_mean": sum(stale) / len(stale) if stale else None,
-                  "dropped": dropped}))
+                  "dropped": dropped,
+                  "version_to_arrival_ms": pipe[0], "lease_to_arrival_ms": pipe[1],
+                  "arrival_to_trained_ms": pipe[2], "staleness_max": pipe[3],
+                  "s_per_version": wall / max(len(lines), 1),
+                  "lease_window_mean": sum(window) / len(window) if window else None}))
 PY
 }
 
@@ -93,18 +109,23 @@ done
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 for r in rows:
-    r.setdefault("k", 8)
+    r.setdefault("k", 16)
 base = {(r["mode"], r["k"]): r["groups_per_s"] for r in rows if r["rtt_ms"] == 0}
 print(f"{'mode':<6} {'K':>3} {'rtt ms':>6} {'updates':>7} {'groups/s':>8} {'vs 0 ms':>7} {'busy':>5} "
-      f"{'stale':>5} {'dropped':>7}")
+      f"{'stale':>5} {'max':>3} {'dropped':>7} {'v->arr':>6} {'lease':>6} {'arr->tr':>7}")
+num = lambda x, f: format(x, f) if x is not None else "-"
 for r in sorted(rows, key=lambda r: (r["mode"], r["k"], r["rtt_ms"])):
     b = base.get((r["mode"], r["k"]))
     ratio = r["groups_per_s"] / b if b else float("nan")
-    st = r["staleness_mean"]
     print(f"{r['mode']:<6} {r['k']:>3} {r['rtt_ms']:>6} {r['updates']:>7} {r['groups_per_s']:>8.2f} "
-          f"{ratio:>7.2f} {r['busy']:>5.2f} {st if st is not None else float('nan'):>5.2f} "
-          f"{r['dropped']:>7}")
+          f"{ratio:>7.2f} {r['busy']:>5.2f} {num(r['staleness_mean'], '.2f'):>5} "
+          f"{num(r.get('staleness_max'), 'd'):>3} {r['dropped']:>7} "
+          f"{num(r.get('version_to_arrival_ms'), '.0f'):>6} {num(r.get('lease_to_arrival_ms'), '.0f'):>6} "
+          f"{num(r.get('arrival_to_trained_ms'), '.0f'):>7}")
 print("groups/s: groups trained per second of wall time; vs 0 ms: over the same mode at 0 ms; "
-      "busy: the training thread's time in updates over the wall time; stale: mean staleness of "
-      "the trained groups (versions)")
+      "busy: the training thread's time in updates over the wall time; stale, max: mean and "
+      "largest staleness of the trained groups (versions); dropped: groups the ledger recorded "
+      "as too stale; v->arr, lease, arr->tr: mean ms of a trained group from the publication of "
+      "the version it was generated with to its arrival, from its lease to its arrival, and from "
+      "its arrival to the publication of the version trained on it")
 PY

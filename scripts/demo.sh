@@ -44,7 +44,7 @@ stop_all() {
 }
 trap stop_all EXIT
 "$BIN" serve --run "$DIR/run" --model "$DIR/base" --env $ENV --key "$DIR/trainer.key" \
-  --port-file "$DIR/port" --steps 1000 --lr 2e-4 --max-new 16 --max-staleness 8 \
+  --port-file "$DIR/port" --steps 1000 --lr 2e-4 --max-new 16 \
   --max-wall "$SECONDS_MAX" --log-every 25 --eval-every 50 &
 SERVE=$!
 PIDS+=("$SERVE")

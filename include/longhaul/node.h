@@ -167,6 +167,9 @@ typedef struct lh_serve_config {
   double rate_limit;      /* signed requests per second per key (bursts of 4 s worth, at least 8);
                            * 0: off */
   const char *allow_keys; /* a file of public-key lines: only these keys are served; NULL: any */
+  double kept_max_mb;     /* the bf16 weights of past versions (kept for the staleness window)
+                           * take at most this many MB (1e6 bytes); the staleness bound is
+                           * lowered to fit (lh_serve_staleness_bound) */
   void (*progress)(const lh_serve_progress *p, void *ud);
   void *progress_ud;
 } lh_serve_config;
@@ -178,6 +181,23 @@ typedef struct lh_serve_config {
 #define LH_NODE_ALLOW_MAX 65536
 lh_err lh_node_allowlist_parse(const void *text, size_t len, const char *what,
                                lh_sync_public_key **keys, int *n);
+
+/* The staleness bound serve applies: the bound asked for (max_staleness, versions), lowered so
+ * that the bf16 weights of the max_staleness + 1 newest versions (n_params values of 2 bytes
+ * each), which the server keeps to recompute and verify every group under the version that
+ * generated it, fit in kept_max_mb MB. -1 when not even the newest version fits. */
+int lh_serve_staleness_bound(int max_staleness, size_t n_params, double kept_max_mb);
+
+/* The lease window: how many groups may be queued at the server or leased and unanswered at
+ * once (beyond it, a lease request is answered 503 queue_full). What keeps the trainer fed and
+ * no more: one update's worth queued, one of slack for bursts, and what the trainer consumes
+ * while a lease is out (lease_s: the mean time from a lease to its group's arrival; update_s:
+ * the training thread's mean time per update), so prompts x (2 + ceil(lease_s / update_s)),
+ * between 2 and LH_SERVE_WINDOW_UPDATES updates' worth; prompts x 4 until both are measured
+ * (either <= 0). It does not depend on the staleness bound: a larger bound accepts older groups
+ * but leases no more of them. */
+#define LH_SERVE_WINDOW_UPDATES 32
+int64_t lh_serve_lease_window(int prompts, double lease_s, double update_s);
 
 lh_serve_config lh_serve_defaults(void);
 /* Runs the server until rl.steps updates, max_wall_s, or *rl.stop; errors name the file or

@@ -24,7 +24,13 @@ static const lh__flag flags[] = {
     {"max-new", "N", false, "completion tokens at most (default 32)"},
     {"max-prompt", "N", false, "prompt tokens at most (default 256)"},
     {"max-staleness", "K", false,
-     "drop groups generated more than K versions before the update (default 4)"},
+     "drop groups generated more than K versions before the update (default 16; VESPO, the "
+     "default loss, holds up at 16: docs/RESULTS.md). It bounds what is accepted, not what is "
+     "leased (docs/PROTOCOL.md, \"Leases that expire\")"},
+    {"max-kept-mb", "M", false,
+     "the bf16 weights of the last K + 1 versions are kept (to recompute and verify each group "
+     "under its own version) in at most M MB; K is lowered to fit, with a warning (default "
+     "4096: K 16 up to 120M parameters)"},
     {"loss", "KIND", false,
      "ppo | tis | mis | decoupled | m2po | seqtis | vespo | dppo | oapl | snis (default "
      "vespo; docs/ALGORITHMS.md)"},
@@ -107,7 +113,7 @@ int lh__cmd_serve(int argc, char **argv) {
   lh_serve_config c = lh_serve_defaults();
   long steps, group, prompts, max_new, max_prompt, stale, kf, keep, log_every, threads, eval_every,
       eval_n;
-  double lr, lease_s, max_wall, linger, rate;
+  double lr, lease_s, max_wall, linger, rate, kept_mb;
   long ban_after, ban_window, abandon_after, abandon_window;
   int loss_i;
   char *model = NULL;
@@ -145,6 +151,8 @@ int lh__cmd_serve(int argc, char **argv) {
       (rc = lh__args_int(&a, "abandon-window", 1, 1 << 20, c.abandon_window, &abandon_window)) !=
           LH__ARGS_CONTINUE ||
       (rc = lh__args_double(&a, "rate-limit", 0, 1e6, 0, &rate)) != LH__ARGS_CONTINUE ||
+      (rc = lh__args_double(&a, "max-kept-mb", 1, 1e9, c.kept_max_mb, &kept_mb)) !=
+          LH__ARGS_CONTINUE ||
       (rc = lh__args_u64(&a, "seed", LH__SEED_MAX, c.rl.seed, &c.rl.seed)) != LH__ARGS_CONTINUE ||
       (rc = lh__args_choice(&a, "loss", lh_loss_kind_names, (int)c.rl.loss.kind, &loss_i)) !=
           LH__ARGS_CONTINUE)
@@ -165,6 +173,7 @@ int lh__cmd_serve(int argc, char **argv) {
   c.abandon_after = (int)abandon_after;
   c.abandon_window = (int)abandon_window;
   c.rate_limit = rate;
+  c.kept_max_mb = kept_mb;
   c.allow_keys = lh__args_str(&a, "allow-keys", NULL);
   c.no_verify = lh__args_has(&a, "no-verify");
   lh_set_threads((int)threads);

@@ -3,9 +3,11 @@
  * and put them in the ledger (durable before the 202) and in the queue; the calling thread is
  * the training thread: it takes the oldest groups within the staleness bound, recomputes their
  * behaviour log-probs under the version that generated each when the loss uses them (the bf16
- * weights of the last max_staleness versions are kept), trains, and publishes the new version
- * (patch, keyframe, signed manifest), checkpointed before any worker can see it. docs/PROTOCOL.md,
- * "The networked protocol", has the endpoints and what a restart guarantees. */
+ * weights of the last max_staleness versions are kept, within --max-kept-mb), trains, and
+ * publishes the new version (patch, keyframe, signed manifest), checkpointed before any worker
+ * can see it. Leases are bounded by the lease window (lh_serve_lease_window: what keeps the
+ * trainer fed, measured), not by the staleness bound. docs/PROTOCOL.md, "The networked
+ * protocol", has the endpoints and what a restart guarantees. */
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -79,6 +81,7 @@ typedef struct nonce_slot {
 typedef struct server {
   const lh_serve_config *c;
   lh_rl_run_config rl; /* the run's settings (from run.json on resume) */
+  int stale_k;         /* the staleness bound applied: rl.staleness within --max-kept-mb */
   lh_rundir *rd;
   lh_ledger *ledger;
   lh_trainer *tr;
@@ -140,12 +143,33 @@ typedef struct server {
   int step_border_member;                  /* the most BORDERLINE positions in one member */
   uint64_t bytes_shipped, bytes_snapshots; /* blob bytes served; of full snapshots that many */
   int64_t versions_published;
-  double busy_s;
+  double busy_s;   /* the training thread's time in updates: verification, update, publishing */
+  double lease_s;  /* mean time from a lease to its group's arrival (s; 0: none yet) */
+  double update_s; /* the training thread's mean time per update (s; 0: none yet) */
   double last_staleness;
   int64_t stale_hist[65]; /* staleness of trained groups, 64 = 64 or more */
 } server;
 
 /* ---------------------------------------------------------------- helpers */
+
+int lh_serve_staleness_bound(int max_staleness, size_t n_params, double kept_max_mb) {
+  double per = (double)n_params * sizeof(uint16_t) / 1e6; /* MB a version's weights take */
+  double fit = per > 0 ? floor(kept_max_mb / per) : (double)max_staleness + 1;
+  if (fit < 1) return -1;
+  return fit - 1 < max_staleness ? (int)fit - 1 : max_staleness;
+}
+
+int64_t lh_serve_lease_window(int prompts, double lease_s, double update_s) {
+  if (!(lease_s > 0) || !(update_s > 0)) return (int64_t)prompts * 4;
+  double u = ceil(lease_s / update_s);
+  if (u > LH_SERVE_WINDOW_UPDATES - 2) u = LH_SERVE_WINDOW_UPDATES - 2;
+  return (int64_t)prompts * (2 + (int64_t)u);
+}
+
+/* An exponentially weighted mean: x folded into *mean with weight w (the first x is taken). */
+static void ewma(double *mean, double x, double w) {
+  *mean = *mean > 0 ? (1 - w) * *mean + w * x : x;
+}
 
 /* The kept slab of a version, or NULL. Caller holds mu. */
 static const uint16_t *kept_slab(server *s, int64_t v) {
@@ -647,11 +671,11 @@ static void h_lease(server *s, const lh_http_request *req, lh_http_response *res
   pthread_mutex_lock(&s->mu);
   int64_t v = s->version;
   /* backpressure: one update's worth queued keeps the trainer busy (the next is ready when it
-   * finishes one; more would only wait and grow stale), and no more
-   * groups out and queued than it takes before they go stale */
+   * finishes one; more would only wait and grow stale), and no more groups out and queued than
+   * the lease window (what the trainer consumes while a lease is out, and a little slack) */
   int64_t out = s->outstanding > 0 ? s->outstanding : 0; /* (a race of expiry and accept) */
   bool full = s->q_len >= s->rl.prompts ||
-              s->q_len + out >= (int64_t)s->rl.prompts * (s->rl.staleness / 2 + 2);
+              s->q_len + out >= lh_serve_lease_window(s->rl.prompts, s->lease_s, s->update_s);
   if (s->c->sync_mode) { /* only the groups of the current version's update */
     if (s->sync_version != v) s->sync_version = v, s->sync_issued = 0;
     if (want > s->rl.prompts - s->sync_issued) want = s->rl.prompts - s->sync_issued;
@@ -664,7 +688,7 @@ static void h_lease(server *s, const lh_http_request *req, lh_http_response *res
   }
   lh_node_group *gs = lh_xcalloc((size_t)want, sizeof *gs);
   int n = 0;
-  int64_t min_version = v - s->rl.staleness > 0 ? v - s->rl.staleness : 0;
+  int64_t min_version = v - s->stale_k > 0 ? v - s->stale_k : 0;
   if (s->c->sync_mode) min_version = v;
   for (int tries = 0; !full && n < want && tries < 4 * want; tries++) {
     pthread_mutex_lock(&s->mu);
@@ -888,9 +912,13 @@ static void h_rollout(server *s, const lh_http_request *req, lh_http_response *r
     } else {
       queued q = {gid, b.version, now_ms(), b, false};
       memset(&b, 0, sizeof b);
+      double out_s = (double)(q.arrived - g.leased_ms) / 1000.0; /* its lease's time out */
+      if (out_s < 0) out_s = 0;
+      if (out_s > s->c->lease_ms / 1000.0) out_s = s->c->lease_ms / 1000.0;
       pthread_mutex_lock(&s->mu);
       queue_push(s, &q);
       s->accepted++;
+      ewma(&s->lease_s, out_s, 0.05);
       if (g.state == LH_GROUP_LEASED) s->outstanding--;
       pthread_cond_signal(&s->queue_cv);
       pthread_mutex_unlock(&s->mu);
@@ -1033,6 +1061,14 @@ static json_t *status_json(server *s) {
       (json_int_t)st.blob_bytes, "groups_per_s", el > 0 ? (double)s->trained / el : 0.0, "busy",
       el > 0 ? s->busy_s / el : 0.0, "staleness_histogram", hist, "staleness_last",
       s->last_staleness);
+  if (o) {
+    json_object_set_new(o, "max_staleness", json_integer(s->stale_k));
+    json_object_set_new(
+        o, "lease_window",
+        json_integer(lh_serve_lease_window(s->rl.prompts, s->lease_s, s->update_s)));
+    json_object_set_new(o, "lease_s", json_real(s->lease_s));
+    json_object_set_new(o, "update_s", json_real(s->update_s));
+  }
   pthread_mutex_unlock(&s->mu);
   return o;
 }
@@ -1337,7 +1373,7 @@ static lh_err heldout_at(server *s, int64_t v) {
 }
 
 static lh_err train_once(server *s) {
-  int P = s->rl.prompts, K = s->rl.staleness;
+  int P = s->rl.prompts, K = s->stale_k;
   queued *take = lh_xcalloc((size_t)P, sizeof *take);
   int64_t *dropped = NULL;
   int n_dropped = 0;
@@ -1374,6 +1410,7 @@ static lh_err train_once(server *s) {
   }
   pthread_mutex_unlock(&s->mu);
   lh_err e = LH_ERR_OK;
+  double t_take = lh_time_now();
   /* verification: groups not checked yet are checked now; refused ones leave, and when fewer
    * than P remain the rest go back to the queue (checked) to wait for more */
   if (n_take > 0 && !s->c->no_verify) {
@@ -1455,7 +1492,8 @@ static lh_err train_once(server *s) {
     pthread_mutex_lock(&s->mu);
     s->trained += n_take;
     s->dropped += n_dropped;
-    s->busy_s += dt;
+    s->busy_s += lh_time_now() - t_take; /* with the verification before t0 */
+    ewma(&s->update_s, lh_time_now() - t_take, 0.2);
     s->last_staleness = stale / n_take;
     for (int i = 0; i < n_take; i++) {
       int64_t k = v - take[i].version;
@@ -1474,6 +1512,9 @@ static lh_err train_once(server *s) {
     json_object_set_new(line, "dropped", json_integer(n_dropped));
     put_num(line, "train_s", dt);
     pthread_mutex_lock(&s->mu);
+    json_object_set_new(line, "lease_window",
+                        json_integer(lh_serve_lease_window(P, s->lease_s, s->update_s)));
+    put_num(line, "lease_s", s->lease_s);
     put_num(line, "recompute_s", s->step_forward_s);
     put_num(line, "verify_s", s->step_verify_s);
     json_object_set_new(line, "refuted", json_integer(s->refuted));
@@ -1527,8 +1568,9 @@ lh_serve_config lh_serve_defaults(void) {
   lh_serve_config c;
   memset(&c, 0, sizeof c);
   c.rl = lh_rl_run_defaults();
-  c.rl.staleness = 4;
+  c.rl.staleness = 16;
   c.rl.keep = 3;
+  c.kept_max_mb = 4096;
   c.listen = "127.0.0.1:0";
   c.keyframe_every = 20;
   c.lease_ms = 120000;
@@ -1586,11 +1628,11 @@ lh_err lh_serve_run(const lh_serve_config *c) {
   lh_err e;
   if (c->rl.group < 2 || c->rl.prompts < 1 || c->rl.max_new < 1 || c->rl.staleness < 0 ||
       c->rl.staleness > 64 || c->lease_ms < 1000 || c->keyframe_every < 0 || c->ban_after < 0 ||
-      c->ban_window < 1 || c->abandon_after < 0 || c->abandon_window < 1) {
+      c->ban_window < 1 || c->abandon_after < 0 || c->abandon_window < 1 || !(c->kept_max_mb > 0)) {
     e = lh_errorf(LH_ERR_USAGE, "group >= 2, prompts, max_new >= 1, staleness 0 .. 64, lease "
                                 "of at least 1000 ms, keyframe_every >= 0, ban_after and "
-                                "abandon_after >= 0, ban_window and abandon_window >= 1 "
-                                "required");
+                                "abandon_after >= 0, ban_window and abandon_window >= 1, "
+                                "kept_max_mb > 0 required");
     goto out;
   }
   if ((e = parse_listen(c->listen, host, sizeof host, &port))) goto out;
@@ -1643,6 +1685,24 @@ lh_err lh_serve_run(const lh_serve_config *c) {
   }
   s->vocab = m->cfg.vocab_size;
   s->n_params = m->n_params;
+  /* the staleness bound: as asked, or as many versions as --max-kept-mb holds */
+  s->stale_k = lh_serve_staleness_bound(s->rl.staleness, s->n_params, c->kept_max_mb);
+  {
+    double per = (double)s->n_params * sizeof(uint16_t) / 1e6;
+    if (s->stale_k < 0) {
+      e = lh_errorf(LH_ERR_LIMIT,
+                    "serve: --max-kept-mb %g holds not even the newest version's weights "
+                    "(%.1f MB in bf16); raise it to at least %.0f",
+                    c->kept_max_mb, per, ceil(per * (s->rl.staleness + 1)));
+      goto out;
+    }
+    if (s->stale_k < s->rl.staleness)
+      lh_log(LH_LOG_WARN,
+             "serve: the staleness bound is %d versions, not --max-staleness %d: the bf16 weights "
+             "of %d versions (%.1f MB each) fit in --max-kept-mb %g (%.0f would hold %d)",
+             s->stale_k, s->rl.staleness, s->stale_k + 1, per, c->kept_max_mb,
+             ceil(per * (s->rl.staleness + 1)), s->rl.staleness + 1);
+  }
   /* verification: the tolerances given, the model's stop ids (what a worker's generator uses) */
   s->trust = c->trust;
   s->trust.n_stop = 0;
@@ -1680,7 +1740,7 @@ lh_err lh_serve_run(const lh_serve_config *c) {
     tc.adv = s->rl.adv;
     tc.opt = s->rl.opt;
     tc.minibatches = s->rl.minibatches;
-    tc.max_staleness = s->rl.staleness;
+    tc.max_staleness = s->stale_k;
     tc.max_seq = s->rl.max_prompt + s->rl.max_new;
     tc.ref_dir = s->rl.loss.kl_beta > 0.0f ? s->rl.model_dir : NULL;
     e = lh_trainer_create(m, &tc, &s->tr);
@@ -1720,7 +1780,7 @@ lh_err lh_serve_run(const lh_serve_config *c) {
            "serve: %lld groups trained after the checkpoint of step %lld go back "
            "to the queue",
            (long long)back, (long long)step0);
-  s->n_kept = s->rl.staleness + 1;
+  s->n_kept = s->stale_k + 1;
   s->kept = lh_xcalloc((size_t)s->n_kept, sizeof *s->kept);
   for (int i = 0; i < s->n_kept; i++)
     s->kept[i].version = -1;
@@ -1739,8 +1799,7 @@ lh_err lh_serve_run(const lh_serve_config *c) {
       goto out;
     } else {
       /* the versions of the staleness window, and the newest's manifest */
-      for (int64_t v = latest - s->rl.staleness > 0 ? latest - s->rl.staleness : 0; v <= latest;
-           v++) {
+      for (int64_t v = latest - s->stale_k > 0 ? latest - s->stale_k : 0; v <= latest; v++) {
         uint16_t *slab = NULL;
         if ((e = rebuild_slab(s, v, &slab))) goto out;
         keep_slab(s, v, slab);

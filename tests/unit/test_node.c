@@ -185,11 +185,38 @@ static void test_rtt_quantiles(void **state) {
   assert_true(fabs(lh_worker_rtt_quantile(&r, 1.0) - 1023) < 1e-9);
 }
 
+/* serve's lease window follows what keeps the trainer fed, not the staleness bound: one
+ * update's worth queued, one of slack, and the updates a lease's time out covers. */
+static void test_lease_window(void **state) {
+  (void)state;
+  assert_int_equal(lh_serve_lease_window(16, 0, 0.25), 64);    /* not measured yet: 4 updates */
+  assert_int_equal(lh_serve_lease_window(16, 0.8, 0), 64);     /* nor here */
+  assert_int_equal(lh_serve_lease_window(16, 0.05, 0.25), 48); /* a near worker: 2 + 1 */
+  assert_int_equal(lh_serve_lease_window(16, 0.75, 0.25), 80); /* 3 updates while out: 2 + 3 */
+  assert_int_equal(lh_serve_lease_window(16, 0.76, 0.25), 96); /* rounded up: 2 + 4 */
+  assert_int_equal(lh_serve_lease_window(16, 2.0, 30.0), 48);  /* a slow trainer: 2 + 1 */
+  /* a lease out for minutes against a fast trainer: at most LH_SERVE_WINDOW_UPDATES' worth */
+  assert_int_equal(lh_serve_lease_window(4, 600, 0.1), 4 * LH_SERVE_WINDOW_UPDATES);
+}
+
+/* The staleness bound is what --max-kept-mb holds: K + 1 versions of 2-byte weights. */
+static void test_staleness_bound(void **state) {
+  (void)state;
+  assert_int_equal(lh_serve_staleness_bound(16, 800000, 4096), 16); /* the tiny model: 1.6 MB */
+  /* Qwen2.5-0.5B (494M parameters, 988 MB a version): 4 versions fit in 4096 MB */
+  assert_int_equal(lh_serve_staleness_bound(16, 494032768, 4096), 3);
+  assert_int_equal(lh_serve_staleness_bound(16, 494032768, 17 * 988.1), 16);
+  assert_int_equal(lh_serve_staleness_bound(16, 494032768, 989), 0);  /* the newest only */
+  assert_int_equal(lh_serve_staleness_bound(16, 494032768, 900), -1); /* not even that */
+  assert_int_equal(lh_serve_staleness_bound(2, 1000000, 1000), 2); /* never above the bound asked */
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_sign_verify),   cmocka_unit_test(test_documented_bytes),
-      cmocka_unit_test(test_auth_refusals), cmocka_unit_test(test_lease_codecs),
-      cmocka_unit_test(test_rtt_quantiles),
+      cmocka_unit_test(test_sign_verify),     cmocka_unit_test(test_documented_bytes),
+      cmocka_unit_test(test_auth_refusals),   cmocka_unit_test(test_lease_codecs),
+      cmocka_unit_test(test_rtt_quantiles),   cmocka_unit_test(test_lease_window),
+      cmocka_unit_test(test_staleness_bound),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
