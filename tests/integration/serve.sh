@@ -80,11 +80,42 @@ code=$(curl -s -o bad.json -w '%{http_code}' -X DELETE "http://127.0.0.1:$PORT/v
 curl -sf "http://127.0.0.1:$PORT/metrics" >metrics.txt || fail "/metrics did not answer"
 grep -q '^longhaul_policy_version ' metrics.txt || fail "/metrics has no longhaul_policy_version"
 promtool check metrics <metrics.txt >promtool.log 2>&1 || fail "promtool: $(cat promtool.log)"
-curl -sf "http://127.0.0.1:$PORT/v1/status" | grep -q '"workers":' || fail "/v1/status"
+curl -sf "http://127.0.0.1:$PORT/v1/status" >status.json || fail "/v1/status did not answer"
+# the staleness bound asked for, and a lease window of 2 to 32 updates' worth (3 groups each)
+python3 - status.json <<'PY' || fail "/v1/status: $(cat status.json)"
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert "workers" in s and s["max_staleness"] == 4, s
+assert 6 <= s["lease_window"] <= 96 and s["lease_window"] % 3 == 0, s
+PY
 
 wait "$SERVE" || fail "serve exited with $?"
 [ "$(wc -l <run/metrics.jsonl)" -eq 40 ] ||
   fail "metrics.jsonl has $(wc -l <run/metrics.jsonl) lines, not 40"
+# the lease window follows the measured times, within its bounds, whatever the staleness bound
+python3 - run/metrics.jsonl <<'PY' || fail "lease_window in metrics.jsonl"
+import json, sys
+w = [json.loads(l)["lease_window"] for l in open(sys.argv[1])]
+assert all(6 <= x <= 96 and x % 3 == 0 for x in w), w
+PY
+
+# the kept weights are bounded in bytes too: the tiny model's 1.6 MB a version, 5 MB hold 3
+# versions, so --max-staleness 16 becomes 2, said at the start; 1 MB holds none and is refused
+"$BIN" serve --run kept --model base --env $ENV --key trainer.key --port-file kept.port \
+  --max-staleness 16 --max-kept-mb 5 --steps 1 >kept.log 2>&1 &
+KEPT=$!
+PIDS+=("$KEPT")
+for _ in $(seq 1 200); do [ -s kept.port ] && break; sleep 0.05; done
+[ -s kept.port ] || fail "serve --max-kept-mb 5 did not start: $(cat kept.log)"
+grep -q "staleness bound is 2 versions, not --max-staleness 16" kept.log ||
+  fail "no warning of the lowered bound: $(cat kept.log)"
+curl -sf "http://127.0.0.1:$(cat kept.port)/v1/status" | grep -q '"max_staleness": *2[,}]' ||
+  fail "/v1/status of --max-kept-mb 5 does not say max_staleness 2"
+kill -TERM "$KEPT"
+wait "$KEPT" 2>/dev/null || true
+if "$BIN" serve --run kept1 --model base --env $ENV --key trainer.key --max-kept-mb 1 \
+  --steps 1 >kept1.log 2>&1; then fail "serve --max-kept-mb 1 started"; fi
+grep -q "holds not even the newest version's weights" kept1.log || fail "$(cat kept1.log)"
 
 # each worker holds a version the ledger published, bit for bit (its slab hash)
 holds() { # worker: ok when DIR/version's hash is the ledger's for that version
