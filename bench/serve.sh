@@ -4,8 +4,12 @@
 # ahead and generate with the newest version they hold, groups up to --max-staleness versions
 # old are trained) against `serve --sync` (workers wait for every new version before
 # generating), all in one run of this script on one machine. For each run: updates, groups
-# trained per second, and the training thread's busy fraction (its time in updates over the
-# wall time), and per mode the throughput at each round trip over its own 0 ms throughput.
+# trained per second, and the training thread's busy fraction (its time in verification and
+# updates over the wall time), per mode the throughput at each round trip over its own 0 ms
+# throughput, the staleness of the trained groups, the groups dropped as too stale, the lease
+# window, and from the ledger where a trained group's time went (publication of its version
+# to arrival, lease to arrival, arrival to training). BENCH_K sets --max-staleness (default
+# 16, serve's), BENCH_MODES (async sync) and BENCH_RTTS (0 150 300) choose the runs.
 # The trainer runs on CPU 0 and the workers and links on the others (taskset), as if they were
 # other machines: on a shared 2-core machine, workers generating ahead would otherwise take
 # the trainer's core and the comparison would measure contention, not latency.
