@@ -14,6 +14,7 @@
  *   verify_noise check MODEL_DIR BATCH [PATHS]
  * PATHS: comma-separated kernel paths (default: all this CPU runs; "none": none). */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -233,9 +234,9 @@ static void decode_path(const lh_infer *m, const lh_rollout_batch *b, const posi
 
 /* The verdicts of serve's check on every group of a batch at one set of tolerances. */
 typedef struct {
-  int rejected, border_member;
+  int rejected, border_member, headroom; /* headroom: the least bound - count of a member */
   int64_t border, tokens;
-  double lp_err, secs;
+  double expected, lp_err, secs; /* expected: the sum of the honest BORDERLINE chances */
 } verdicts;
 
 /* the defaults first, then other logit tolerances: how BORDERLINE grows with it */
@@ -245,6 +246,7 @@ static const double sweep_tol[SWEEP] = {0, 1e-3, 3e-4, 1e-4, 3e-5, 1e-5};
 static verdicts verify_all(const lh_rollout_batch *b, const float *logits, int V,
                            const lh_trust_config *tc, lh_sample_scratch *sc, bool say) {
   verdicts r = {0};
+  r.headroom = INT32_MAX;
   double t0 = lh_time_now();
   for (int g = 0; g < b->n_groups; g++) {
     lh_trust_verdict v;
@@ -254,6 +256,8 @@ static verdicts verify_all(const lh_rollout_batch *b, const float *logits, int V
       if (say) fprintf(stderr, "verify_noise: group %d rejected: %s\n", g, v.reason);
     }
     r.border += v.borderline;
+    r.expected += v.borderline_expected;
+    if (v.borderline_headroom < r.headroom) r.headroom = v.borderline_headroom;
     r.tokens += v.tokens_checked;
     if (v.borderline_member_max > r.border_member) r.border_member = v.borderline_member_max;
     if (v.max_logprob_err > r.lp_err) r.lp_err = v.max_logprob_err;
@@ -306,7 +310,7 @@ static int check_main(int argc, char **argv) {
   }
   /* the cost of checking every token: the defaults with no BORDERLINE bound */
   lh_trust_config all = tc;
-  all.borderline_frac = 1.0;
+  all.borderline_min = 1 << 30;
   verdicts every = verify_all(&b, logits, V, &all, sc, false);
   double absmax = 0.0;
   /* the reported log-probs against the recomputed ones, every completion token */
@@ -344,9 +348,11 @@ static int check_main(int argc, char **argv) {
          argv[3], lh_threads(), b.n_groups, p.n, absmax, mw, m9, recompute_s, step_s);
   for (int k = 0; k < SWEEP; k++)
     printf("%s{\"logit_tol\": %g, \"rejected\": %d, \"tokens_checked\": %lld, \"borderline\": "
-           "%lld, \"borderline_member_max\": %d, \"logprob_err_max\": %.3e, \"verify_s\": %.4f}",
+           "%lld, \"borderline_expected\": %.2f, \"borderline_member_max\": %d, "
+           "\"borderline_headroom\": %d, \"logprob_err_max\": %.3e, \"verify_s\": %.4f}",
            k ? ", " : "", k ? sweep_tol[k] : tc.logit_tol, vd[k].rejected, (long long)vd[k].tokens,
-           (long long)vd[k].border, vd[k].border_member, vd[k].lp_err, vd[k].secs);
+           (long long)vd[k].border, vd[k].expected, vd[k].border_member,
+           vd[k].headroom == INT32_MAX ? -1 : vd[k].headroom, vd[k].lp_err, vd[k].secs);
   printf("], \"no_borderline_bound\": {\"rejected\": %d, \"tokens_checked\": %lld, \"verify_s\": "
          "%.4f}, \"paths\": [",
          every.rejected, (long long)every.tokens, every.secs);
