@@ -22,8 +22,8 @@
 /* The tolerances of the check, set from the honest noise measured between the workers' engine
  * and the verifier's (docs/SECURITY.md, "Calibration"). */
 typedef struct lh_trust_config {
-  double logit_tol;       /* lh_sample_check's: the most one logit may differ, in logit units */
-  double logprob_tol;     /* |reported - recomputed| behaviour log-prob of a token at most this */
+  double logit_tol;        /* lh_sample_check's: the most one logit may differ, in logit units */
+  double logprob_tol;      /* |reported - recomputed| behaviour log-prob of a token at most this */
   int borderline_min;      /* a member may always hold this many BORDERLINE positions; */
   double borderline_alpha; /* more reject it once their count is implausible under honest
                             * sampling at its positions: the count an honest member would show
@@ -31,10 +31,10 @@ typedef struct lh_trust_config {
                             * gives, and the test (a Chernoff bound, time-uniform) rejects an
                             * honest member with probability at most borderline_alpha
                             * (docs/SECURITY.md, "The BORDERLINE bound") */
-  int32_t stop_ids[8];    /* the tokens that end a completion (the model's eos ids): a completion
-                           * holds one only as its last token, and one shorter than max_new ends
-                           * with one; with n_stop 0 (a model without eos) every completion
-                           * must run to max_new */
+  int32_t stop_ids[8];     /* the tokens that end a completion (the model's eos ids): a completion
+                            * holds one only as its last token, and one shorter than max_new ends
+                            * with one; with n_stop 0 (a model without eos) every completion
+                            * must run to max_new */
   int n_stop;
 } lh_trust_config;
 

@@ -406,8 +406,8 @@ typedef struct {
 
 /* consistent_share of the ids [i0, i1), advancing the prefix over them. Ts, Tu: the totals of
  * the surely and of the other possibly kept weight. */
-static double shares(const double *w, const uint8_t *flags, int i0, int i1, double minp,
-                     double Ts, double Tu, double total, const noise *nz, prefix *pf) {
+static double shares(const double *w, const uint8_t *flags, int i0, int i1, double minp, double Ts,
+                     double Tu, double total, const noise *nz, prefix *pf) {
   double r = nz->r, e = nz->eps, keep = minp * r, mass = 0.0;
   double Bs = pf->Bs, Bu = pf->Bu, cb = pf->cb;
   if (!flags && !(minp > 0.0)) { /* every token surely kept */
@@ -425,7 +425,8 @@ static double shares(const double *w, const uint8_t *flags, int i0, int i1, doub
     classify(flags, i, v, minp, keep, r, &in, &sure, &unc);
     if (in && sure && v > 0.0) {
       double As = Ts - Bs - v, Au = Tu - Bu;
-      mass += consistent_share(Bs, Bu, v, As > 0.0 ? As : 0.0, Au > 0.0 ? Au : 0.0, cb, total, r, e);
+      mass +=
+          consistent_share(Bs, Bu, v, As > 0.0 ? As : 0.0, Au > 0.0 ? Au : 0.0, cb, total, r, e);
     }
     cb += in ? v : 0.0;
     Bs += sure ? v : 0.0;
@@ -549,8 +550,8 @@ lh_sample_verdict lh_sample_check_chance(const float *logits, int V, const lh_sa
     place_flags(&g, V, p, &nz, token, s, &pl);
   if (!pl.poss) return LH_SAMPLE_INCONSISTENT;
   if (chance != &unused)
-    *chance = chance_of(consistent_mass(s->w, plain ? NULL : s->flags, V, p->min_p, pl.total, &nz, s),
-                        &nz);
+    *chance = chance_of(
+        consistent_mass(s->w, plain ? NULL : s->flags, V, p->min_p, pl.total, &nz, s), &nz);
 
   /* u near 0 picks the first token of any weight, which a faint one may be on another machine */
   if (u < nz.u_faint && faint_weights(&g, s->w, V, T, nz.tol2)) return LH_SAMPLE_BORDERLINE;

@@ -5,8 +5,8 @@
  * probability is at most borderline_alpha per member, docs/SECURITY.md), and the stop tokens.
  * Pure: no state, no allocation. */
 #include <math.h>
-#include <stdint.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 

@@ -1175,8 +1175,8 @@ static void test_chance_uniform(void **state) {
   double c = chance(l, 64, p, 1e-3), sum = 0.0, r = exp(2e-3);
   for (int k = 1; k < 64; k++)
     sum += k * r / (k * r + 64 - k) - k / (k + (64 - k) * r);
-  printf("test_chance_uniform: V 64: chance %.9f, sum over boundaries %.9f, first order %.9f\n",
-         c, sum, 4e-3 * (64.0 * 64 - 1) / (6 * 64));
+  printf("test_chance_uniform: V 64: chance %.9f, sum over boundaries %.9f, first order %.9f\n", c,
+         sum, 4e-3 * (64.0 * 64 - 1) / (6 * 64));
   assert_true(fabs(c - sum) < 1e-9);
   assert_true(fabs(sum - uniform_chance(64, 1e-3)) < 1e-12);
   assert_true(fabs(c - 4e-3 * (64.0 * 64 - 1) / (6 * 64)) < 1e-4); /* 0.0427 */
@@ -1205,7 +1205,7 @@ static void test_chance_greedy_cold(void **state) {
   assert_true(chance(l, 4, params(0, 0, 1, 0), 1e-3) == 0.0); /* gap 3e-3 > 2 tol */
   l[2] = 0.5f - 1.5e-3f;
   assert_true(chance(l, 4, params(0, 0, 1, 0), 1e-3) == 1.0); /* gap 1.5e-3 < 2 tol */
-  float c2[2] = {0.0f, -1.0f};                                 /* T 1e-6: 2 tol / T = 2000 */
+  float c2[2] = {0.0f, -1.0f};                                /* T 1e-6: 2 tol / T = 2000 */
   assert_true(chance(c2, 2, params(1e-6f, 0, 1, 0), 1e-3) == 0.0);
   c2[1] = -1e-3f;
   assert_true(chance(c2, 2, params(1e-6f, 0, 1, 0), 1e-3) == 1.0);
@@ -1221,9 +1221,8 @@ static void test_chance_frequency(void **state) {
   enum { V = 2048, N = 3000 };
   static float l[V], w[V];
   double tol = 1e-3;
-  const lh_sample_params ps[] = {params(1, 0, 1, 0),   params(0.5f, 0, 1, 0),
-                                 params(1, 0, 1, 0.01f), params(1, 0, 0.9f, 0),
-                                 params(1, 50, 0.95f, 0)};
+  const lh_sample_params ps[] = {params(1, 0, 1, 0), params(0.5f, 0, 1, 0), params(1, 0, 1, 0.01f),
+                                 params(1, 0, 0.9f, 0), params(1, 50, 0.95f, 0)};
   for (size_t k = 0; k < sizeof ps / sizeof ps[0]; k++) {
     lh_sample_params p = ps[k];
     for (int i = 0; i < V; i++)
