@@ -9,7 +9,8 @@
  * between the worker's and the verifier's log-probs and logits (worst, and 99.9th percentile:
  * of the token log-probs over completion positions, of the logits over every vocabulary entry
  * of those positions), and the seconds of the recompute forward, of the check of every token
- * and, for scale, of one training step (forward and backward). Usage:
+ * (and of lh_sample_check alone against lh_sample_check_chance, which adds the honest BORDERLINE
+ * chance) and, for scale, of one training step (forward and backward). Usage:
  *   verify_noise gen MODEL_DIR OUT [GROUPS GROUP_SIZE MAX_NEW PROMPT_LEN SEED SLOTS]
  *   verify_noise check MODEL_DIR BATCH [PATHS]
  * PATHS: comma-separated kernel paths (default: all this CPU runs; "none": none). */
@@ -315,6 +316,22 @@ static int check_main(int argc, char **argv) {
   double absmax = 0.0;
   /* the reported log-probs against the recomputed ones, every completion token */
   positions p = completion_positions(&b);
+  /* what the honest BORDERLINE chance adds to the check: lh_sample_check against
+   * lh_sample_check_chance on every completion position, taken in turn */
+  double check_s = 0.0, chance_s = 0.0;
+  for (int i = 0; i < p.n; i++) {
+    int s = p.seq[i], at = p.row[i] + 1;
+    double u = lh_sample_uniform(b.seed, b.stream_base + (uint64_t)s,
+                                 (uint64_t)(at - b.seq_start[s])),
+           ch;
+    const float *row = logits + (size_t)p.row[i] * V;
+    double t1 = lh_time_now();
+    lh_sample_check(row, V, &b.sample, u, p.tok[i], tc.logit_tol, sc);
+    double t2 = lh_time_now();
+    lh_sample_check_chance(row, V, &b.sample, u, p.tok[i], tc.logit_tol, sc, &ch);
+    check_s += t2 - t1;
+    chance_s += lh_time_now() - t2;
+  }
   double *d = lh_xmalloc((size_t)p.n * sizeof *d), mw, m9;
   for (int i = 0; i < p.n; i++) {
     int at = p.row[i] + 1;
@@ -354,8 +371,8 @@ static int check_main(int argc, char **argv) {
            (long long)vd[k].border, vd[k].expected, vd[k].border_member,
            vd[k].headroom == INT32_MAX ? -1 : vd[k].headroom, vd[k].lp_err, vd[k].secs);
   printf("], \"no_borderline_bound\": {\"rejected\": %d, \"tokens_checked\": %lld, \"verify_s\": "
-         "%.4f}, \"paths\": [",
-         every.rejected, (long long)every.tokens, every.secs);
+         "%.4f}, \"sample_check_s\": %.4f, \"sample_check_chance_s\": %.4f, \"paths\": [",
+         every.rejected, (long long)every.tokens, every.secs, check_s, chance_s);
   if (!paths || strcmp(paths, "none")) {
     lh_infer *inf;
     if (lh_infer_load(dir, &inf)) die(dir);
