@@ -464,31 +464,35 @@ static double consistent_mass(const double *w, const uint8_t *flags, int V, doub
   /* per block: surely kept, other possibly kept, canonically kept weight, the largest surely kept
    * weight (4 nb doubles in 2 V: nb >= 4 means V > 192) */
   double *bs = (double *)s->keys, *bu = bs + nb, *bi = (double *)s->tmp, *bm = bi + nb;
-  for (int b = 0; b < nb && !flags && !(minp > 0.0); b++) { /* every token surely kept */
-    double xs = 0.0, xm = 0.0;
-    int i1 = (b + 1) * BL < V ? (b + 1) * BL : V;
-    for (int i = b * BL; i < i1; i++) {
-      xs += w[i];
-      xm = w[i] > xm ? w[i] : xm;
+  bool all_sure = !flags && !(minp > 0.0);
+  for (int b = 0; b < nb; b++) {
+    /* eight lanes, so that neither the sums nor the maximum wait on one another */
+    double xs[8] = {0}, xu[8] = {0}, xi[8] = {0}, xm[8] = {0};
+    int i0 = b * BL, i1 = i0 + BL < V ? i0 + BL : V;
+    if (all_sure && i1 - i0 == BL) { /* the sampler's block sum, and the largest weight */
+      for (int o = 0; o < BL; o += 8)
+        for (int j = 0; j < 8; j++)
+          xm[j] = w[i0 + o + j] > xm[j] ? w[i0 + o + j] : xm[j];
+      xs[0] = xi[0] = s->blocks[b];
+    } else {
+      for (int i = i0; i < i1; i++) {
+        double v = w[i];
+        bool in, sure, unc;
+        classify(flags, i, v, minp, keep, r, &in, &sure, &unc);
+        int j = i % 8;
+        xs[j] += sure ? v : 0.0;
+        xu[j] += unc ? v : 0.0;
+        xi[j] += in ? v : 0.0;
+        xm[j] = sure && v > xm[j] ? v : xm[j];
+      }
     }
-    bs[b] = bi[b] = xs, bu[b] = 0.0, bm[b] = xm;
-    Ts += xs;
-  }
-  for (int b = 0; b < nb && (flags || minp > 0.0); b++) {
-    double xs = 0.0, xu = 0.0, xi = 0.0, xm = 0.0;
-    int i1 = (b + 1) * BL < V ? (b + 1) * BL : V;
-    for (int i = b * BL; i < i1; i++) {
-      double v = w[i];
-      bool in, sure, unc;
-      classify(flags, i, v, minp, keep, r, &in, &sure, &unc);
-      xs += sure ? v : 0.0;
-      xu += unc ? v : 0.0;
-      xi += in ? v : 0.0;
-      xm = sure && v > xm ? v : xm;
+    for (int j = 1; j < 8; j++) {
+      xs[0] += xs[j], xu[0] += xu[j], xi[0] += xi[j];
+      xm[0] = xm[j] > xm[0] ? xm[j] : xm[0];
     }
-    bs[b] = xs, bu[b] = xu, bi[b] = xi, bm[b] = xm;
-    Ts += xs;
-    Tu += xu;
+    bs[b] = xs[0], bu[b] = xu[0], bi[b] = xi[0], bm[b] = xm[0];
+    Ts += xs[0];
+    Tu += xu[0];
   }
   double mass = 0.0, r21 = r * r - 1.0, T = Ts + Tu;
   for (int b = 0; b < nb; b++) {
