@@ -146,6 +146,7 @@ run() {
       sed -n 's/.*(after \([0-9]*\) of [0-9]* tokens)$/\1/p;t;s/.*/0/p' | sort -n | tr '\n' ' ')
     local stats
     stats=$(jq -s '{tokens: (map(.verified_tokens // 0) | add), borderline: (map(.borderline // 0) | add),
+      borderline_expected: (map(.borderline_expected // 0) | add),
       borderline_member_max: (map(.borderline_member_max // 0) | max),
       logprob_err_max: (map(.logprob_err_max // 0) | max), recompute_s: (map(.recompute_s // 0) | add),
       verify_s: (map(.verify_s // 0) | add), train_s: (map(.train_s // 0) | add), steps: length}' run/metrics.jsonl)

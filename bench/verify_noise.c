@@ -9,11 +9,13 @@
  * between the worker's and the verifier's log-probs and logits (worst, and 99.9th percentile:
  * of the token log-probs over completion positions, of the logits over every vocabulary entry
  * of those positions), and the seconds of the recompute forward, of the check of every token
- * and, for scale, of one training step (forward and backward). Usage:
+ * (and of lh_sample_check alone against lh_sample_check_chance, which adds the honest BORDERLINE
+ * chance) and, for scale, of one training step (forward and backward). Usage:
  *   verify_noise gen MODEL_DIR OUT [GROUPS GROUP_SIZE MAX_NEW PROMPT_LEN SEED SLOTS]
  *   verify_noise check MODEL_DIR BATCH [PATHS]
  * PATHS: comma-separated kernel paths (default: all this CPU runs; "none": none). */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -233,9 +235,9 @@ static void decode_path(const lh_infer *m, const lh_rollout_batch *b, const posi
 
 /* The verdicts of serve's check on every group of a batch at one set of tolerances. */
 typedef struct {
-  int rejected, border_member;
+  int rejected, border_member, headroom; /* headroom: the least bound - count of a member */
   int64_t border, tokens;
-  double lp_err, secs;
+  double expected, lp_err, secs; /* expected: the sum of the honest BORDERLINE chances */
 } verdicts;
 
 /* the defaults first, then other logit tolerances: how BORDERLINE grows with it */
@@ -245,6 +247,7 @@ static const double sweep_tol[SWEEP] = {0, 1e-3, 3e-4, 1e-4, 3e-5, 1e-5};
 static verdicts verify_all(const lh_rollout_batch *b, const float *logits, int V,
                            const lh_trust_config *tc, lh_sample_scratch *sc, bool say) {
   verdicts r = {0};
+  r.headroom = INT32_MAX;
   double t0 = lh_time_now();
   for (int g = 0; g < b->n_groups; g++) {
     lh_trust_verdict v;
@@ -254,6 +257,8 @@ static verdicts verify_all(const lh_rollout_batch *b, const float *logits, int V
       if (say) fprintf(stderr, "verify_noise: group %d rejected: %s\n", g, v.reason);
     }
     r.border += v.borderline;
+    r.expected += v.borderline_expected;
+    if (v.borderline_headroom < r.headroom) r.headroom = v.borderline_headroom;
     r.tokens += v.tokens_checked;
     if (v.borderline_member_max > r.border_member) r.border_member = v.borderline_member_max;
     if (v.max_logprob_err > r.lp_err) r.lp_err = v.max_logprob_err;
@@ -306,11 +311,27 @@ static int check_main(int argc, char **argv) {
   }
   /* the cost of checking every token: the defaults with no BORDERLINE bound */
   lh_trust_config all = tc;
-  all.borderline_frac = 1.0;
+  all.borderline_min = 1 << 30;
   verdicts every = verify_all(&b, logits, V, &all, sc, false);
   double absmax = 0.0;
   /* the reported log-probs against the recomputed ones, every completion token */
   positions p = completion_positions(&b);
+  /* what the honest BORDERLINE chance adds to the check: lh_sample_check against
+   * lh_sample_check_chance on every completion position, taken in turn */
+  double check_s = 0.0, chance_s = 0.0;
+  for (int i = 0; i < p.n; i++) {
+    int s = p.seq[i], at = p.row[i] + 1;
+    double u = lh_sample_uniform(b.seed, b.stream_base + (uint64_t)s,
+                                 (uint64_t)(at - b.seq_start[s])),
+           ch;
+    const float *row = logits + (size_t)p.row[i] * V;
+    double t1 = lh_time_now();
+    lh_sample_check(row, V, &b.sample, u, p.tok[i], tc.logit_tol, sc);
+    double t2 = lh_time_now();
+    lh_sample_check_chance(row, V, &b.sample, u, p.tok[i], tc.logit_tol, sc, &ch);
+    check_s += t2 - t1;
+    chance_s += lh_time_now() - t2;
+  }
   double *d = lh_xmalloc((size_t)p.n * sizeof *d), mw, m9;
   for (int i = 0; i < p.n; i++) {
     int at = p.row[i] + 1;
@@ -344,12 +365,14 @@ static int check_main(int argc, char **argv) {
          argv[3], lh_threads(), b.n_groups, p.n, absmax, mw, m9, recompute_s, step_s);
   for (int k = 0; k < SWEEP; k++)
     printf("%s{\"logit_tol\": %g, \"rejected\": %d, \"tokens_checked\": %lld, \"borderline\": "
-           "%lld, \"borderline_member_max\": %d, \"logprob_err_max\": %.3e, \"verify_s\": %.4f}",
+           "%lld, \"borderline_expected\": %.2f, \"borderline_member_max\": %d, "
+           "\"borderline_headroom\": %d, \"logprob_err_max\": %.3e, \"verify_s\": %.4f}",
            k ? ", " : "", k ? sweep_tol[k] : tc.logit_tol, vd[k].rejected, (long long)vd[k].tokens,
-           (long long)vd[k].border, vd[k].border_member, vd[k].lp_err, vd[k].secs);
+           (long long)vd[k].border, vd[k].expected, vd[k].border_member,
+           vd[k].headroom == INT32_MAX ? -1 : vd[k].headroom, vd[k].lp_err, vd[k].secs);
   printf("], \"no_borderline_bound\": {\"rejected\": %d, \"tokens_checked\": %lld, \"verify_s\": "
-         "%.4f}, \"paths\": [",
-         every.rejected, (long long)every.tokens, every.secs);
+         "%.4f}, \"sample_check_s\": %.4f, \"sample_check_chance_s\": %.4f, \"paths\": [",
+         every.rejected, (long long)every.tokens, every.secs, check_s, chance_s);
   if (!paths || strcmp(paths, "none")) {
     lh_infer *inf;
     if (lh_infer_load(dir, &inf)) die(dir);

@@ -60,11 +60,11 @@ for tag in "" x8.; do
   check ${tag}c-omp-scalar-t1.by-omp-t2-SkylakeX ${tag}g-omp-scalar-t1 $VN 2 SkylakeX scalar,avx2
 done
 {
-  echo "check (worker batch . verifier) | tokens | |logit| max | reported log-prob diff worst | recompute s | train step s | check s, every token | check / recompute | check / train step"
-  jq -r '"\(input_filename | split("/") | .[-1] | rtrimstr(".json")) | \(.completion_tokens) | \(.logit_absmax) | \(.reported_worst) | \(.recompute_s) | \(.train_step_s) | \(.no_borderline_bound.verify_s // "-") | \(if .no_borderline_bound then .no_borderline_bound.verify_s / .recompute_s else "-" end) | \(if .no_borderline_bound then .no_borderline_bound.verify_s / .train_step_s else "-" end)"' "$OUT"/c-*.json "$OUT"/x8.c-*.json
-  echo "check | logit_tol | groups rejected | tokens checked | BORDERLINE | most in one member | check s"
+  echo "check (worker batch . verifier) | tokens | |logit| max | reported log-prob diff worst | recompute s | train step s | check s, every token | check / recompute | check / train step | lh_sample_check s | with the chance s"
+  jq -r '"\(input_filename | split("/") | .[-1] | rtrimstr(".json")) | \(.completion_tokens) | \(.logit_absmax) | \(.reported_worst) | \(.recompute_s) | \(.train_step_s) | \(.no_borderline_bound.verify_s // "-") | \(if .no_borderline_bound then .no_borderline_bound.verify_s / .recompute_s else "-" end) | \(if .no_borderline_bound then .no_borderline_bound.verify_s / .train_step_s else "-" end) | \(.sample_check_s // "-") | \(.sample_check_chance_s // "-")"' "$OUT"/c-*.json "$OUT"/x8.c-*.json
+  echo "check | logit_tol | groups rejected | tokens checked | BORDERLINE | honest chances summed | most in one member | least room to a member's bound | check s"
   jq -r '(input_filename | split("/") | .[-1] | rtrimstr(".json")) as $n | .verdicts | to_entries[] |
-    "\($n) | \(.value.logit_tol)\(if .key == 0 then " (default)" else "" end) | \(.value.rejected) | \(.value.tokens_checked) | \(.value.borderline) | \(.value.borderline_member_max) | \(.value.verify_s)"' "$OUT"/c-*.json "$OUT"/x8.c-*.json
+    "\($n) | \(.value.logit_tol)\(if .key == 0 then " (default)" else "" end) | \(.value.rejected) | \(.value.tokens_checked) | \(.value.borderline) | \(.value.borderline_expected // "-") | \(.value.borderline_member_max) | \(.value.borderline_headroom // "-") | \(.value.verify_s)"' "$OUT"/c-*.json "$OUT"/x8.c-*.json
   echo "check | worker decode path | logit diff worst | logit diff p99.9 (all entries) | token log-prob diff worst | p99.9"
   jq -r '(input_filename | split("/") | .[-1] | rtrimstr(".json")) as $n | .paths[] |
     "\($n) | \(.path) | \(.logit_worst) | \(.logit_p999) | \(.logprob_worst) | \(.logprob_p999)"' "$OUT"/c-*.json "$OUT"/x8.c-*.json

@@ -70,4 +70,18 @@ typedef enum {
 lh_sample_verdict lh_sample_check(const float *logits, int V, const lh_sample_params *p, double u,
                                   int32_t token, double logit_tol, lh_sample_scratch *s);
 
+/* lh_sample_check, and the position's honest BORDERLINE chance in *chance: the probability, over
+ * u uniform in [0, 1), that the token an honest machine picks at this position is BORDERLINE.
+ * That happens exactly where the verifier's own pick at u is not CONSISTENT (a machine's token
+ * differs from it only there, and is then BORDERLINE), so the chance is 1 minus the measure of
+ * the u at which it is, computed from the same bounds as the verdict (docs/ALGORITHMS.md, "The
+ * honest BORDERLINE chance"), raised by 4 (V + 2048) 2^-50 (5e-10 at V = 151936) for the rounding
+ * in which its sums differ from the sampler's: an upper bound, that close to the exact value.
+ * Greedy and cold sampling give 0 or 1. For an INCONSISTENT token *chance is 1 and not computed.
+ * chance may be NULL (then this is lh_sample_check). Two O(V) passes more than lh_sample_check,
+ * most blocks of 64 ids passed over in the second; does not allocate. */
+lh_sample_verdict lh_sample_check_chance(const float *logits, int V, const lh_sample_params *p,
+                                         double u, int32_t token, double logit_tol,
+                                         lh_sample_scratch *s, double *chance);
+
 #endif

@@ -22,22 +22,26 @@
 /* The tolerances of the check, set from the honest noise measured between the workers' engine
  * and the verifier's (docs/SECURITY.md, "Calibration"). */
 typedef struct lh_trust_config {
-  double logit_tol;       /* lh_sample_check's: the most one logit may differ, in logit units */
-  double logprob_tol;     /* |reported - recomputed| behaviour log-prob of a token at most this */
-  int borderline_min;     /* a member may hold this many BORDERLINE positions whatever its
-                           * length, */
-  double borderline_frac; /* plus this fraction of its completion tokens; one more rejects it */
-  int32_t stop_ids[8];    /* the tokens that end a completion (the model's eos ids): a completion
-                           * holds one only as its last token, and one shorter than max_new ends
-                           * with one; with n_stop 0 (a model without eos) every completion
-                           * must run to max_new */
+  double logit_tol;        /* lh_sample_check's: the most one logit may differ, in logit units */
+  double logprob_tol;      /* |reported - recomputed| behaviour log-prob of a token at most this */
+  int borderline_min;      /* a member may always hold this many BORDERLINE positions; */
+  double borderline_alpha; /* more reject it once their count is implausible under honest
+                            * sampling at its positions: the count an honest member would show
+                            * has, position by position, the chances lh_sample_check_chance
+                            * gives, and the test (a Chernoff bound, time-uniform) rejects an
+                            * honest member with probability at most borderline_alpha
+                            * (docs/SECURITY.md, "The BORDERLINE bound") */
+  int32_t stop_ids[8];     /* the tokens that end a completion (the model's eos ids): a completion
+                            * holds one only as its last token, and one shorter than max_new ends
+                            * with one; with n_stop 0 (a model without eos) every completion
+                            * must run to max_new */
   int n_stop;
 } lh_trust_config;
 
 /* The calibrated defaults (docs/SECURITY.md), no stop ids. */
 lh_trust_config lh_trust_defaults(void);
-/* logit_tol in [0, 1), logprob_tol > 0 and finite, borderline_min >= 0, borderline_frac in
- * [0, 1], n_stop in [0, 8]: LH_ERR_USAGE naming the field otherwise. */
+/* logit_tol in [0, 1), logprob_tol > 0 and finite, borderline_min >= 0, borderline_alpha in
+ * (0, 1), n_stop in [0, 8]: LH_ERR_USAGE naming the field otherwise. */
 lh_err lh_trust_config_validate(const lh_trust_config *c);
 
 /* Which check decided. */
@@ -45,7 +49,7 @@ typedef enum {
   LH_TRUST_OK = 0,     /* accepted */
   LH_TRUST_MEMBERS,    /* a member without completion tokens */
   LH_TRUST_TOKEN,      /* a token that no honest machine chooses (INCONSISTENT) */
-  LH_TRUST_BORDERLINE, /* more BORDERLINE positions in one member than honest noise gives */
+  LH_TRUST_BORDERLINE, /* more BORDERLINE positions in one member than honest sampling gives */
   LH_TRUST_LOGPROB,    /* a reported behaviour log-prob far from the recomputed one */
   LH_TRUST_STOP,       /* a completion going on past a stop token, or cut short without one */
 } lh_trust_check;
@@ -61,6 +65,11 @@ typedef struct lh_trust_verdict {
   int64_t tokens;                   /* completion tokens of the group */
   int64_t borderline;               /* BORDERLINE positions seen */
   int borderline_member_max;        /* the most BORDERLINE positions seen in one member */
+  double borderline_expected;       /* the sum of the checked positions' honest BORDERLINE
+                                     * chances: what an honest group shows on average */
+  int borderline_headroom;          /* the least, over the members checked to their end, of the
+                                     * most BORDERLINE positions the test allows the member minus
+                                     * its count (INT32_MAX when none was) */
   double max_logprob_err;           /* the largest |reported - recomputed| log-prob seen */
   char reason[LH_TRUST_REASON_MAX]; /* "token: member 2 position 5: ..." ("" when accepted) */
 } lh_trust_verdict;

@@ -56,9 +56,12 @@ static const lh__flag flags[] = {
      "1e-3; docs/SECURITY.md)"},
     {"logprob-tol", "X", false,
      "verification: the most a reported behaviour log-prob may differ (default 1e-2)"},
-    {"borderline-max", "N+F", false,
-     "verification: BORDERLINE tokens a completion may hold: N plus F of its tokens (default "
-     "4+0.25)"},
+    {"borderline-min", "N", false,
+     "verification: BORDERLINE tokens a completion may always hold (default 4); more are "
+     "refused once implausible under honest sampling at their positions"},
+    {"borderline-alpha", "A", false,
+     "verification: the chance that the BORDERLINE test refuses an honest completion (default "
+     "1e-9; docs/SECURITY.md)"},
     {"ban-after", "N", false,
      "a key with N rejected groups among its latest --ban-window submitted ones is banned: its "
      "requests get 403 banned, for good (the ledger keeps it across restarts). Rejections the "
@@ -114,7 +117,7 @@ int lh__cmd_serve(int argc, char **argv) {
   long steps, group, prompts, max_new, max_prompt, stale, kf, keep, log_every, threads, eval_every,
       eval_n;
   double lr, lease_s, max_wall, linger, rate, kept_mb;
-  long ban_after, ban_window, abandon_after, abandon_window;
+  long ban_after, ban_window, abandon_after, abandon_window, borderline_min;
   int loss_i;
   char *model = NULL;
   if ((rc = lh__args_int(&a, "steps", 1, 1 << 24, c.rl.steps, &steps)) != LH__ARGS_CONTINUE ||
@@ -142,6 +145,10 @@ int lh__cmd_serve(int argc, char **argv) {
           LH__ARGS_CONTINUE ||
       (rc = lh__args_double(&a, "logprob-tol", 1e-9, 1e3, c.trust.logprob_tol,
                             &c.trust.logprob_tol)) != LH__ARGS_CONTINUE ||
+      (rc = lh__args_int(&a, "borderline-min", 0, 1 << 30, c.trust.borderline_min,
+                         &borderline_min)) != LH__ARGS_CONTINUE ||
+      (rc = lh__args_double(&a, "borderline-alpha", 1e-300, 0.5, c.trust.borderline_alpha,
+                            &c.trust.borderline_alpha)) != LH__ARGS_CONTINUE ||
       (rc = lh__args_int(&a, "ban-after", 0, 1 << 30, c.ban_after, &ban_after)) !=
           LH__ARGS_CONTINUE ||
       (rc = lh__args_int(&a, "ban-window", 1, 1 << 20, c.ban_window, &ban_window)) !=
@@ -157,17 +164,7 @@ int lh__cmd_serve(int argc, char **argv) {
       (rc = lh__args_choice(&a, "loss", lh_loss_kind_names, (int)c.rl.loss.kind, &loss_i)) !=
           LH__ARGS_CONTINUE)
     return rc;
-  if (lh__args_has(&a, "borderline-max")) {
-    const char *bm = lh__args_str(&a, "borderline-max", "");
-    int n = 0, used = 0;
-    double f = 0;
-    if (sscanf(bm, "%d+%lf%n", &n, &f, &used) != 2 || bm[used] || n < 0 || !(f >= 0 && f <= 1)) {
-      fprintf(stderr, "longhaul %s: --borderline-max: \"%s\", expected N+F (4+0.25)\n", CMD, bm);
-      return LH__EXIT_USAGE;
-    }
-    c.trust.borderline_min = n;
-    c.trust.borderline_frac = f;
-  }
+  c.trust.borderline_min = (int)borderline_min;
   c.ban_after = (int)ban_after;
   c.ban_window = (int)ban_window;
   c.abandon_after = (int)abandon_after;

@@ -139,6 +139,7 @@ typedef struct server {
   double forward_s;   /* time spent in the forwards that recompute the logits */
   double step_verify_s, step_forward_s;    /* the same since the last metrics line */
   double step_lp_err;                      /* the largest log-prob difference since then */
+  double step_border_expected;             /* the honest BORDERLINE chances summed since then */
   int64_t step_tokens, step_borderline;    /* tokens checked since then, BORDERLINE among them */
   int step_border_member;                  /* the most BORDERLINE positions in one member */
   uint64_t bytes_shipped, bytes_snapshots; /* blob bytes served; of full snapshots that many */
@@ -1293,6 +1294,7 @@ static lh_err verify_parts(server *s, queued *take, const int *idx, int m, bool 
     s->verified_tokens += v.tokens_checked;
     s->step_tokens += v.tokens_checked;
     s->step_borderline += v.borderline;
+    s->step_border_expected += v.borderline_expected;
     if (v.max_logprob_err > s->step_lp_err) s->step_lp_err = v.max_logprob_err;
     if (v.borderline_member_max > s->step_border_member)
       s->step_border_member = v.borderline_member_max;
@@ -1521,8 +1523,9 @@ static lh_err train_once(server *s) {
     json_object_set_new(line, "verified_tokens", json_integer(s->step_tokens));
     json_object_set_new(line, "borderline", json_integer(s->step_borderline));
     json_object_set_new(line, "borderline_member_max", json_integer(s->step_border_member));
+    put_num(line, "borderline_expected", s->step_border_expected);
     put_num(line, "logprob_err_max", s->step_lp_err);
-    s->step_forward_s = s->step_verify_s = s->step_lp_err = 0;
+    s->step_forward_s = s->step_verify_s = s->step_lp_err = s->step_border_expected = 0;
     s->step_tokens = s->step_borderline = 0;
     s->step_border_member = 0;
     pthread_mutex_unlock(&s->mu);

@@ -367,8 +367,155 @@ static void place_flags(const lh__logits *g, int V, const lh_sample_params *p, c
   pl->sb = sb, pl->ub = ub, pl->sa = sa, pl->ua = ua;
 }
 
-lh_sample_verdict lh_sample_check(const float *logits, int V, const lh_sample_params *p, double u,
-                                  int32_t token, double logit_tol, lh_sample_scratch *s) {
+/* Token k's share of the u at which the verifier's own pick is CONSISTENT: its pick interval
+ * [cb, cb + v) / total inside [lo_max (1 + eps), hi_min (1 - eps)), the upper end waived when no
+ * weight can lie after it (A = As + Au = 0); Bs, Bu (As, Au) the surely and the possibly kept
+ * weight before (after) it. The interval is empty unless hi_min > lo_max, tested first without a
+ * division (cross-multiplied). */
+static inline double consistent_share(double Bs, double Bu, double v, double As, double Au,
+                                      double cb, double total, double r, double e) {
+  double B = Bs + Bu, A = As + Au;
+  if (!((Bs + v) * (B * r + v + As) > B * r * (Bs + v + A * r))) return 0.0;
+  double lo = ratio(B * r, B * r + v + As) * (1.0 + e), c0 = cb / total;
+  double hi = A == 0.0 ? 1.0 : ratio(Bs + v, Bs + v + A * r) * (1.0 - e), c1 = (cb + v) / total;
+  lo = lo > c0 ? lo : c0;
+  hi = hi < c1 ? hi : c1;
+  return hi > lo ? hi - lo : 0.0;
+}
+
+/* How one token is classed for consistent_mass: canonically kept, surely kept, possibly but not
+ * surely kept. flags: place_flags's; NULL: min_p alone (minp_class; min_p 0 keeps every token
+ * surely). */
+static inline void classify(const uint8_t *flags, int i, double v, double minp, double keep,
+                            double r, bool *in, bool *sure, bool *unc) {
+  if (flags) {
+    *in = flags[i] & LH__IN;
+    *sure = flags[i] & LH__SURE;
+    *unc = (flags[i] & (LH__SURE | LH__POSS)) == LH__POSS;
+  } else {
+    *in = v >= minp;
+    *sure = v >= keep;
+    *unc = !*sure && !(v * r < minp);
+  }
+}
+
+/* Running sums over the ids before the one at hand. */
+typedef struct {
+  double Bs, Bu, cb; /* surely kept, possibly but not surely kept, canonically kept weight */
+} prefix;
+
+/* consistent_share of the ids [i0, i1), advancing the prefix over them. Ts, Tu: the totals of
+ * the surely and of the other possibly kept weight. */
+static double shares(const double *w, const uint8_t *flags, int i0, int i1, double minp, double Ts,
+                     double Tu, double total, const noise *nz, prefix *pf) {
+  double r = nz->r, e = nz->eps, keep = minp * r, mass = 0.0;
+  double Bs = pf->Bs, Bu = pf->Bu, cb = pf->cb;
+  if (!flags && !(minp > 0.0)) { /* every token surely kept */
+    for (int i = i0; i < i1; i++) {
+      double v = w[i], As = Ts - Bs - v;
+      if (v > 0.0) mass += consistent_share(Bs, 0.0, v, As > 0.0 ? As : 0.0, 0.0, Bs, total, r, e);
+      Bs += v;
+    }
+    pf->Bs = pf->cb = Bs;
+    return mass;
+  }
+  for (int i = i0; i < i1; i++) {
+    double v = w[i];
+    bool in, sure, unc;
+    classify(flags, i, v, minp, keep, r, &in, &sure, &unc);
+    if (in && sure && v > 0.0) {
+      double As = Ts - Bs - v, Au = Tu - Bu;
+      mass +=
+          consistent_share(Bs, Bu, v, As > 0.0 ? As : 0.0, Au > 0.0 ? Au : 0.0, cb, total, r, e);
+    }
+    cb += in ? v : 0.0;
+    Bs += sure ? v : 0.0;
+    Bu += unc ? v : 0.0;
+  }
+  pf->Bs = Bs, pf->Bu = Bu, pf->cb = cb;
+  return mass;
+}
+
+/* The measure of the u in [0, 1) at which the verifier's own pick is CONSISTENT: the sum of
+ * consistent_share over the canonically and surely kept tokens, ids ascending, with the sums of
+ * the bounds over the ids before and after each. cb is a plain running sum here, not the
+ * sampler's tree: the difference, about V 2^-53 of total, is far below the allowance the caller
+ * adds. Most tokens of a large vocabulary have an empty share, and whole blocks of 64 are passed
+ * over: a share is empty when B A r^2 >= (Bs + v)(v + As) (hi_min <= lo_max, multiplied out), so
+ * whenever B A (r^2 - 1) >= v (Ts + Tu), and that holds for every token of a block if it holds
+ * with B the weight possibly kept before the block, A after it, and v the block's largest
+ * (passing over a non-empty share by rounding only raises the chance: safe). Two O(V) passes; the
+ * block sums live in the scratch's sort buffers (keys, tmp), unused by then. */
+static double consistent_mass(const double *w, const uint8_t *flags, int V, double minp,
+                              double total, const noise *nz, lh_sample_scratch *s) {
+  enum { BL = LH__SAMPLE_BLOCK };
+  int nb = (V + BL - 1) / BL;
+  double r = nz->r, keep = minp * r, Ts = 0.0, Tu = 0.0;
+  prefix pf = {0.0, 0.0, 0.0};
+  if (nb < 4) { /* a small vocabulary: every token */
+    for (int i = 0; i < V; i++) {
+      bool in, sure, unc;
+      classify(flags, i, w[i], minp, keep, r, &in, &sure, &unc);
+      Ts += sure ? w[i] : 0.0;
+      Tu += unc ? w[i] : 0.0;
+    }
+    return shares(w, flags, 0, V, minp, Ts, Tu, total, nz, &pf);
+  }
+  /* per block: surely kept, other possibly kept, canonically kept weight, the largest surely kept
+   * weight (4 nb doubles in 2 V: nb >= 4 means V > 192) */
+  double *bs = (double *)s->keys, *bu = bs + nb, *bi = (double *)s->tmp, *bm = bi + nb;
+  bool all_sure = !flags && !(minp > 0.0);
+  for (int b = 0; b < nb; b++) {
+    /* eight lanes, so that neither the sums nor the maximum wait on one another */
+    double xs[8] = {0}, xu[8] = {0}, xi[8] = {0}, xm[8] = {0};
+    int i0 = b * BL, i1 = i0 + BL < V ? i0 + BL : V;
+    if (all_sure && i1 - i0 == BL) { /* the sampler's block sum, and the largest weight */
+      for (int o = 0; o < BL; o += 8)
+        for (int j = 0; j < 8; j++)
+          xm[j] = w[i0 + o + j] > xm[j] ? w[i0 + o + j] : xm[j];
+      xs[0] = xi[0] = s->blocks[b];
+    } else {
+      for (int i = i0; i < i1; i++) {
+        double v = w[i];
+        bool in, sure, unc;
+        classify(flags, i, v, minp, keep, r, &in, &sure, &unc);
+        int j = i % 8;
+        xs[j] += sure ? v : 0.0;
+        xu[j] += unc ? v : 0.0;
+        xi[j] += in ? v : 0.0;
+        xm[j] = sure && v > xm[j] ? v : xm[j];
+      }
+    }
+    for (int j = 1; j < 8; j++) {
+      xs[0] += xs[j], xu[0] += xu[j], xi[0] += xi[j];
+      xm[0] = xm[j] > xm[0] ? xm[j] : xm[0];
+    }
+    bs[b] = xs[0], bu[b] = xu[0], bi[b] = xi[0], bm[b] = xm[0];
+    Ts += xs[0];
+    Tu += xu[0];
+  }
+  double mass = 0.0, r21 = r * r - 1.0, T = Ts + Tu;
+  for (int b = 0; b < nb; b++) {
+    double before = pf.Bs + pf.Bu, after = T - before - bs[b] - bu[b];
+    if (before * after * r21 >= bm[b] * T) {
+      pf.Bs += bs[b], pf.Bu += bu[b], pf.cb += bi[b];
+      continue;
+    }
+    int i1 = (b + 1) * BL < V ? (b + 1) * BL : V;
+    mass += shares(w, flags, b * BL, i1, minp, Ts, Tu, total, nz, &pf);
+  }
+  return mass;
+}
+
+/* 1 - mass, raised by the rounding allowance and the faint-weight band, within [0, 1] */
+static double chance_of(double mass, const noise *nz) {
+  double c = 1.0 - mass + 4.0 * nz->eps + nz->u_faint;
+  return c < 0.0 ? 0.0 : c > 1.0 ? 1.0 : c;
+}
+
+lh_sample_verdict lh_sample_check_chance(const float *logits, int V, const lh_sample_params *p,
+                                         double u, int32_t token, double logit_tol,
+                                         lh_sample_scratch *s, double *chance) {
   LH_CHECK(logits && p && s, "lh_sample_check: logits, params and scratch are required");
   LH_CHECK(V > 0 && V <= s->V, "lh_sample_check: V = %d, scratch was created for %d", V, s->V);
   LH_CHECK(lh_sample_params_validate(p) == LH_ERR_OK, "lh_sample_check: %s", lh_last_error());
@@ -376,16 +523,27 @@ lh_sample_verdict lh_sample_check(const float *logits, int V, const lh_sample_pa
            "lh_sample_check: logit_tol = %g, expected [0, 1) (logit units)", logit_tol);
   LH_CHECK(u >= 0.0 && u < 1.0, "lh_sample_check: u = %.17g, expected [0, 1) (lh_sample_uniform)",
            u);
+  double unused;
+  if (!chance) chance = &unused;
+  *chance = 1.0; /* for an INCONSISTENT token: not computed */
   if (token < 0 || token >= V) return LH_SAMPLE_INCONSISTENT;
   lh__logits g;
   lh__sample_scan(logits, V, s, &g);
   double T = p->temperature;
   noise nz = noise_of(logit_tol, T, V);
-  if (T == 0.0) return check_greedy(&g, V, token, nz.tol2);
+  if (T == 0.0) { /* every machine picks its argmax: CONSISTENT at every u, or at none */
+    if (chance != &unused)
+      *chance = check_greedy(&g, V, g.argmax, nz.tol2) == LH_SAMPLE_CONSISTENT ? 0.0 : 1.0;
+    return check_greedy(&g, V, token, nz.tol2);
+  }
   /* weight 0 on every machine (logit -inf or NaN, or so far below the maximum that exp gives 0
    * even 2 tol higher): never chosen */
   if (((double)g.l[token] - g.lmax + nz.tol2) / T < -708.000001) return LH_SAMPLE_INCONSISTENT;
-  if (nz.cold) return check_cold(&g, V, p, token, &nz, s);
+  if (nz.cold) { /* only the argmax can be CONSISTENT, and then at every u */
+    if (chance != &unused)
+      *chance = check_cold(&g, V, p, g.argmax, &nz, s) == LH_SAMPLE_CONSISTENT ? 0.0 : 1.0;
+    return check_cold(&g, V, p, token, &nz, s);
+  }
 
   bool plain = !(p->top_k > 0 && p->top_k < V) && !(p->top_p < 1.0f);
   lh__sample_weights(&g, V, T, plain ? p->min_p : 0.0, s);
@@ -395,6 +553,9 @@ lh_sample_verdict lh_sample_check(const float *logits, int V, const lh_sample_pa
   else
     place_flags(&g, V, p, &nz, token, s, &pl);
   if (!pl.poss) return LH_SAMPLE_INCONSISTENT;
+  if (chance != &unused)
+    *chance = chance_of(
+        consistent_mass(s->w, plain ? NULL : s->flags, V, p->min_p, pl.total, &nz, s), &nz);
 
   /* u near 0 picks the first token of any weight, which a faint one may be on another machine */
   if (u < nz.u_faint && faint_weights(&g, s->w, V, T, nz.tol2)) return LH_SAMPLE_BORDERLINE;
@@ -414,4 +575,9 @@ lh_sample_verdict lh_sample_check(const float *logits, int V, const lh_sample_pa
   if (pick && pl.sure && u >= lo_max * (1.0 + e) && (A == 0.0 || u < hi_min * (1.0 - e)))
     return LH_SAMPLE_CONSISTENT;
   return LH_SAMPLE_BORDERLINE;
+}
+
+lh_sample_verdict lh_sample_check(const float *logits, int V, const lh_sample_params *p, double u,
+                                  int32_t token, double logit_tol, lh_sample_scratch *s) {
+  return lh_sample_check_chance(logits, V, p, u, token, logit_tol, s, NULL);
 }

@@ -36,6 +36,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     CHECK(v.tokens_checked <= v.tokens);
     CHECK((v.failed == LH_TRUST_OK) == (v.reason[0] == '\0'));
     CHECK(v.failed == LH_TRUST_OK || (v.member >= 0 && v.member < b.group_size));
+    /* each checked position's honest BORDERLINE chance is in [0, 1] */
+    CHECK(v.borderline_expected >= 0.0 && v.borderline_expected <= (double)v.tokens_checked);
+    CHECK(v.failed != LH_TRUST_OK || v.borderline_headroom >= 0);
   }
   lh_sample_scratch_free(s);
   free(logits);

@@ -1136,6 +1136,120 @@ static void test_check_tail(void **state) {
   assert_true(bl[2] <= N / 5 && mean[2] <= 30 && mx[2] <= 80);
 }
 
+/* ---- the honest BORDERLINE chance ---- */
+
+static double chance(const float *l, int V, lh_sample_params p, double tol) {
+  double c = -1.0;
+  int32_t t = pick(l, V, p, 0.5); /* any token that is not INCONSISTENT */
+  assert_int_not_equal(lh_sample_check_chance(l, V, &p, 0.5, t, tol, scratch, &c),
+                       LH_SAMPLE_INCONSISTENT);
+  return c;
+}
+
+/* V equal logits at T = 1 and no filter: token k has B = k before it and A = V - 1 - k after,
+ * weight 1, so (docs/ALGORITHMS.md, "The check") lo_max = k r / (k r + V - k) and
+ * hi_min = (k + 1) / (k + 1 + (V - 1 - k) r), r = exp(2 tol). Its pick interval is
+ * [k / V, (k + 1) / V), CONSISTENT inside [lo_max, hi_min), and the chance is 1 minus the sum of
+ * those parts. Where the bands do not meet, that is the sum over the V - 1 inner boundaries
+ * c = k / V of the band on either side, k r / (k r + V - k) - k / (k + (V - k) r), about
+ * 4 tol c (1 - c) each, so about 4 tol (V^2 - 1) / (6 V) in all. */
+static double uniform_chance(int V, double tol) {
+  double r = exp(2.0 * tol), mass = 0.0;
+  for (int k = 0; k < V; k++) {
+    double lo = k ? k * r / (k * r + V - k) : 0.0;
+    double hi = k < V - 1 ? (k + 1) / (k + 1 + (V - 1 - k) * r) : 1.0;
+    lo = fmax(lo, (double)k / V);
+    hi = fmin(hi, (double)(k + 1) / V);
+    mass += hi > lo ? hi - lo : 0.0;
+  }
+  return 1.0 - mass;
+}
+
+static void test_chance_uniform(void **state) {
+  (void)state;
+  static float l[4096];
+  lh_sample_params p = lh_sample_defaults();
+  /* V = 64, tol 1e-3: bands of about 2e-3 c (1 - c) a side against intervals of 1/64 */
+  for (int i = 0; i < 64; i++)
+    l[i] = 0.0f;
+  double c = chance(l, 64, p, 1e-3), sum = 0.0, r = exp(2e-3);
+  for (int k = 1; k < 64; k++)
+    sum += k * r / (k * r + 64 - k) - k / (k + (64 - k) * r);
+  printf("test_chance_uniform: V 64: chance %.9f, sum over boundaries %.9f, first order %.9f\n", c,
+         sum, 4e-3 * (64.0 * 64 - 1) / (6 * 64));
+  assert_true(fabs(c - sum) < 1e-9);
+  assert_true(fabs(sum - uniform_chance(64, 1e-3)) < 1e-12);
+  assert_true(fabs(c - 4e-3 * (64.0 * 64 - 1) / (6 * 64)) < 1e-4); /* 0.0427 */
+  /* V = 4096: a band (about 4e-3 c (1 - c) wide) covers the whole interval (1/4096) unless
+   * c (1 - c) < 1 / (2 tol 2 V) = 0.061; in the continuum, the CONSISTENT share is
+   * 2 (c* - 2 tol V c*^2 + 4/3 tol V c*^3) with c* (1 - c*) = 0.061, c* = 0.0653: the chance is
+   * 0.9362 */
+  for (int i = 0; i < 4096; i++)
+    l[i] = 0.0f;
+  c = chance(l, 4096, p, 1e-3);
+  double a = 1.0 / (4e-3 * 4096), cs = (1.0 - sqrt(1.0 - 4.0 * a)) / 2.0, dv = 2e-3 * 4096;
+  double cont = 1.0 - 2.0 * (cs - dv * cs * cs + 2.0 / 3.0 * dv * cs * cs * cs);
+  printf("test_chance_uniform: V 4096: chance %.10f, sum %.10f, continuum %.6f\n", c,
+         uniform_chance(4096, 1e-3), cont);
+  /* the check's rounding allowance widens each of the 4096 bands by about 5e-12 */
+  assert_true(fabs(c - uniform_chance(4096, 1e-3)) < 1e-7);
+  assert_true(fabs(c - 0.9362) < 1e-3 && fabs(c - cont) < 1e-3);
+  /* tol 0: CONSISTENT but within the rounding allowance of a boundary */
+  assert_true(chance(l, 4096, p, 0.0) < 1e-7);
+}
+
+/* Greedy and cold sampling: the argmax is CONSISTENT at every u or at none. */
+static void test_chance_greedy_cold(void **state) {
+  (void)state;
+  float l[4] = {0.0f, 0.5f, 0.5f - 3e-3f, -1.0f};
+  assert_true(chance(l, 4, params(0, 0, 1, 0), 1e-3) == 0.0); /* gap 3e-3 > 2 tol */
+  l[2] = 0.5f - 1.5e-3f;
+  assert_true(chance(l, 4, params(0, 0, 1, 0), 1e-3) == 1.0); /* gap 1.5e-3 < 2 tol */
+  float c2[2] = {0.0f, -1.0f};                                /* T 1e-6: 2 tol / T = 2000 */
+  assert_true(chance(c2, 2, params(1e-6f, 0, 1, 0), 1e-3) == 0.0);
+  c2[1] = -1e-3f;
+  assert_true(chance(c2, 2, params(1e-6f, 0, 1, 0), 1e-3) == 1.0);
+}
+
+/* An honest machine's token is BORDERLINE exactly where the verifier's own pick is not
+ * CONSISTENT (a machine differs from the verifier only there), so over u the frequency of its
+ * BORDERLINE tokens is the chance: checked draw by draw (the two events coincide) and in
+ * frequency (within 5 standard deviations), for a worker whose logits are moved by up to tol,
+ * with and without filters. */
+static void test_chance_frequency(void **state) {
+  (void)state;
+  enum { V = 2000, N = 3000 }; /* 31 blocks of 64 and a short one */
+  static float l[V], w[V];
+  double tol = 1e-3;
+  const lh_sample_params ps[] = {params(1, 0, 1, 0), params(0.5f, 0, 1, 0), params(1, 0, 1, 0.01f),
+                                 params(1, 0, 0.9f, 0), params(1, 50, 0.95f, 0)};
+  for (size_t k = 0; k < sizeof ps / sizeof ps[0]; k++) {
+    lh_sample_params p = ps[k];
+    for (int i = 0; i < V; i++)
+      l[i] = (float)(2.0 * rnd_normal());
+    perturb(l, V, tol, (int)k, w);
+    assert_true(within(l, w, V, tol));
+    double c = -1.0;
+    int borderline = 0;
+    for (int n = 0; n < N; n++) {
+      double u = lh_sample_uniform(11, k, (uint64_t)n), cn;
+      int32_t t = pick(w, V, p, u), own = pick(l, V, p, u);
+      lh_sample_verdict v = lh_sample_check_chance(l, V, &p, u, t, tol, scratch, &cn);
+      assert_int_not_equal(v, LH_SAMPLE_INCONSISTENT);
+      assert_true(c < 0.0 || cn == c); /* a property of the position, not of u or the token */
+      c = cn;
+      bool not_consistent = check(l, V, p, u, own, tol) != LH_SAMPLE_CONSISTENT;
+      assert_int_equal(v == LH_SAMPLE_BORDERLINE, not_consistent);
+      borderline += v == LH_SAMPLE_BORDERLINE;
+    }
+    double f = (double)borderline / N, sd = sqrt(c * (1.0 - c) / N);
+    printf("test_chance_frequency: T %g top-k %d top-p %g min-p %g: chance %.4f, frequency "
+           "%.4f (sd %.4f)\n",
+           (double)p.temperature, p.top_k, (double)p.top_p, (double)p.min_p, c, f, sd);
+    assert_true(fabs(f - c) <= 5.0 * sd + 1e-9);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_params_validate),
@@ -1162,6 +1276,9 @@ int main(void) {
       cmocka_unit_test(test_check_perturbed),
       cmocka_unit_test(test_check_tight),
       cmocka_unit_test(test_check_tail),
+      cmocka_unit_test(test_chance_uniform),
+      cmocka_unit_test(test_chance_greedy_cold),
+      cmocka_unit_test(test_chance_frequency),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
