@@ -357,6 +357,19 @@ static double cpu_s(long pid) {
   return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
+/* Bytes a process has caused to be written to storage so far (/proc/PID/io), or -1. */
+static double io_written(long pid) {
+  char path[64], line[256];
+  snprintf(path, sizeof path, "/proc/%ld/io", pid);
+  FILE *f = fopen(path, "r");
+  long long b = -1;
+  if (!f) return -1;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "write_bytes: %lld", &b) == 1) break;
+  fclose(f);
+  return (double)b;
+}
+
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
@@ -554,6 +567,7 @@ int main(int argc, char **argv) {
   sh.go = true;
   sh.t0 = now_s();
   double serve_cpu0 = o->pid > 0 ? cpu_s(o->pid) : -1, own_cpu0 = cpu_s((long)getpid());
+  double io0 = o->pid > 0 ? io_written(o->pid) : -1;
   pthread_cond_broadcast(&sh.cv);
   pthread_mutex_unlock(&sh.mu);
   static long rss[RSS_MAX];
@@ -576,6 +590,7 @@ int main(int argc, char **argv) {
   sh.t1 = now_s();
   double serve_cpu = o->pid > 0 ? cpu_s(o->pid) - serve_cpu0 : -1,
          own_cpu = cpu_s((long)getpid()) - own_cpu0;
+  double io = o->pid > 0 && io0 >= 0 ? io_written(o->pid) - io0 : -1;
   pthread_join(poll_th, NULL);
   if (o->pid > 0 && n_rss < RSS_MAX) rss[n_rss++] = rss_kb(o->pid);
   if (o->interval > 0 && n_iv < IV_MAX && sh.t1 - sh.t0 > iv[n_iv - 1].t + 0.5 * o->interval)
@@ -628,6 +643,10 @@ int main(int argc, char **argv) {
   if (o->pid > 0)
     printf("serve RSS MB: after 1 s %.1f, peak %.1f, at the end %.1f (%d samples)\n",
            rss_first / 1024.0, rss_peak / 1024.0, rss_last / 1024.0, n_rss);
+  if (io >= 0 && accepted > 0)
+    printf("serve wrote %.1f kB to storage per accepted group (the ledger's WAL and checkpoints, "
+           "the run's checkpoints)\n",
+           io / 1024.0 / (double)accepted);
   json_t *ivs = json_array();
   if (o->interval > 0) print_intervals(iv, n_iv, cs, o->clients, ivs);
   if (o->json_path) {

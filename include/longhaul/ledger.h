@@ -125,7 +125,9 @@ typedef struct lh_ledger_recent {
  * excused (NULL or "": none) is a reason prefix for rejections the worker did not cause (the
  * server's own failures); they are counted in groups[LH_GROUP_REJECTED] and in excused. A key
  * never registered, or one with no such group, gives all zeros (LH_ERR_OK). One query that
- * reads the window's rows from an index of the worker's groups, newest first, and no more. */
+ * reads the worker's groups newest first and stops when the window is full: the window's groups
+ * and those between them outside the class (still leased; for the submitted class, expired),
+ * not the worker's whole history. */
 lh_err lh_ledger_worker_recent(lh_ledger *l, const uint8_t key[LH_LEDGER_KEY_BYTES], int window,
                                bool with_expired, const char *excused, lh_ledger_recent *out);
 
@@ -304,8 +306,8 @@ typedef struct lh_ledger_audit_result {
  * ledger"): each group has at most one live training event; a TRAINED or DROPPED group has
  * exactly one, of its state at its trained_at, and any other group none; no trained_at beyond
  * the latest version; every ACCEPTED group has its body; trained_at is -1 outside TRAINED and
- * DROPPED; the state counts kept for lh_ledger_stats agree with the groups; every group names
- * its lease's worker, and each worker's kept counts agree with its groups. Fills *r and returns
+ * DROPPED; the state counts kept for lh_ledger_stats agree with the groups, and each worker's
+ * kept counts with its groups. Fills *r and returns
  * LH_ERR_OK, or LH_ERR_MISMATCH naming the lowest group id that breaks one (r->bad_group; 0 for
  * a worker's counts), r->problem saying what. Run it when the server is quiet (after the version of
  * the last update is put): between lh_ledger_train and that version's lh_ledger_version_put,

@@ -93,16 +93,13 @@ static const char SCHEMA_1[] =
     " UPDATE state_counts SET n = n + 1 WHERE state = NEW.state; END;"
     "CREATE TABLE settings (key TEXT PRIMARY KEY, value INTEGER NOT NULL) STRICT;";
 
-/* Version 1 -> 2: each group names its worker (backfilled from its lease), and each worker's
- * groups are counted by state in worker_counts, kept by triggers in the transactions that change a
- * group's state, so a worker's record (read on every signed request) is one row, not a pass over
- * every group it ever had; the reputation windows (a worker's latest groups in a class of states)
- * read an index of the worker's groups of that class newest first (LIMIT: the window's rows and
- * no more). The covering index groups_lease_state of the first servers that counted per request
- * goes. Runs in the transaction that sets user_version 2. */
+/* Version 1 -> 2: each worker's groups are counted by state in worker_counts, kept by triggers
+ * in the transactions that change a group's state, so a worker's record (read on every signed
+ * request) is one row, not a pass over every group it ever had. The covering index
+ * groups_lease_state that servers of version 1 created at open for that pass goes: it cost a
+ * page of the WAL on every change of state. Runs in the transaction that sets user_version 2. */
+#define WORKER_OF_NEW "(SELECT l.worker FROM leases l WHERE l.id = NEW.lease)"
 static const char MIGRATE_2[] =
-    "ALTER TABLE groups ADD COLUMN worker INTEGER REFERENCES workers (id);"
-    "UPDATE groups SET worker = (SELECT l.worker FROM leases l WHERE l.id = groups.lease);"
     "CREATE TABLE worker_counts ("
     " worker INTEGER PRIMARY KEY REFERENCES workers (id),"
     " leased INTEGER NOT NULL DEFAULT 0, accepted INTEGER NOT NULL DEFAULT 0,"
@@ -112,14 +109,15 @@ static const char MIGRATE_2[] =
     " count(g.id) FILTER (WHERE g.state = 0), count(g.id) FILTER (WHERE g.state = 1),"
     " count(g.id) FILTER (WHERE g.state = 2), count(g.id) FILTER (WHERE g.state = 3),"
     " count(g.id) FILTER (WHERE g.state = 4), count(g.id) FILTER (WHERE g.state = 5)"
-    " FROM workers w LEFT JOIN groups g ON g.worker = w.id GROUP BY w.id;"
+    " FROM workers w LEFT JOIN leases l ON l.worker = w.id LEFT JOIN groups g ON g.lease = l.id"
+    " GROUP BY w.id;"
     "CREATE TRIGGER workers_count_row AFTER INSERT ON workers BEGIN"
     " INSERT INTO worker_counts (worker) VALUES (NEW.id); END;"
     "CREATE TRIGGER groups_worker_insert AFTER INSERT ON groups BEGIN"
     " UPDATE worker_counts SET leased = leased + (NEW.state = 0),"
     " accepted = accepted + (NEW.state = 1), rejected = rejected + (NEW.state = 2),"
     " trained = trained + (NEW.state = 3), dropped = dropped + (NEW.state = 4),"
-    " expired = expired + (NEW.state = 5) WHERE worker = NEW.worker; END;"
+    " expired = expired + (NEW.state = 5) WHERE worker = " WORKER_OF_NEW "; END;"
     "CREATE TRIGGER groups_worker_update AFTER UPDATE OF state ON groups"
     " WHEN OLD.state <> NEW.state BEGIN"
     " UPDATE worker_counts SET leased = leased + (NEW.state = 0) - (OLD.state = 0),"
@@ -127,9 +125,7 @@ static const char MIGRATE_2[] =
     " rejected = rejected + (NEW.state = 2) - (OLD.state = 2),"
     " trained = trained + (NEW.state = 3) - (OLD.state = 3),"
     " dropped = dropped + (NEW.state = 4) - (OLD.state = 4),"
-    " expired = expired + (NEW.state = 5) - (OLD.state = 5) WHERE worker = NEW.worker; END;"
-    "CREATE INDEX groups_worker_submitted ON groups (worker, id) WHERE state IN (1, 2, 3, 4);"
-    "CREATE INDEX groups_worker_settled ON groups (worker, id) WHERE state <> 0;"
+    " expired = expired + (NEW.state = 5) - (OLD.state = 5) WHERE worker = " WORKER_OF_NEW "; END;"
     "DROP INDEX IF EXISTS groups_lease_state;";
 
 /* The migrations, in order: MIGRATIONS[v - 2] takes a ledger from version v - 1 to v. */
@@ -143,16 +139,18 @@ _Static_assert(sizeof MIGRATIONS / sizeof *MIGRATIONS == LH_LEDGER_SCHEMA_VERSIO
   " c.trained, c.dropped, c.expired FROM workers w JOIN worker_counts c ON c.worker = w.id "
 
 /* A worker's (key ?1) `window` (?2) latest groups among those whose state is in CLASS, counted
- * by state, and the rejections among them whose reason starts with ?3 (not '').  CLASS is the
- * WHERE of a partial index on (worker, id), which the newest-first LIMIT reads: no more rows than
- * the window. */
+ * by state, and the rejections among them whose reason starts with ?3 (not ''). Read newest
+ * first through the worker's leases (leases_worker, newest first) and each lease's groups
+ * (groups_lease): a group of a later lease has a higher id, so this is the order of the ids and
+ * needs no sort, and the LIMIT stops the reading once the window is full. */
 #define WORKER_RECENT_SQL(class)                                                                   \
   "SELECT count(*), count(*) FILTER (WHERE state = 1), count(*) FILTER (WHERE state = 2),"         \
   " count(*) FILTER (WHERE state = 3), count(*) FILTER (WHERE state = 4),"                         \
   " count(*) FILTER (WHERE state = 5), count(*) FILTER (WHERE state = 2 AND ?3 <> '' AND"          \
-  " substr(reason, 1, length(?3)) = ?3) FROM (SELECT state, reason FROM groups"                    \
-  " WHERE worker = (SELECT id FROM workers WHERE key = ?1) AND " class " ORDER BY id DESC LIMIT "  \
-                                                                       "?2)"
+  " substr(reason, 1, length(?3)) = ?3) FROM (SELECT g.state AS state, g.reason AS reason"         \
+  " FROM leases l JOIN groups g ON g.lease = l.id"                                                 \
+  " WHERE l.worker = (SELECT id FROM workers WHERE key = ?1) AND " class " ORDER BY l.id DESC, "   \
+                                                                         "g.id DESC LIMIT ?2)"
 
 /* Every statement, prepared once at open. */
 #define LEDGER_STMTS(X)                                                                            \
@@ -169,12 +167,11 @@ _Static_assert(sizeof MIGRATIONS / sizeof *MIGRATIONS == LH_LEDGER_SCHEMA_VERSIO
   X(WORKER_HARDWARE, "SELECT hardware FROM workers WHERE key = ?1")                                \
   X(WORKER_GET, WORKER_COLUMNS "WHERE w.key = ?1 GROUP BY w.id")                                   \
   X(WORKERS, WORKER_COLUMNS "GROUP BY w.id ORDER BY w.id")                                         \
-  X(WORKER_RECENT_SUBMITTED, WORKER_RECENT_SQL("state IN (1, 2, 3, 4)"))                           \
-  X(WORKER_RECENT_SETTLED, WORKER_RECENT_SQL("state <> 0"))                                        \
+  X(WORKER_RECENT_SUBMITTED, WORKER_RECENT_SQL("g.state IN (1, 2, 3, 4)"))                         \
+  X(WORKER_RECENT_SETTLED, WORKER_RECENT_SQL("g.state <> 0"))                                      \
   X(LEASE_INSERT, "INSERT INTO leases (worker, leased_ms, expires_ms, n_groups)"                   \
                   " VALUES (?1, ?2, ?3, ?4)")                                                      \
-  X(GROUP_INSERT, "INSERT INTO groups (lease, task_index, spec, state, worker)"                    \
-                  " VALUES (?1, ?2, ?3, 0, ?4)")                                                   \
+  X(GROUP_INSERT, "INSERT INTO groups (lease, task_index, spec, state) VALUES (?1, ?2, ?3, 0)")    \
   X(GROUP_GET, "SELECT g.id, g.lease, w.key, g.task_index, g.spec, g.state, g.version_used,"       \
                " g.trained_at, g.reason, g.meta,"                                                  \
                " (SELECT length(b.body) FROM bodies b WHERE b.grp = g.id),"                        \
@@ -253,9 +250,6 @@ _Static_assert(sizeof MIGRATIONS / sizeof *MIGRATIONS == LH_LEDGER_SCHEMA_VERSIO
                    " ORDER BY g.id LIMIT 1")                                                       \
   X(AUDIT_TRAINED_AT, "SELECT id, state, trained_at FROM groups WHERE CASE WHEN state IN (3, 4)"   \
                       " THEN trained_at < 0 ELSE trained_at <> -1 END ORDER BY id LIMIT 1")        \
-  X(AUDIT_GROUP_WORKER, "SELECT g.id, coalesce(g.worker, -1), l.worker FROM groups g"              \
-                        " JOIN leases l ON l.id = g.lease WHERE g.worker IS NOT l.worker"          \
-                        " ORDER BY g.id LIMIT 1")                                                  \
   X(AUDIT_WORKER_COUNTS,                                                                           \
     "SELECT w.id, c.worker IS NULL, c.leased, c.accepted, c.rejected, c.trained, c.dropped,"       \
     " c.expired, coalesce(g.n0, 0), coalesce(g.n1, 0), coalesce(g.n2, 0), coalesce(g.n3, 0),"      \
@@ -264,7 +258,8 @@ _Static_assert(sizeof MIGRATIONS / sizeof *MIGRATIONS == LH_LEDGER_SCHEMA_VERSIO
     " count(*) FILTER (WHERE state = 0) AS n0, count(*) FILTER (WHERE state = 1) AS n1,"           \
     " count(*) FILTER (WHERE state = 2) AS n2, count(*) FILTER (WHERE state = 3) AS n3,"           \
     " count(*) FILTER (WHERE state = 4) AS n4, count(*) FILTER (WHERE state = 5) AS n5"            \
-    " FROM groups GROUP BY worker) g ON g.worker = w.id WHERE c.worker IS NULL"                    \
+    " FROM groups JOIN leases ON leases.id = groups.lease GROUP BY worker) g ON g.worker = w.id"   \
+    " WHERE c.worker IS NULL"                                                                      \
     " OR c.leased <> coalesce(g.n0, 0) OR c.accepted <> coalesce(g.n1, 0)"                         \
     " OR c.rejected <> coalesce(g.n2, 0) OR c.trained <> coalesce(g.n3, 0)"                        \
     " OR c.dropped <> coalesce(g.n4, 0) OR c.expired <> coalesce(g.n5, 0) ORDER BY w.id LIMIT 1")
@@ -1024,8 +1019,7 @@ static lh_err lease(lh_ledger *l, const uint8_t worker[LH_LEDGER_KEY_BYTES], int
     /* a zero-length blob, not NULL, for an empty spec */
     const void *p = specs[i].spec_len ? specs[i].spec : "";
     if (sqlite3_bind_int64(s, 1, lid) || sqlite3_bind_int64(s, 2, (int64_t)specs[i].task_index) ||
-        sqlite3_bind_blob64(s, 3, p, specs[i].spec_len, SQLITE_STATIC) ||
-        sqlite3_bind_int64(s, 4, wid))
+        sqlite3_bind_blob64(s, 3, p, specs[i].spec_len, SQLITE_STATIC))
       e = bind_fail(l, s, doing);
     else if (!(e = run(l, s, doing)))
       group_ids[i] = sqlite3_last_insert_rowid(l->db);
@@ -2019,11 +2013,6 @@ static void say_trained_at(sqlite3_stmt *s, char *buf, size_t cap) {
            state_name_i(col(s, 1)), col(s, 2));
 }
 
-static void say_group_worker(sqlite3_stmt *s, char *buf, size_t cap) {
-  snprintf(buf, cap, "group %" PRId64 " names worker %" PRId64 ", its lease worker %" PRId64,
-           col(s, 0), col(s, 1), col(s, 2));
-}
-
 /* The first worker whose kept counts (worker_counts) differ from its groups: *bad, and
  * r->problem says how. */
 static lh_err audit_worker_counts(lh_ledger *l, lh_ledger_audit_result *r, bool *bad,
@@ -2059,9 +2048,8 @@ static lh_err audit(lh_ledger *l, lh_ledger_audit_result *r) {
       !(e = audit_check(l, ST_AUDIT_NO_EVENT, 0, false, say_no_event, r, doing)) &&
       !(e = audit_check(l, ST_AUDIT_STRAY_EVENT, 0, false, say_stray_event, r, doing)) &&
       !(e = audit_check(l, ST_AUDIT_BEYOND, r->latest_version, true, say_beyond, r, doing)) &&
-      !(e = audit_check(l, ST_AUDIT_NO_BODY, 0, false, say_no_body, r, doing)) &&
-      !(e = audit_check(l, ST_AUDIT_TRAINED_AT, 0, false, say_trained_at, r, doing)))
-    e = audit_check(l, ST_AUDIT_GROUP_WORKER, 0, false, say_group_worker, r, doing);
+      !(e = audit_check(l, ST_AUDIT_NO_BODY, 0, false, say_no_body, r, doing)))
+    e = audit_check(l, ST_AUDIT_TRAINED_AT, 0, false, say_trained_at, r, doing);
   bool bad_counts = false; /* a worker's, not a group's */
   if (!e && !r->bad_group) e = audit_worker_counts(l, r, &bad_counts, doing);
   if ((e = finish(l, e, doing))) return e;

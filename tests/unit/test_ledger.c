@@ -1167,12 +1167,10 @@ static void test_audit(void **state) {
   /* the counts behind lh_ledger_stats */
   expect_audit("c9.db", "UPDATE state_counts SET n = n + 1 WHERE state = 0", 0,
                "the state counts say 2 leased groups, the groups 1");
-  /* the per-worker counts, and the worker a group names */
+  /* the per-worker counts */
   expect_audit("c10.db", "UPDATE worker_counts SET accepted = accepted + 1", 0,
                "worker 1: the kept counts say 3 accepted (its groups 2)");
   expect_audit("c11.db", "DELETE FROM worker_counts", 0, "worker 1 has no kept group counts");
-  expect_audit("c12.db", "UPDATE groups SET worker = NULL WHERE id = 3", 3,
-               "group 3 names worker -1, its lease worker 1");
 }
 
 /* ---------------------------------------------------------------- threads and kill -9 */
