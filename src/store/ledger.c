@@ -206,8 +206,10 @@ _Static_assert(sizeof MIGRATIONS / sizeof *MIGRATIONS == LH_LEDGER_SCHEMA_VERSIO
   X(SETTING_GET, "SELECT value FROM settings WHERE key = ?1")                                      \
   X(SETTING_PUT, "INSERT INTO settings (key, value) VALUES (?1, ?2)"                               \
                  " ON CONFLICT (key) DO UPDATE SET value = excluded.value")                        \
-  X(BODIES_PRUNE, "DELETE FROM bodies WHERE grp IN"                                                \
-                  " (SELECT id FROM groups WHERE state IN (3, 4) AND trained_at <= ?1)")           \
+  /* the bodies still there, not every trained group (CROSS JOIN: bodies is the outer loop) */     \
+  X(BODIES_PRUNE,                                                                                  \
+    "DELETE FROM bodies WHERE grp IN (SELECT b.grp FROM bodies b CROSS"                            \
+    " JOIN groups g ON g.id = b.grp WHERE g.state IN (3, 4) AND g.trained_at <= ?1)")              \
   X(VERSION_GET, "SELECT parent, slab_hash, manifest FROM versions WHERE version = ?1")            \
   X(VERSION_INSERT, "INSERT INTO versions (version, parent, slab_hash, manifest, published_ms)"    \
                     " VALUES (?1, ?2, ?3, ?4, ?5)")                                                \
