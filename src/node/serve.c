@@ -454,9 +454,10 @@ static bool admit(server *s, const lh_sync_public_key *pk, const lh_ledger_worke
   return true;
 }
 
-/* Checks a signed request; *pk is the signer. Writes the error response itself. */
+/* Checks a signed request; *pk is the signer, and *who (when not NULL, and not registering) its
+ * record as read for the check. Writes the error response itself. */
 static bool authenticate(server *s, const lh_http_request *req, lh_http_response *res,
-                         bool registering, lh_sync_public_key *pk) {
+                         bool registering, lh_sync_public_key *pk, lh_ledger_worker *who) {
   lh_node_auth a;
   char path[2048];
   if (snprintf(path, sizeof path, "%s%s%s", req->path, req->query[0] ? "?" : "", req->query) >=
@@ -518,6 +519,7 @@ static bool authenticate(server *s, const lh_http_request *req, lh_http_response
     return false;
   }
   *pk = a.key;
+  if (who && !registering) *who = w;
   return admit(s, pk, registering ? NULL : &w, res);
 }
 
@@ -525,7 +527,7 @@ static bool authenticate(server *s, const lh_http_request *req, lh_http_response
 
 static void h_register(server *s, const lh_http_request *req, lh_http_response *res) {
   lh_sync_public_key pk;
-  if (!authenticate(s, req, res, true, &pk)) return;
+  if (!authenticate(s, req, res, true, &pk, NULL)) return;
   char *name = NULL, *hw_text = NULL;
   if (lh_node_register_parse(req->body, req->body_len, &name, &hw_text)) {
     lh_http_respond_error(res, 400, "bad_body",
@@ -588,15 +590,11 @@ static bool make_group(server *s, uint64_t task, int64_t min_version, lh_node_gr
 
 static void h_lease(server *s, const lh_http_request *req, lh_http_response *res) {
   lh_sync_public_key pk;
-  if (!authenticate(s, req, res, false, &pk)) return;
+  lh_ledger_worker w; /* as authenticate read it a moment ago */
+  if (!authenticate(s, req, res, false, &pk, &w)) return;
   lh_node_lease_request lr;
   if (lh_node_lease_request_parse(req->body, req->body_len, &lr)) {
     lh_http_respond_error(res, 400, "bad_body", "%s", lh_last_error());
-    return;
-  }
-  lh_ledger_worker w;
-  if (lh_ledger_worker_get(s->ledger, pk.bytes, &w)) {
-    lh_http_respond_error(res, 500, "ledger", "%s", lh_last_error());
     return;
   }
   repute rp;
@@ -794,7 +792,7 @@ static void reject(server *s, lh_http_response *res, const lh_ledger_group *g, i
 
 static void h_rollout(server *s, const lh_http_request *req, lh_http_response *res) {
   lh_sync_public_key pk;
-  if (!authenticate(s, req, res, false, &pk)) return;
+  if (!authenticate(s, req, res, false, &pk, NULL)) return;
   char lease_s[24], group_s[24], gen_s[24] = "0";
   char *end1 = NULL, *end2 = NULL;
   if (lh_http_query_get(req->query, "lease", lease_s, sizeof lease_s) ||
