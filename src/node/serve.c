@@ -37,6 +37,7 @@
 #define SMALL_BODY_MAX   ((size_t)64 << 10)
 #define CACHE_IMMUTABLE  "public, max-age=31536000, immutable"
 #define REPUTE_SLOTS     1024 /* keys whose reputation is remembered (a miss reads the ledger) */
+#define EXPIRE_EVERY_S   0.25 /* the training thread expires leases at most this often */
 /* A rejection whose reason starts so is the server's own failure, not the worker's: it never
  * counts toward a ban (docs/SECURITY.md, "Reputation"). */
 #define EXCUSED_PREFIX "env:"
@@ -870,7 +871,9 @@ static void h_rollout(server *s, const lh_http_request *req, lh_http_response *r
       queue_push(s, &q);
       s->accepted++;
       if (g.state == LH_GROUP_LEASED) s->outstanding--;
-      pthread_cond_signal(&s->queue_cv);
+      /* the trainer waits for an update's worth (or 200 ms): woken for every group, it read
+       * the ledger's expired leases once per group accepted */
+      if (s->q_len >= s->rl.prompts) pthread_cond_signal(&s->queue_cv);
       pthread_mutex_unlock(&s->mu);
       json_t *o = json_pack("{s:I,s:s}", "group", (json_int_t)gid, "state", "accepted");
       lh_http_respond_json(res, 202, o);
@@ -1828,8 +1831,14 @@ lh_err lh_serve_run(const lh_serve_config *c) {
   }
   /* the starting policy's held-out pass@1 (a resumed run has it unless it restarts at 0) */
   if (lh_trainer_version(s->tr) == 0 && (e = heldout_at(s, 0))) goto out;
+  double expired_at = -1; /* leases are expired at most every EXPIRE_EVERY_S */
   while (lh_trainer_version(s->tr) < s->rl.steps && !should_stop(s)) {
-    if ((e = expire_leases(s)) || (e = train_once(s))) break;
+    double t = lh_time_now();
+    if (t - expired_at >= EXPIRE_EVERY_S || expired_at < 0) {
+      if ((e = expire_leases(s))) break;
+      expired_at = t;
+    }
+    if ((e = train_once(s))) break;
   }
   /* the last version stays available to workers that are still syncing */
   if (!e && c->linger_s > 0 && !should_stop(s)) {
