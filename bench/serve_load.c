@@ -6,12 +6,17 @@
  * pick, so serve runs with --no-verify and the HTTP, signature and ledger path is measured. It
  * uses the project's own client (http.h), signing (lh_node_request) and codecs (rollout.h,
  * node.h). Reports accepted groups/s, the latency of POST /v1/rollouts (until the 202, sent once
- * the group is durable), answers by status, and serve's RSS sampled over the run.
+ * the group is durable), answers by status, serve's RSS sampled over the run, and with
+ * --interval S the same per S seconds (to show they stay flat over a long run). --probe first
+ * checks the replay defence over HTTP: a request sent twice is 409 the second time, one signed a
+ * window too early or too late is 401 stale_time.
  * Usage: serve_load --server http://127.0.0.1:PORT [--clients 64] [--seconds 10] [--groups N]
- *        [--lease 32] [--dup-every K] [--pid PID] [--json FILE] [--ids FILE] */
+ *        [--lease 32] [--dup-every K] [--pid PID] [--json FILE] [--ids FILE] [--interval S]
+ *        [--probe] */
 #include <inttypes.h>
 #include <jansson.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,11 +32,13 @@
 #define TIMEOUT_MS 30000
 #define LAT_MAX    (1 << 16) /* latencies kept per client at most */
 #define RSS_MAX    4096      /* RSS samples at most */
+#define IV_MAX     1024      /* intervals reported at most */
 
 typedef struct opts {
   const char *server, *json_path, *ids_path;
   int clients, lease, dup_every;
-  double seconds;
+  bool probe;
+  double seconds, interval;
   int64_t groups; /* submissions in all at most (0: by time only) */
   long pid;
 } opts;
@@ -50,7 +57,8 @@ typedef struct client {
   lh_http_client *http, *dup_http;
   leased *pool;
   int n_pool, next;
-  double *lat; /* seconds of each POST /v1/rollouts answered */
+  double *lat;    /* seconds of each POST /v1/rollouts answered */
+  double *lat_at; /* and when each was answered (seconds since the window began) */
   int n_lat;
   int64_t sub_status[600], lease_status[600]; /* answers by status; [0]: transport failures */
   int64_t *ids;                               /* groups answered 202 */
@@ -68,6 +76,7 @@ struct shared {
   int64_t budget; /* submissions left (when --groups) */
   int64_t version;
   double t0, t1;
+  atomic_llong accepted, refused; /* groups answered 202 (distinct); submissions answered 4xx/5xx */
 };
 
 static double now_s(void) {
@@ -200,7 +209,11 @@ static void *submit_one(void *ud) {
 
 static void record(client *c, const submission *s) {
   count(c->sub_status, s->status);
-  if (s->status && c->n_lat < LAT_MAX) c->lat[c->n_lat++] = s->lat;
+  if (s->status >= 400) atomic_fetch_add(&c->sh->refused, 1);
+  if (s->status && c->n_lat < LAT_MAX) {
+    c->lat_at[c->n_lat] = now_s() - c->sh->t0;
+    c->lat[c->n_lat++] = s->lat;
+  }
 }
 
 static void accepted_push(client *c, int64_t group) {
@@ -241,7 +254,10 @@ static void submit_next(client *c) {
     pthread_join(th, NULL);
     record(c, &b);
   }
-  if (a.status == 202 || (dup && b.status == 202)) accepted_push(c, l->g.group);
+  if (a.status == 202 || (dup && b.status == 202)) {
+    accepted_push(c, l->g.group);
+    atomic_fetch_add(&sh->accepted, 1);
+  }
   free(body);
 }
 
@@ -341,6 +357,19 @@ static double cpu_s(long pid) {
   return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
+/* Bytes a process has caused to be written to storage so far (/proc/PID/io), or -1. */
+static double io_written(long pid) {
+  char path[64], line[256];
+  snprintf(path, sizeof path, "/proc/%ld/io", pid);
+  FILE *f = fopen(path, "r");
+  long long b = -1;
+  if (!f) return -1;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "write_bytes: %lld", &b) == 1) break;
+  fclose(f);
+  return (double)b;
+}
+
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
@@ -352,10 +381,109 @@ static double quantile(const double *v, int n, double q) {
   return v[i];
 }
 
+/* One request to POST /v1/workers signed at time_ms with auth a (or a fresh signature when a is
+ * NULL); its status, the error code in code. */
+static long probe_send(lh_http_client *http, const lh_sync_secret_key *sk, const char *body,
+                       int64_t time_ms, lh_node_auth_text *a, char *code, size_t cap) {
+  lh_node_auth_text fresh;
+  if (!a) {
+    lh_node_sign(sk, "POST", "/v1/workers", body, strlen(body), time_ms, &fresh);
+    a = &fresh;
+  }
+  lh_http_header h[4] = {{LH_NODE_HDR_KEY, a->key},
+                         {LH_NODE_HDR_TIME, a->time},
+                         {LH_NODE_HDR_NONCE, a->nonce},
+                         {LH_NODE_HDR_SIGNATURE, a->signature}};
+  lh_http_reply r;
+  code[0] = 0;
+  if (lh_http_client_request(http, "POST", "/v1/workers", h, 4, body, strlen(body), REPLY_MAX,
+                             TIMEOUT_MS, &r))
+    return 0;
+  int64_t t;
+  if (r.status >= 400) lh_node_error_parse(r.body, r.len, code, cap, &t);
+  long st = r.status;
+  lh_http_reply_free(&r);
+  return st;
+}
+
+/* The replay defence over HTTP: the same signed request twice (the second is 409
+ * replayed_nonce), and requests signed a window too early or too late (401 stale_time). */
+static bool probe(const char *server) {
+  lh_sync_secret_key sk;
+  lh_http_client *http = NULL;
+  if (lh_sync_keygen(&sk) || lh_http_client_create(server, &http)) {
+    fprintf(stderr, "serve_load: probe: %s\n", lh_last_error());
+    return false;
+  }
+  const char *body = "{\"name\":\"probe\"}";
+  char code[64];
+  lh_node_auth_text a;
+  int64_t now = wall_ms();
+  lh_node_sign(&sk, "POST", "/v1/workers", body, strlen(body), now, &a);
+  long first = probe_send(http, &sk, body, now, &a, code, sizeof code);
+  long again = probe_send(http, &sk, body, now, &a, code, sizeof code);
+  bool ok = (first == 200 || first == 201) && again == 409 && !strcmp(code, "replayed_nonce");
+  printf("probe: a request %ld, the same request again %ld %s\n", first, again, code);
+  struct {
+    const char *what;
+    int64_t t;
+  } stale[] = {{"signed a window and 5 s ago", now - LH_NODE_TIME_WINDOW_MS - 5000},
+               {"signed a window and 5 s ahead", now + LH_NODE_TIME_WINDOW_MS + 5000}};
+  for (int i = 0; i < 2; i++) {
+    long st = probe_send(http, &sk, body, stale[i].t, NULL, code, sizeof code);
+    ok = ok && st == 401 && !strcmp(code, "stale_time");
+    printf("probe: a request %s: %ld %s\n", stale[i].what, st, code);
+  }
+  long st = probe_send(http, &sk, body, wall_ms(), NULL, code, sizeof code);
+  ok = ok && st == 200;
+  printf("probe: a new request signed now: %ld\n", st);
+  lh_http_client_free(http);
+  lh_sync_secret_key_wipe(&sk);
+  return ok;
+}
+
+/* One interval's figures, sampled at its end. */
+typedef struct interval {
+  double t;                  /* its end, seconds since the window began */
+  int64_t accepted, refused; /* totals at its end */
+  double serve_cpu;          /* serve's CPU seconds at its end */
+  long rss_kb;
+} interval;
+
+/* Prints each interval's figures and appends them to arr. */
+static void print_intervals(const interval *iv, int n_iv, client *cs, int clients, json_t *arr) {
+  printf("per interval:   from    to  accepted/s  refused  p50 ms  p99 ms  serve CPU us/group  "
+         "serve RSS MB\n");
+  for (int k = 1; k < n_iv; k++) {
+    const interval *a = &iv[k - 1], *b = &iv[k];
+    int64_t n = 0;
+    for (int i = 0; i < clients; i++)
+      for (int m = 0; m < cs[i].n_lat; m++)
+        n += cs[i].lat_at[m] > a->t && cs[i].lat_at[m] <= b->t;
+    double *l = lh_xmalloc((size_t)(n ? n : 1) * sizeof *l);
+    int64_t at = 0;
+    for (int i = 0; i < clients; i++)
+      for (int m = 0; m < cs[i].n_lat; m++)
+        if (cs[i].lat_at[m] > a->t && cs[i].lat_at[m] <= b->t) l[at++] = cs[i].lat[m];
+    qsort(l, (size_t)n, sizeof *l, cmp_double);
+    double dt = b->t - a->t, acc = (double)(b->accepted - a->accepted);
+    double p50 = quantile(l, (int)n, 0.5) * 1e3, p99 = quantile(l, (int)n, 0.99) * 1e3;
+    double cpu = acc > 0 && b->serve_cpu >= 0 ? (b->serve_cpu - a->serve_cpu) * 1e6 / acc : 0;
+    printf("              %6.1f %6.1f %10.1f %8lld %7.2f %7.2f %19.0f %13.1f\n", a->t, b->t,
+           acc / dt, (long long)(b->refused - a->refused), p50, p99, cpu, b->rss_kb / 1024.0);
+    json_array_append_new(arr, json_pack("{s:f,s:f,s:f,s:I,s:f,s:f,s:f,s:I}", "from", a->t, "to",
+                                         b->t, "accepted_per_s", acc / dt, "refused",
+                                         (json_int_t)(b->refused - a->refused), "p50_ms", p50,
+                                         "p99_ms", p99, "serve_cpu_us_per_group", cpu,
+                                         "serve_rss_kb", (json_int_t)b->rss_kb));
+    free(l);
+  }
+}
+
 static int usage(void) {
   fprintf(stderr, "usage: serve_load --server http://HOST:PORT [--clients N] [--seconds S] "
                   "[--groups N] [--lease L] [--dup-every K] [--pid PID] [--json FILE] "
-                  "[--ids FILE]\n");
+                  "[--ids FILE] [--interval S] [--probe]\n");
   return 2;
 }
 
@@ -368,6 +496,10 @@ int main(int argc, char **argv) {
   o->lease = 32;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--probe")) {
+      o->probe = true;
+      continue;
+    }
     if (!v) return usage();
     if (!strcmp(a, "--server"))
       o->server = v;
@@ -387,13 +519,21 @@ int main(int argc, char **argv) {
       o->json_path = v;
     else if (!strcmp(a, "--ids"))
       o->ids_path = v;
+    else if (!strcmp(a, "--interval"))
+      o->interval = atof(v);
     else
       return usage();
     i++;
   }
   if (!o->server || o->clients < 1 || o->clients > 4096 || o->lease < 1 ||
-      o->lease > LH_NODE_MAX_LEASE_GROUPS || !(o->seconds > 0) || o->groups < 0 || o->dup_every < 0)
+      o->lease > LH_NODE_MAX_LEASE_GROUPS || !(o->seconds > 0) || o->groups < 0 ||
+      o->dup_every < 0 || o->interval < 0 ||
+      (o->interval > 0 && o->seconds / o->interval > IV_MAX - 2))
     return usage();
+  if (o->probe && !probe(o->server)) {
+    fprintf(stderr, "serve_load: the replay probe did not get the answers expected\n");
+    return 1;
+  }
   sh.budget = o->groups;
   pthread_mutex_init(&sh.mu, NULL);
   pthread_cond_init(&sh.cv, NULL);
@@ -404,6 +544,7 @@ int main(int argc, char **argv) {
     c->sh = &sh;
     c->id = i;
     c->lat = lh_xmalloc((size_t)LAT_MAX * sizeof *c->lat);
+    c->lat_at = lh_xmalloc((size_t)LAT_MAX * sizeof *c->lat_at);
     if (lh_sync_keygen(&c->sk) || lh_http_client_create(o->server, &c->http) ||
         lh_http_client_create(o->server, &c->dup_http)) {
       fprintf(stderr, "serve_load: %s\n", lh_last_error());
@@ -426,12 +567,19 @@ int main(int argc, char **argv) {
   sh.go = true;
   sh.t0 = now_s();
   double serve_cpu0 = o->pid > 0 ? cpu_s(o->pid) : -1, own_cpu0 = cpu_s((long)getpid());
+  double io0 = o->pid > 0 ? io_written(o->pid) : -1;
   pthread_cond_broadcast(&sh.cv);
   pthread_mutex_unlock(&sh.mu);
   static long rss[RSS_MAX];
-  int n_rss = 0;
+  static interval iv[IV_MAX];
+  int n_rss = 0, n_iv = 0;
+  iv[n_iv++] = (interval){0, 0, 0, serve_cpu0, o->pid > 0 ? rss_kb(o->pid) : -1};
   while (!stopped(&sh) && now_s() - sh.t0 < o->seconds) {
     if (o->pid > 0 && n_rss < RSS_MAX) rss[n_rss++] = rss_kb(o->pid);
+    double t = now_s() - sh.t0;
+    if (o->interval > 0 && t >= n_iv * o->interval && n_iv < IV_MAX)
+      iv[n_iv++] = (interval){t, atomic_load(&sh.accepted), atomic_load(&sh.refused),
+                              o->pid > 0 ? cpu_s(o->pid) : -1, n_rss ? rss[n_rss - 1] : -1};
     sleep_ms(100);
   }
   pthread_mutex_lock(&sh.mu);
@@ -442,8 +590,12 @@ int main(int argc, char **argv) {
   sh.t1 = now_s();
   double serve_cpu = o->pid > 0 ? cpu_s(o->pid) - serve_cpu0 : -1,
          own_cpu = cpu_s((long)getpid()) - own_cpu0;
+  double io = o->pid > 0 && io0 >= 0 ? io_written(o->pid) - io0 : -1;
   pthread_join(poll_th, NULL);
   if (o->pid > 0 && n_rss < RSS_MAX) rss[n_rss++] = rss_kb(o->pid);
+  if (o->interval > 0 && n_iv < IV_MAX && sh.t1 - sh.t0 > iv[n_iv - 1].t + 0.5 * o->interval)
+    iv[n_iv++] = (interval){sh.t1 - sh.t0, atomic_load(&sh.accepted), atomic_load(&sh.refused),
+                            o->pid > 0 ? serve_cpu + serve_cpu0 : -1, n_rss ? rss[n_rss - 1] : -1};
 
   /* the figures */
   int64_t sub[600] = {0}, lea[600] = {0}, n_lat = 0, accepted = 0, attempts = 0;
@@ -491,6 +643,12 @@ int main(int argc, char **argv) {
   if (o->pid > 0)
     printf("serve RSS MB: after 1 s %.1f, peak %.1f, at the end %.1f (%d samples)\n",
            rss_first / 1024.0, rss_peak / 1024.0, rss_last / 1024.0, n_rss);
+  if (io >= 0 && accepted > 0)
+    printf("serve wrote %.1f kB to storage per accepted group (the ledger's WAL and checkpoints, "
+           "the run's checkpoints)\n",
+           io / 1024.0 / (double)accepted);
+  json_t *ivs = json_array();
+  if (o->interval > 0) print_intervals(iv, n_iv, cs, o->clients, ivs);
   if (o->json_path) {
     json_t *subj = json_object(), *leaj = json_object();
     for (int k = 0; k < 600; k++) {
@@ -505,6 +663,7 @@ int main(int argc, char **argv) {
                           (double)accepted / wall, "p50_ms", p50, "p99_ms", p99, "max_ms", mx,
                           "rollouts", subj, "leases", leaj, "rss_first_kb", (json_int_t)rss_first,
                           "rss_peak_kb", (json_int_t)rss_peak, "rss_last_kb", (json_int_t)rss_last);
+    if (j) json_object_set(j, "intervals", ivs);
     if (!j || json_dump_file(j, o->json_path, JSON_COMPACT)) {
       fprintf(stderr, "serve_load: cannot write %s\n", o->json_path);
       return 1;
@@ -528,12 +687,14 @@ int main(int argc, char **argv) {
       lh_node_group_clear(&c->pool[k].g);
     free(c->pool);
     free(c->lat);
+    free(c->lat_at);
     free(c->ids);
     lh_http_client_free(c->http);
     lh_http_client_free(c->dup_http);
     lh_sync_secret_key_wipe(&c->sk);
   }
   lh_http_client_free(pl.http);
+  json_decref(ivs);
   free(lat);
   free(cs);
   free(th);

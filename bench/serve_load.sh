@@ -7,9 +7,11 @@
 # and checkpoints each version, all durable) and what is measured is the HTTP, signature and
 # ledger path. Prints accepted groups/s, the latency of POST /v1/rollouts (p50/p99/max, until
 # the 202, which is sent once the group is durably in the ledger), answers by status, serve's
-# RSS over the run, CPU per group, and the ledger's group commits. Builds nothing (`make
-# bench-serve-load` builds first); bounded in time (serve stops itself after SECONDS + 60).
-# Usage: bench/serve_load.sh BUILD_DIR [OUT_DIR] [SECONDS] [CLIENTS]
+# RSS over the run, CPU per group, the same per INTERVAL seconds (default 10: they must stay
+# flat over a long run), the ledger's group commits and the replay table's verdicts. Builds
+# nothing (`make bench-serve-load` builds first); bounded in time (serve stops itself after
+# SECONDS + 60).
+# Usage: [INTERVAL=S] bench/serve_load.sh BUILD_DIR [OUT_DIR] [SECONDS] [CLIENTS]
 set -euo pipefail
 BUILD=$(realpath "${1:?usage: bench/serve_load.sh BUILD_DIR [OUT_DIR] [SECONDS] [CLIENTS]}")
 OUT=${2:-$BUILD/serve-load}
@@ -41,7 +43,7 @@ for _ in $(seq 1 200); do [ -s port ] && break; sleep 0.05; done
 PORT=$(cat port)
 echo "serve on 127.0.0.1:$PORT (pid $SERVE); $CLIENTS clients for ${SECS}s"
 timeout $((SECS + 120)) "$GEN" --server "http://127.0.0.1:$PORT" --clients "$CLIENTS" --seconds "$SECS" --pid "$SERVE" \
-  --json serve-load.json
+  --interval "${INTERVAL:-10}" --json serve-load.json
 curl -sf "http://127.0.0.1:$PORT/metrics" >metrics.txt || true
 commits=$(sed -n 's/^longhaul_ledger_accept_commits_total //p' metrics.txt)
 accepts=$(sed -n 's/^longhaul_ledger_accepts_total //p' metrics.txt)
@@ -49,6 +51,10 @@ stop
 SERVE=""
 [ -n "$commits" ] && [ "$commits" -gt 0 ] &&
   echo "ledger: $accepts accepts in $commits group commits ($((accepts / commits)) per commit, one fsync each)"
+verdicts=$(sed -n 's/^longhaul_signed_requests_total{nonce="\([a-z_]*\)"} \([0-9]*\)/\1 \2/p' metrics.txt | paste -sd, -)
+forgot=$(sed -n 's/^longhaul_replay_forgotten_live_total //p' metrics.txt)
+[ -n "$verdicts" ] &&
+  echo "signed requests by the time and nonce check: $verdicts; entries forgotten within the window: $forgot"
 /usr/bin/python3 - run <<'PY'
 import json, sqlite3, sys
 run = sys.argv[1]

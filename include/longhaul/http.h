@@ -79,6 +79,8 @@ typedef struct lh_http_request {
   size_t body_len;
   const char *peer;     /* "127.0.0.1:PORT" or "[::1]:PORT" */
   const void *internal; /* the server's; read headers with lh_http_request_header */
+  int64_t arrived_ms;   /* the wall clock (Unix ms) when the request line arrived, before the
+                         * body (a signed time is checked against this, not the upload's end) */
 } lh_http_request;
 
 /* A request header's value (the first of that name, compared case-insensitively), or NULL. */

@@ -40,7 +40,7 @@
 
 /* ---------------------------------------------------------------- limits and format */
 
-#define LH_LEDGER_SCHEMA_VERSION 1          /* PRAGMA user_version of the schema written here */
+#define LH_LEDGER_SCHEMA_VERSION 2          /* PRAGMA user_version of the schema written here */
 #define LH_LEDGER_APPLICATION_ID 0x4c484c47 /* PRAGMA application_id: "LHLG" */
 #define LH_LEDGER_BUSY_MS        5000       /* how long a lock of another process is waited for */
 #define LH_LEDGER_KEY_BYTES      32         /* a worker's Ed25519 public key */
@@ -63,7 +63,8 @@ typedef struct lh_ledger lh_ledger;
  * journal_mode=WAL (LH_ERR_UNSUPPORTED when the file system refuses it), synchronous=FULL,
  * foreign_keys=ON and the busy timeout. A file that is not an SQLite database, or a database of
  * another program (another application_id, or tables without a schema version), is
- * LH_ERR_FORMAT; a schema version other than LH_LEDGER_SCHEMA_VERSION (a newer longhaul's) is
+ * LH_ERR_FORMAT; a ledger of an older schema version (from 1) is migrated to
+ * LH_LEDGER_SCHEMA_VERSION in one transaction, once; a newer version, or 0, is
  * LH_ERR_UNSUPPORTED; a file that cannot be opened or created is LH_ERR_IO. Messages start with
  * PATH. The directory of a new ledger is fsynced, so the file survives a crash too. */
 lh_err lh_ledger_open(const char *path, lh_ledger **out);
@@ -100,7 +101,8 @@ typedef struct lh_ledger_worker {
 lh_err lh_ledger_worker_register(lh_ledger *l, const uint8_t key[LH_LEDGER_KEY_BYTES],
                                  const char *name, const char *hardware_json, int64_t now_ms,
                                  bool *is_new);
-/* One worker; LH_ERR_NOTFOUND for a key never registered. */
+/* One worker; LH_ERR_NOTFOUND for a key never registered. One row: the counts by state are kept
+ * with every change of a group's state, not counted here. */
 lh_err lh_ledger_worker_get(lh_ledger *l, const uint8_t key[LH_LEDGER_KEY_BYTES],
                             lh_ledger_worker *out);
 /* The hardware JSON of a worker as registered (malloc'd, NUL-terminated); LH_ERR_NOTFOUND. */
@@ -122,8 +124,10 @@ typedef struct lh_ledger_recent {
  * groups it submitted), and EXPIRED ones too when with_expired (the groups it abandoned).
  * excused (NULL or "": none) is a reason prefix for rejections the worker did not cause (the
  * server's own failures); they are counted in groups[LH_GROUP_REJECTED] and in excused. A key
- * never registered, or one with no such group, gives all zeros (LH_ERR_OK). One query: a pass
- * over the worker's groups. */
+ * never registered, or one with no such group, gives all zeros (LH_ERR_OK). One query that
+ * reads the worker's groups newest first and stops when the window is full: the window's groups
+ * and those between them outside the class (still leased; for the submitted class, expired),
+ * not the worker's whole history. */
 lh_err lh_ledger_worker_recent(lh_ledger *l, const uint8_t key[LH_LEDGER_KEY_BYTES], int window,
                                bool with_expired, const char *excused, lh_ledger_recent *out);
 
@@ -302,10 +306,12 @@ typedef struct lh_ledger_audit_result {
  * ledger"): each group has at most one live training event; a TRAINED or DROPPED group has
  * exactly one, of its state at its trained_at, and any other group none; no trained_at beyond
  * the latest version; every ACCEPTED group has its body; trained_at is -1 outside TRAINED and
- * DROPPED; the state counts kept for lh_ledger_stats agree with the groups. Fills *r and returns
- * LH_ERR_OK, or LH_ERR_MISMATCH naming the lowest group id that breaks one (r->bad_group,
- * r->problem). Run it when the server is quiet (after the version of the last update is put):
- * between lh_ledger_train and that version's lh_ledger_version_put, trained_at is beyond it. */
+ * DROPPED; the state counts kept for lh_ledger_stats agree with the groups, and each worker's
+ * kept counts with its groups. Fills *r and returns
+ * LH_ERR_OK, or LH_ERR_MISMATCH naming the lowest group id that breaks one (r->bad_group; 0 for
+ * a worker's counts), r->problem saying what. Run it when the server is quiet (after the version of
+ * the last update is put): between lh_ledger_train and that version's lh_ledger_version_put,
+ * trained_at is beyond it. */
 lh_err lh_ledger_audit(lh_ledger *l, lh_ledger_audit_result *r);
 
 #endif

@@ -26,7 +26,7 @@
 /* ---------------------------------------------------------------- signed requests */
 #define LH_NODE_SIGNING_CONTEXT "longhaul-request-v1\n"
 #define LH_NODE_NONCE_BYTES     16
-#define LH_NODE_TIME_WINDOW_MS  300000 /* a request's time may differ from the server's by this */
+#define LH_NODE_TIME_WINDOW_MS  60000 /* a request's time may differ from the server's by this */
 /* The four headers of a signed request. */
 #define LH_NODE_HDR_KEY       "X-Longhaul-Key"
 #define LH_NODE_HDR_TIME      "X-Longhaul-Time"

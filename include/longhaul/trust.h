@@ -4,11 +4,11 @@
  * group is checked with lh_sample_check under the group's server-chosen seed and the lease's
  * sampling parameters, the reported behaviour log-probs are compared with the recomputed ones,
  * and the group is accepted or rejected whole, with the check that failed and where. Also: a
- * per-key rate limiter for the server.
+ * per-key rate limiter for the server, and its table of the signed requests seen (replays).
  *
  * Ownership: the caller's batch and logits are read only; a verdict is a plain value.
  * Thread safety: lh_trust_verify_group keeps no state (a scratch per thread); a limiter is
- * thread-safe (one mutex inside). */
+ * thread-safe (one mutex inside), and so is a replay table (striped locks). */
 #ifndef LONGHAUL_TRUST_H
 #define LONGHAUL_TRUST_H
 
@@ -101,5 +101,42 @@ void lh_trust_limiter_free(lh_trust_limiter *l);
  * the next request would be allowed. */
 bool lh_trust_limiter_take(lh_trust_limiter *l, const uint8_t key[32], double now_s,
                            double *retry_s);
+
+/* ---------------------------------------------------------------- replayed requests
+ * Which signed requests were seen (docs/SECURITY.md, "Replays"): a table of `slots` entries,
+ * fixed at create, holding the (key, nonce) of each request let through with its signed time.
+ * A request is
+ *   LH_REPLAY_STALE      when its time is more than window_ms before or after now;
+ *   LH_REPLAY_SEEN       when its (key, nonce) is in the table (a replay);
+ *   LH_REPLAY_FORGOTTEN  when its time is at or before the floor of its part of the table: the
+ *                        latest time of an entry forgotten there to make room (so a request
+ *                        that was forgotten can never pass again);
+ *   LH_REPLAY_FRESH      otherwise, and it is remembered.
+ * The table forgets the oldest entries of a part only when that part is full: at the rates it
+ * is sized for (entries > requests per second x window, with a margin), every floor stays below
+ * the window and no honest request is refused; above them, or under a flood, memory stays the
+ * same and the floors rise: a request delayed past its floor is refused as stale and signed
+ * again by its sender, never answered "busy". Thread-safe (striped locks). */
+typedef struct lh_trust_replay lh_trust_replay;
+typedef enum {
+  LH_REPLAY_FRESH,
+  LH_REPLAY_SEEN,
+  LH_REPLAY_STALE,
+  LH_REPLAY_FORGOTTEN
+} lh_trust_replay_verdict;
+#define LH_REPLAY__COUNT 4
+/* window_ms >= 1; slots a power of two, 16 .. 2^32 (16 bytes each); aborts otherwise (a caller's
+ * bug). */
+lh_trust_replay *lh_trust_replay_create(int64_t window_ms, int64_t slots);
+void lh_trust_replay_free(lh_trust_replay *r);
+/* The verdict on a request of `key` with `nonce` (at most 64 bytes, else aborts) signed at
+ * time_ms, checked at now_ms (both Unix ms). */
+lh_trust_replay_verdict lh_trust_replay_check(lh_trust_replay *r, const uint8_t key[32],
+                                              const uint8_t *nonce, size_t nonce_len,
+                                              int64_t time_ms, int64_t now_ms);
+/* The verdicts given so far, by verdict, and how many entries were forgotten while their time
+ * was still within the window (each raised a floor above a time the window allows). */
+void lh_trust_replay_stats(lh_trust_replay *r, int64_t counts[LH_REPLAY__COUNT],
+                           int64_t *forgot_live);
 
 #endif

@@ -61,6 +61,7 @@ typedef struct req_state {
   bool started, too_big, no_memory;
   bool lingered; /* what the client still sent after a 413 was read and dropped */
   char peer[INET6_ADDRSTRLEN + 16];
+  int64_t arrived_ms; /* the wall clock when the request line arrived */
 } req_state;
 
 /* ---------------------------------------------------------------- responses */
@@ -310,6 +311,9 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn) {
   }
   st->s = s;
   st->conn = conn;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  st->arrived_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
   char *q = strchr(st->path, '?');
   st->query = "";
   if (q) {
@@ -631,7 +635,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return send_error(st, 500, "out_of_memory", "no memory for a body of %zu bytes", st->len);
   watch_set(s, conn, 0);
   lh_http_request req = {method,  st->path, st->query, st->body ? st->body : (const uint8_t *)"",
-                         st->len, st->peer, st};
+                         st->len, st->peer, st,        st->arrived_ms};
   if (st->body) st->body[st->len] = 0;
   lh_http_response res = {.file_fd = -1};
   s->cfg.handler(s->cfg.ud, &req, &res);

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <malloc.h>
 #include <math.h>
 #include <pthread.h>
 #include <sodium.h>
@@ -28,8 +29,9 @@
 #include "longhaul/tensor.h"
 #include "longhaul/trainer.h"
 
-#define NONCE_SLOTS      (1 << 16) /* signed requests remembered (within the time window) */
-#define NONCE_PROBES     64
+/* Signed requests remembered (16 bytes each): about 100 s of 2,600 requests/s (the load target's
+ * submissions and leases) before an entry within the window is forgotten (trust.h) */
+#define REPLAY_SLOTS     ((int64_t)1 << 18)
 #define MAX_OUTSTANDING  256 /* leased, unanswered groups per worker at most */
 #define POLL_WAIT_MAX_S  30  /* a long poll waits at most this */
 #define CHAIN_MAX        64  /* manifests one chain=1 answer holds at most */
@@ -37,6 +39,7 @@
 #define SMALL_BODY_MAX   ((size_t)64 << 10)
 #define CACHE_IMMUTABLE  "public, max-age=31536000, immutable"
 #define REPUTE_SLOTS     1024 /* keys whose reputation is remembered (a miss reads the ledger) */
+#define EXPIRE_EVERY_S   0.25 /* the training thread expires leases at most this often */
 /* A rejection whose reason starts so is the server's own failure, not the worker's: it never
  * counts toward a ban (docs/SECURITY.md, "Reputation"). */
 #define EXCUSED_PREFIX "env:"
@@ -72,11 +75,6 @@ typedef struct repute {
   int64_t bad, submitted;   /* rejections of its own among its latest `submitted` groups */
   int64_t expired, settled; /* expired among its latest `settled` groups */
 } repute;
-
-typedef struct nonce_slot {
-  uint8_t id[16]; /* BLAKE2b-128 of key and nonce */
-  int64_t t;      /* 0: empty */
-} nonce_slot;
 
 typedef struct server {
   const lh_serve_config *c;
@@ -119,7 +117,7 @@ typedef struct server {
   uint64_t next_task;
   uint64_t *reissue; /* tasks of expired or rejected groups, to lease again */
   int n_reissue, reissue_cap;
-  nonce_slot *nonces;
+  lh_trust_replay *replay;    /* the signed requests seen */
   int64_t outstanding;        /* groups leased and not yet answered or expired */
   int64_t sync_version;       /* --sync: the version whose groups are being leased, */
   int sync_issued;            /* and how many of them are out */
@@ -134,9 +132,10 @@ typedef struct server {
   /* counters */
   int64_t accepted, rejected, trained, dropped, repeats;
   int64_t refuted, verified, verified_tokens; /* groups verification rejected, checked; tokens */
-  int64_t refused[4]; /* requests refused: banned, not allowed, rate, abandoning (leases) */
-  double verify_s;    /* time spent in the check itself (not the forward) */
-  double forward_s;   /* time spent in the forwards that recompute the logits */
+  int64_t refused[4];   /* requests refused: banned, not allowed, rate, abandoning (leases) */
+  int64_t before_start; /* signed requests refused for a time before the server started */
+  double verify_s;      /* time spent in the check itself (not the forward) */
+  double forward_s;     /* time spent in the forwards that recompute the logits */
   double step_verify_s, step_forward_s;    /* the same since the last metrics line */
   double step_lp_err;                      /* the largest log-prob difference since then */
   double step_border_expected;             /* the honest BORDERLINE chances summed since then */
@@ -481,9 +480,10 @@ static bool admit(server *s, const lh_sync_public_key *pk, const lh_ledger_worke
   return true;
 }
 
-/* Checks a signed request; *pk is the signer. Writes the error response itself. */
+/* Checks a signed request; *pk is the signer, and *who (when not NULL, and not registering) its
+ * record as read for the check. Writes the error response itself. */
 static bool authenticate(server *s, const lh_http_request *req, lh_http_response *res,
-                         bool registering, lh_sync_public_key *pk) {
+                         bool registering, lh_sync_public_key *pk, lh_ledger_worker *who) {
   lh_node_auth a;
   char path[2048];
   if (snprintf(path, sizeof path, "%s%s%s", req->path, req->query[0] ? "?" : "", req->query) >=
@@ -517,52 +517,35 @@ static bool authenticate(server *s, const lh_http_request *req, lh_http_response
                           "the signature does not cover this request with this key");
     return false;
   }
-  int64_t now = now_ms();
-  if (a.time_ms < s->start_ms || llabs(a.time_ms - now) > LH_NODE_TIME_WINDOW_MS) {
+  /* the time (when the request began to arrive, so a slow upload is not stale) and the nonce:
+   * once per key (trust.h, the replay table) */
+  lh_trust_replay_verdict v =
+      a.time_ms < s->start_ms ? LH_REPLAY_STALE
+                              : lh_trust_replay_check(s->replay, a.key.bytes, a.nonce,
+                                                      sizeof a.nonce, a.time_ms, req->arrived_ms);
+  if (a.time_ms < s->start_ms) {
+    pthread_mutex_lock(&s->mu);
+    s->before_start++;
+    pthread_mutex_unlock(&s->mu);
+  }
+  if (v == LH_REPLAY_STALE || v == LH_REPLAY_FORGOTTEN) {
     json_t *o = json_pack("{s:{s:s,s:s},s:I}", "error", "code", "stale_time", "message",
-                          "the request's time is outside the server's window: sign it again "
-                          "with the current time (server_time_ms)",
-                          "server_time_ms", (json_int_t)now);
+                          v == LH_REPLAY_STALE
+                              ? "the request's time is outside the server's window: sign it again "
+                                "with the current time (server_time_ms)"
+                              : "the request's time is older than the requests the server still "
+                                "remembers: sign it again with the current time (server_time_ms)",
+                          "server_time_ms", (json_int_t)now_ms());
     lh_http_respond_json(res, 401, o);
     json_decref(o);
     return false;
   }
-  /* the nonce: once per key within the window */
-  uint8_t id[16];
-  crypto_generichash_state st;
-  crypto_generichash_init(&st, NULL, 0, sizeof id);
-  crypto_generichash_update(&st, a.key.bytes, sizeof a.key.bytes);
-  crypto_generichash_update(&st, a.nonce, sizeof a.nonce);
-  crypto_generichash_final(&st, id, sizeof id);
-  uint64_t h;
-  memcpy(&h, id, sizeof h);
-  pthread_mutex_lock(&s->mu);
-  int free_slot = -1;
-  bool seen = false;
-  for (int i = 0; i < NONCE_PROBES; i++) {
-    nonce_slot *n = &s->nonces[(h + (uint64_t)i) & (NONCE_SLOTS - 1)];
-    bool live = n->t != 0 && now - n->t <= 2 * LH_NODE_TIME_WINDOW_MS;
-    if (live && !memcmp(n->id, id, sizeof id)) {
-      seen = true;
-      break;
-    }
-    if (!live && free_slot < 0) free_slot = (int)((h + (uint64_t)i) & (NONCE_SLOTS - 1));
-  }
-  if (!seen && free_slot >= 0) {
-    memcpy(s->nonces[free_slot].id, id, sizeof id);
-    s->nonces[free_slot].t = now;
-  }
-  pthread_mutex_unlock(&s->mu);
-  if (seen) {
+  if (v == LH_REPLAY_SEEN) {
     lh_http_respond_error(res, 409, "replayed_nonce", "this request was received before");
     return false;
   }
-  if (free_slot < 0) {
-    lh_http_response_header(res, "Retry-After", "1");
-    lh_http_respond_error(res, 503, "busy", "too many recent requests; try again");
-    return false;
-  }
   *pk = a.key;
+  if (who && !registering) *who = w;
   return admit(s, pk, registering ? NULL : &w, res);
 }
 
@@ -570,7 +553,7 @@ static bool authenticate(server *s, const lh_http_request *req, lh_http_response
 
 static void h_register(server *s, const lh_http_request *req, lh_http_response *res) {
   lh_sync_public_key pk;
-  if (!authenticate(s, req, res, true, &pk)) return;
+  if (!authenticate(s, req, res, true, &pk, NULL)) return;
   char *name = NULL, *hw_text = NULL;
   if (lh_node_register_parse(req->body, req->body_len, &name, &hw_text)) {
     lh_http_respond_error(res, 400, "bad_body",
@@ -633,15 +616,11 @@ static bool make_group(server *s, uint64_t task, int64_t min_version, lh_node_gr
 
 static void h_lease(server *s, const lh_http_request *req, lh_http_response *res) {
   lh_sync_public_key pk;
-  if (!authenticate(s, req, res, false, &pk)) return;
+  lh_ledger_worker w; /* as authenticate read it a moment ago */
+  if (!authenticate(s, req, res, false, &pk, &w)) return;
   lh_node_lease_request lr;
   if (lh_node_lease_request_parse(req->body, req->body_len, &lr)) {
     lh_http_respond_error(res, 400, "bad_body", "%s", lh_last_error());
-    return;
-  }
-  lh_ledger_worker w;
-  if (lh_ledger_worker_get(s->ledger, pk.bytes, &w)) {
-    lh_http_respond_error(res, 500, "ledger", "%s", lh_last_error());
     return;
   }
   repute rp;
@@ -839,7 +818,7 @@ static void reject(server *s, lh_http_response *res, const lh_ledger_group *g, i
 
 static void h_rollout(server *s, const lh_http_request *req, lh_http_response *res) {
   lh_sync_public_key pk;
-  if (!authenticate(s, req, res, false, &pk)) return;
+  if (!authenticate(s, req, res, false, &pk, NULL)) return;
   char lease_s[24], group_s[24], gen_s[24] = "0";
   char *end1 = NULL, *end2 = NULL;
   if (lh_http_query_get(req->query, "lease", lease_s, sizeof lease_s) ||
@@ -921,7 +900,9 @@ static void h_rollout(server *s, const lh_http_request *req, lh_http_response *r
       s->accepted++;
       ewma(&s->lease_s, out_s, 0.05);
       if (g.state == LH_GROUP_LEASED) s->outstanding--;
-      pthread_cond_signal(&s->queue_cv);
+      /* the trainer waits for an update's worth (or 200 ms): woken for every group, it read
+       * the ledger's expired leases once per group accepted */
+      if (s->q_len >= s->rl.prompts) pthread_cond_signal(&s->queue_cv);
       pthread_mutex_unlock(&s->mu);
       json_t *o = json_pack("{s:I,s:s}", "group", (json_int_t)gid, "state", "accepted");
       lh_http_respond_json(res, 202, o);
@@ -1086,9 +1067,29 @@ static void h_metrics(server *s, lh_http_response *res) {
                                        LH_GROUP_TRAINED, LH_GROUP_DROPPED,  LH_GROUP_EXPIRED};
   int64_t commits = 0, accepts = 0;
   lh_ledger_accept_stats(s->ledger, &commits, &accepts);
-  char *buf = lh_xmalloc(8192);
-  size_t at = 0, cap = 8192;
+  int64_t verdicts[LH_REPLAY__COUNT], forgot_live = 0;
+  lh_trust_replay_stats(s->replay, verdicts, &forgot_live);
+  pthread_mutex_lock(&s->mu);
+  verdicts[LH_REPLAY_STALE] += s->before_start;
+  pthread_mutex_unlock(&s->mu);
+  char *buf = lh_xmalloc(16384);
+  size_t at = 0, cap = 16384;
 #define PUT(...) at += (size_t)snprintf(buf + at, cap - at, __VA_ARGS__)
+  PUT("# HELP longhaul_signed_requests_total Signed requests with a valid signature, by what the "
+      "time and nonce check said.\n"
+      "# TYPE longhaul_signed_requests_total counter\n"
+      "longhaul_signed_requests_total{nonce=\"fresh\"} %lld\n"
+      "longhaul_signed_requests_total{nonce=\"replayed\"} %lld\n"
+      "longhaul_signed_requests_total{nonce=\"stale_time\"} %lld\n"
+      "longhaul_signed_requests_total{nonce=\"forgotten\"} %lld\n"
+      "# HELP longhaul_replay_forgotten_live_total Remembered requests forgotten to make room "
+      "while "
+      "their time was within the window.\n"
+      "# TYPE longhaul_replay_forgotten_live_total counter\n"
+      "longhaul_replay_forgotten_live_total %lld\n",
+      (long long)verdicts[LH_REPLAY_FRESH], (long long)verdicts[LH_REPLAY_SEEN],
+      (long long)verdicts[LH_REPLAY_STALE], (long long)verdicts[LH_REPLAY_FORGOTTEN],
+      (long long)forgot_live);
   PUT("# HELP longhaul_ledger_accept_commits_total Group commits of accepted submissions.\n"
       "# TYPE longhaul_ledger_accept_commits_total counter\n"
       "longhaul_ledger_accept_commits_total %lld\n"
@@ -1607,6 +1608,13 @@ static lh_err parse_listen(const char *listen, char *host, size_t cap, int *port
 }
 
 lh_err lh_serve_run(const lh_serve_config *c) {
+#ifdef M_ARENA_MAX
+  /* One HTTP thread per connection, all allocating and freeing small blocks for as long as the
+   * run lasts: glibc's arena per thread (up to 8 per core) fragments, and serve's RSS grew by
+   * about 160 bytes per accepted group over 120 s under load; with two arenas it grew a third
+   * as much at the same CPU per group (docs/PERFORMANCE.md, "Over a long run"). */
+  mallopt(M_ARENA_MAX, 2);
+#endif
   server *s = lh_xcalloc(1, sizeof *s);
   s->c = c;
   s->rl = c->rl;
@@ -1619,7 +1627,7 @@ lh_err lh_serve_run(const lh_serve_config *c) {
   pthread_mutex_init(&s->env_mu, NULL);
   pthread_cond_init(&s->published_cv, NULL);
   pthread_cond_init(&s->queue_cv, NULL);
-  s->nonces = lh_xcalloc(NONCE_SLOTS, sizeof *s->nonces);
+  s->replay = lh_trust_replay_create(LH_NODE_TIME_WINDOW_MS, REPLAY_SLOTS);
   s->repute = lh_xcalloc(REPUTE_SLOTS, sizeof *s->repute);
   lh_env_config ecfg;
   lh_model *m = NULL;
@@ -1885,8 +1893,14 @@ lh_err lh_serve_run(const lh_serve_config *c) {
   }
   /* the starting policy's held-out pass@1 (a resumed run has it unless it restarts at 0) */
   if (lh_trainer_version(s->tr) == 0 && (e = heldout_at(s, 0))) goto out;
+  double expired_at = -1; /* leases are expired at most every EXPIRE_EVERY_S */
   while (lh_trainer_version(s->tr) < s->rl.steps && !should_stop(s)) {
-    if ((e = expire_leases(s)) || (e = train_once(s))) break;
+    double t = lh_time_now();
+    if (t - expired_at >= EXPIRE_EVERY_S || expired_at < 0) {
+      if ((e = expire_leases(s))) break;
+      expired_at = t;
+    }
+    if ((e = train_once(s))) break;
   }
   /* the last version stays available to workers that are still syncing */
   if (!e && c->linger_s > 0 && !should_stop(s)) {
@@ -1916,7 +1930,7 @@ out:
     free(s->kept[i].slab);
   free(s->kept);
   free(s->reissue);
-  free(s->nonces);
+  lh_trust_replay_free(s->replay);
   free(s->repute);
   free(s->allow);
   lh_trust_limiter_free(s->limiter);

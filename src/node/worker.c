@@ -146,6 +146,13 @@ static void error_code(const lh_http_reply *r, char *code, size_t cap) {
   lh_node_error_parse(r->body, r->len, code, cap, &t);
 }
 
+/* A refusal that signing again resolves: 401 stale_time (call() corrected the clock already, so
+ * the time was older than the requests the server still remembers) or 409 replayed_nonce. It
+ * is transient (LH_ERR_IO): the next try signs anew, and it never counts toward giving up. */
+static bool sign_again(const lh_http_reply *r, const char *code) {
+  return (r->status == 401 && !strcmp(code, "stale_time")) || r->status == 409;
+}
+
 /* A 403 banned or not_allowed: the server will not serve this key, and waiting changes nothing:
  * the worker stops with *e saying so. */
 static void refused_for_good(worker *w, const lh_http_reply *r, const char *code, const char *what,
@@ -175,8 +182,8 @@ static lh_err register_worker(worker *w) {
   if (r.status != 200 && r.status != 201) {
     char code[64];
     error_code(&r, code, sizeof code);
-    e = lh_errorf(r.status >= 500 ? LH_ERR_IO : LH_ERR_INVAL, "register: HTTP %ld %s", r.status,
-                  code);
+    e = lh_errorf(r.status >= 500 || sign_again(&r, code) ? LH_ERR_IO : LH_ERR_INVAL,
+                  "register: HTTP %ld %s", r.status, code);
     refused_for_good(w, &r, code, "register", &e);
   }
   lh_http_reply_free(&r);
@@ -542,7 +549,8 @@ static lh_err lease(worker *w, int want, int64_t version) {
   } else {
     char code[64];
     error_code(&r, code, sizeof code);
-    e = lh_errorf(LH_ERR_INVAL, "lease: HTTP %ld %s", r.status, code);
+    e = lh_errorf(sign_again(&r, code) ? LH_ERR_IO : LH_ERR_INVAL, "lease: HTTP %ld %s", r.status,
+                  code);
     refused_for_good(w, &r, code, "lease", &e);
   }
   lh_http_reply_free(&r);

@@ -21,8 +21,10 @@
 
 _Static_assert(LH_GROUP_EXPIRED + 1 == LH_GROUP__COUNT, "group states");
 
-/* The schema of LH_LEDGER_SCHEMA_VERSION. Group states are the lh_group_state numbers. */
-static const char SCHEMA[] =
+/* Version 1 of the schema: what every ledger starts from (a new one is given it and then each
+ * migration below, so a new ledger and a migrated one are the same). Group states are the
+ * lh_group_state numbers. */
+static const char SCHEMA_1[] =
     "CREATE TABLE workers ("
     " id INTEGER PRIMARY KEY,"
     " key BLOB NOT NULL UNIQUE CHECK (length(key) = 32),"
@@ -91,13 +93,64 @@ static const char SCHEMA[] =
     " UPDATE state_counts SET n = n + 1 WHERE state = NEW.state; END;"
     "CREATE TABLE settings (key TEXT PRIMARY KEY, value INTEGER NOT NULL) STRICT;";
 
-/* The columns of one worker row with its group counts (WORKER_GET, WORKERS). */
+/* Version 1 -> 2: each worker's groups are counted by state in worker_counts, kept by triggers
+ * in the transactions that change a group's state, so a worker's record (read on every signed
+ * request) is one row, not a pass over every group it ever had. The covering index
+ * groups_lease_state that servers of version 1 created at open for that pass goes: it cost a
+ * page of the WAL on every change of state. Runs in the transaction that sets user_version 2. */
+#define WORKER_OF_NEW "(SELECT l.worker FROM leases l WHERE l.id = NEW.lease)"
+static const char MIGRATE_2[] =
+    "CREATE TABLE worker_counts ("
+    " worker INTEGER PRIMARY KEY REFERENCES workers (id),"
+    " leased INTEGER NOT NULL DEFAULT 0, accepted INTEGER NOT NULL DEFAULT 0,"
+    " rejected INTEGER NOT NULL DEFAULT 0, trained INTEGER NOT NULL DEFAULT 0,"
+    " dropped INTEGER NOT NULL DEFAULT 0, expired INTEGER NOT NULL DEFAULT 0) STRICT;"
+    "INSERT INTO worker_counts SELECT w.id,"
+    " count(g.id) FILTER (WHERE g.state = 0), count(g.id) FILTER (WHERE g.state = 1),"
+    " count(g.id) FILTER (WHERE g.state = 2), count(g.id) FILTER (WHERE g.state = 3),"
+    " count(g.id) FILTER (WHERE g.state = 4), count(g.id) FILTER (WHERE g.state = 5)"
+    " FROM workers w LEFT JOIN leases l ON l.worker = w.id LEFT JOIN groups g ON g.lease = l.id"
+    " GROUP BY w.id;"
+    "CREATE TRIGGER workers_count_row AFTER INSERT ON workers BEGIN"
+    " INSERT INTO worker_counts (worker) VALUES (NEW.id); END;"
+    "CREATE TRIGGER groups_worker_insert AFTER INSERT ON groups BEGIN"
+    " UPDATE worker_counts SET leased = leased + (NEW.state = 0),"
+    " accepted = accepted + (NEW.state = 1), rejected = rejected + (NEW.state = 2),"
+    " trained = trained + (NEW.state = 3), dropped = dropped + (NEW.state = 4),"
+    " expired = expired + (NEW.state = 5) WHERE worker = " WORKER_OF_NEW "; END;"
+    "CREATE TRIGGER groups_worker_update AFTER UPDATE OF state ON groups"
+    " WHEN OLD.state <> NEW.state BEGIN"
+    " UPDATE worker_counts SET leased = leased + (NEW.state = 0) - (OLD.state = 0),"
+    " accepted = accepted + (NEW.state = 1) - (OLD.state = 1),"
+    " rejected = rejected + (NEW.state = 2) - (OLD.state = 2),"
+    " trained = trained + (NEW.state = 3) - (OLD.state = 3),"
+    " dropped = dropped + (NEW.state = 4) - (OLD.state = 4),"
+    " expired = expired + (NEW.state = 5) - (OLD.state = 5) WHERE worker = " WORKER_OF_NEW "; END;"
+    "DROP INDEX IF EXISTS groups_lease_state;";
+
+/* The migrations, in order: MIGRATIONS[v - 2] takes a ledger from version v - 1 to v. */
+static const char *const MIGRATIONS[] = {MIGRATE_2};
+_Static_assert(sizeof MIGRATIONS / sizeof *MIGRATIONS == LH_LEDGER_SCHEMA_VERSION - 1,
+               "a migration per schema version after the first");
+
+/* The columns of one worker row with its group counts (WORKER_GET, WORKERS): one row of each. */
 #define WORKER_COLUMNS                                                                             \
-  "SELECT w.key, w.name, w.registered_ms, w.last_seen_ms,"                                         \
-  " count(g.id) FILTER (WHERE g.state = 0), count(g.id) FILTER (WHERE g.state = 1),"               \
-  " count(g.id) FILTER (WHERE g.state = 2), count(g.id) FILTER (WHERE g.state = 3),"               \
-  " count(g.id) FILTER (WHERE g.state = 4), count(g.id) FILTER (WHERE g.state = 5)"                \
-  " FROM workers w LEFT JOIN leases l ON l.worker = w.id LEFT JOIN groups g ON g.lease = l.id "
+  "SELECT w.key, w.name, w.registered_ms, w.last_seen_ms, c.leased, c.accepted, c.rejected,"       \
+  " c.trained, c.dropped, c.expired FROM workers w JOIN worker_counts c ON c.worker = w.id "
+
+/* A worker's (key ?1) `window` (?2) latest groups among those whose state is in CLASS, counted
+ * by state, and the rejections among them whose reason starts with ?3 (not ''). Read newest
+ * first through the worker's leases (leases_worker, newest first) and each lease's groups
+ * (groups_lease): a group of a later lease has a higher id, so this is the order of the ids and
+ * needs no sort, and the LIMIT stops the reading once the window is full. */
+#define WORKER_RECENT_SQL(class)                                                                   \
+  "SELECT count(*), count(*) FILTER (WHERE state = 1), count(*) FILTER (WHERE state = 2),"         \
+  " count(*) FILTER (WHERE state = 3), count(*) FILTER (WHERE state = 4),"                         \
+  " count(*) FILTER (WHERE state = 5), count(*) FILTER (WHERE state = 2 AND ?3 <> '' AND"          \
+  " substr(reason, 1, length(?3)) = ?3) FROM (SELECT g.state AS state, g.reason AS reason"         \
+  " FROM leases l JOIN groups g ON g.lease = l.id"                                                 \
+  " WHERE l.worker = (SELECT id FROM workers WHERE key = ?1) AND " class " ORDER BY l.id DESC, "   \
+                                                                         "g.id DESC LIMIT ?2)"
 
 /* Every statement, prepared once at open. */
 #define LEDGER_STMTS(X)                                                                            \
@@ -114,15 +167,8 @@ static const char SCHEMA[] =
   X(WORKER_HARDWARE, "SELECT hardware FROM workers WHERE key = ?1")                                \
   X(WORKER_GET, WORKER_COLUMNS "WHERE w.key = ?1 GROUP BY w.id")                                   \
   X(WORKERS, WORKER_COLUMNS "GROUP BY w.id ORDER BY w.id")                                         \
-  X(WORKER_RECENT, "SELECT count(*), count(*) FILTER (WHERE state = 1),"                           \
-                   " count(*) FILTER (WHERE state = 2), count(*) FILTER (WHERE state = 3),"        \
-                   " count(*) FILTER (WHERE state = 4), count(*) FILTER (WHERE state = 5),"        \
-                   " count(*) FILTER (WHERE state = 2 AND ?4 <> '' AND"                            \
-                   " substr(reason, 1, length(?4)) = ?4)"                                          \
-                   " FROM (SELECT g.state AS state, g.reason AS reason FROM groups g"              \
-                   " JOIN leases l ON l.id = g.lease JOIN workers w ON w.id = l.worker"            \
-                   " WHERE w.key = ?1 AND g.state <> 0 AND (?3 OR g.state <> 5)"                   \
-                   " ORDER BY g.id DESC LIMIT ?2)")                                                \
+  X(WORKER_RECENT_SUBMITTED, WORKER_RECENT_SQL("g.state IN (1, 2, 3, 4)"))                         \
+  X(WORKER_RECENT_SETTLED, WORKER_RECENT_SQL("g.state <> 0"))                                      \
   X(LEASE_INSERT, "INSERT INTO leases (worker, leased_ms, expires_ms, n_groups)"                   \
                   " VALUES (?1, ?2, ?3, ?4)")                                                      \
   X(GROUP_INSERT, "INSERT INTO groups (lease, task_index, spec, state) VALUES (?1, ?2, ?3, 0)")    \
@@ -160,8 +206,10 @@ static const char SCHEMA[] =
   X(SETTING_GET, "SELECT value FROM settings WHERE key = ?1")                                      \
   X(SETTING_PUT, "INSERT INTO settings (key, value) VALUES (?1, ?2)"                               \
                  " ON CONFLICT (key) DO UPDATE SET value = excluded.value")                        \
-  X(BODIES_PRUNE, "DELETE FROM bodies WHERE grp IN"                                                \
-                  " (SELECT id FROM groups WHERE state IN (3, 4) AND trained_at <= ?1)")           \
+  /* the bodies still there, not every trained group (CROSS JOIN: bodies is the outer loop) */     \
+  X(BODIES_PRUNE,                                                                                  \
+    "DELETE FROM bodies WHERE grp IN (SELECT b.grp FROM bodies b CROSS"                            \
+    " JOIN groups g ON g.id = b.grp WHERE g.state IN (3, 4) AND g.trained_at <= ?1)")              \
   X(VERSION_GET, "SELECT parent, slab_hash, manifest FROM versions WHERE version = ?1")            \
   X(VERSION_INSERT, "INSERT INTO versions (version, parent, slab_hash, manifest, published_ms)"    \
                     " VALUES (?1, ?2, ?3, ?4, ?5)")                                                \
@@ -203,7 +251,20 @@ static const char SCHEMA[] =
                    " AND NOT EXISTS (SELECT 1 FROM bodies b WHERE b.grp = g.id)"                   \
                    " ORDER BY g.id LIMIT 1")                                                       \
   X(AUDIT_TRAINED_AT, "SELECT id, state, trained_at FROM groups WHERE CASE WHEN state IN (3, 4)"   \
-                      " THEN trained_at < 0 ELSE trained_at <> -1 END ORDER BY id LIMIT 1")
+                      " THEN trained_at < 0 ELSE trained_at <> -1 END ORDER BY id LIMIT 1")        \
+  X(AUDIT_WORKER_COUNTS,                                                                           \
+    "SELECT w.id, c.worker IS NULL, c.leased, c.accepted, c.rejected, c.trained, c.dropped,"       \
+    " c.expired, coalesce(g.n0, 0), coalesce(g.n1, 0), coalesce(g.n2, 0), coalesce(g.n3, 0),"      \
+    " coalesce(g.n4, 0), coalesce(g.n5, 0) FROM workers w"                                         \
+    " LEFT JOIN worker_counts c ON c.worker = w.id LEFT JOIN (SELECT worker,"                      \
+    " count(*) FILTER (WHERE state = 0) AS n0, count(*) FILTER (WHERE state = 1) AS n1,"           \
+    " count(*) FILTER (WHERE state = 2) AS n2, count(*) FILTER (WHERE state = 3) AS n3,"           \
+    " count(*) FILTER (WHERE state = 4) AS n4, count(*) FILTER (WHERE state = 5) AS n5"            \
+    " FROM groups JOIN leases ON leases.id = groups.lease GROUP BY worker) g ON g.worker = w.id"   \
+    " WHERE c.worker IS NULL"                                                                      \
+    " OR c.leased <> coalesce(g.n0, 0) OR c.accepted <> coalesce(g.n1, 0)"                         \
+    " OR c.rejected <> coalesce(g.n2, 0) OR c.trained <> coalesce(g.n3, 0)"                        \
+    " OR c.dropped <> coalesce(g.n4, 0) OR c.expired <> coalesce(g.n5, 0) ORDER BY w.id LIMIT 1")
 
 enum {
 #define LEDGER_STMT_ENUM(name, sql) ST_##name,
@@ -478,9 +539,10 @@ static lh_err set_wal(lh_ledger *l) {
   return e;
 }
 
-/* What the file is: *fresh for an empty database (to be given the schema); a ledger of this
- * schema version otherwise; anything else refused. */
-static lh_err identify(lh_ledger *l, bool *fresh) {
+/* What the file is: *fresh for an empty database (to be given the schema); else a ledger of
+ * schema version *version, 1 .. LH_LEDGER_SCHEMA_VERSION (an older one is migrated); anything
+ * else refused. */
+static lh_err identify(lh_ledger *l, bool *fresh, int64_t *version) {
   int64_t app = 0, ver = 0, tables = 0;
   lh_err e;
   if ((e = pragma_int(l, "PRAGMA application_id", &app, "reading the application id")) ||
@@ -495,6 +557,7 @@ static lh_err identify(lh_ledger *l, bool *fresh) {
                      l->path, why);
   }
   *fresh = false;
+  *version = ver;
   if (app == 0 && ver == 0 && tables == 0) {
     *fresh = true;
     return LH_ERR_OK;
@@ -505,10 +568,11 @@ static lh_err identify(lh_ledger *l, bool *fresh) {
                      ", user_version %" PRId64 ", %" PRId64 " schema entries), not a longhaul "
                      "ledger (application_id 0x%08x)",
                      l->path, (uint64_t)app & 0xffffffffu, ver, tables, LH_LEDGER_APPLICATION_ID);
-  if (ver != LH_LEDGER_SCHEMA_VERSION)
+  if (ver < 1 || ver > LH_LEDGER_SCHEMA_VERSION)
     return lh_errorf(LH_ERR_UNSUPPORTED,
-                     "%s: ledger schema version %" PRId64 ", this longhaul reads version %d%s",
-                     l->path, ver, LH_LEDGER_SCHEMA_VERSION,
+                     "%s: ledger schema version %" PRId64
+                     ", this longhaul reads versions 1 .. %d (older ones migrated to %d)%s",
+                     l->path, ver, LH_LEDGER_SCHEMA_VERSION, LH_LEDGER_SCHEMA_VERSION,
                      ver > LH_LEDGER_SCHEMA_VERSION ? " (written by a newer longhaul)" : "");
   return LH_ERR_OK;
 }
@@ -527,20 +591,30 @@ static lh_err sync_dir(const char *path) {
   return e;
 }
 
-/* Gives a fresh database the schema, in one transaction (another process may be doing the
- * same: the second sees the first's schema once it has the write lock). */
-static lh_err create_schema(lh_ledger *l) {
-  lh_err e = exec(l, "BEGIN IMMEDIATE", "creating the schema");
+/* Gives a fresh database the schema (version 1 and every migration), or takes an older ledger
+ * to LH_LEDGER_SCHEMA_VERSION, in one transaction (another process may be doing the same: the
+ * second sees the first's work once it has the write lock, and does nothing). */
+static lh_err upgrade(lh_ledger *l) {
+  const char *doing = "creating the schema";
+  lh_err e = exec(l, "BEGIN IMMEDIATE", doing);
   if (e) return e;
   bool fresh = false;
-  if (!(e = identify(l, &fresh)) && fresh) {
+  int64_t ver = 0;
+  if (!(e = identify(l, &fresh, &ver)) && fresh) e = exec(l, SCHEMA_1, doing);
+  if (!e && fresh) ver = 1;
+  char what[96];
+  for (int64_t v = ver + 1; !e && v <= LH_LEDGER_SCHEMA_VERSION; v++) {
+    snprintf(what, sizeof what, "migrating the schema from version %" PRId64 " to %" PRId64, v - 1,
+             v);
+    e = exec(l, MIGRATIONS[v - 2], what);
+  }
+  if (!e && (fresh || ver < LH_LEDGER_SCHEMA_VERSION)) {
     char pragmas[128];
     snprintf(pragmas, sizeof pragmas, "PRAGMA application_id = %d; PRAGMA user_version = %d;",
              LH_LEDGER_APPLICATION_ID, LH_LEDGER_SCHEMA_VERSION);
-    if (!(e = exec(l, SCHEMA, "creating the schema")))
-      e = exec(l, pragmas, "setting the schema version");
+    e = exec(l, pragmas, "setting the schema version");
   }
-  if (!e) e = exec(l, "COMMIT", "creating the schema");
+  if (!e) e = exec(l, "COMMIT", doing);
   if (e) {
     if (!sqlite3_get_autocommit(l->db)) sqlite3_exec(l->db, "ROLLBACK", NULL, NULL, NULL);
     return e;
@@ -558,7 +632,8 @@ static lh_err configure(lh_ledger *l) {
   if (sqlite3_db_readonly(l->db, "main") == 1)
     return lh_errorf(LH_ERR_IO, "%s: cannot open the ledger for writing (only for reading)",
                      l->path);
-  if ((e = identify(l, &fresh))) return e;
+  int64_t version = 0;
+  if ((e = identify(l, &fresh, &version))) return e;
   if ((e = set_wal(l))) return e;
   if ((e = exec(l,
                 "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;"
@@ -568,13 +643,7 @@ static lh_err configure(lh_ledger *l) {
   if ((e = pragma_int(l, "PRAGMA foreign_keys", &fk, "reading foreign_keys"))) return e;
   if (fk != 1)
     return lh_errorf(LH_ERR_UNSUPPORTED, "%s: this SQLite does not enforce foreign keys", l->path);
-  if (fresh && (e = create_schema(l))) return e;
-  /* An index that covers a worker's group counts (WORKER_GET, on every signed request: the
-   * groups' rows, with their specs, stay unread). Not part of the schema version: a ledger of an
-   * earlier longhaul gets it here, and one without it reads the same. */
-  if ((e = exec(l, "CREATE INDEX IF NOT EXISTS groups_lease_state ON groups (lease, state)",
-                "creating the index groups_lease_state")))
-    return e;
+  if ((fresh || version < LH_LEDGER_SCHEMA_VERSION) && (e = upgrade(l))) return e;
   for (int i = 0; i < ST__COUNT; i++) {
     rc = sqlite3_prepare_v3(l->db, STMT_SQL[i], -1, SQLITE_PREPARE_PERSISTENT, &l->st[i], NULL);
     if (rc != SQLITE_OK) {
@@ -859,12 +928,11 @@ lh_err lh_ledger_worker_recent(lh_ledger *l, const uint8_t key[LH_LEDGER_KEY_BYT
                      window);
   if (!excused) excused = "";
   pthread_mutex_lock(&l->mu);
-  sqlite3_stmt *s = l->st[ST_WORKER_RECENT];
+  sqlite3_stmt *s = l->st[with_expired ? ST_WORKER_RECENT_SETTLED : ST_WORKER_RECENT_SUBMITTED];
   bool row = false;
   lh_err e = LH_ERR_OK;
   if (sqlite3_bind_blob(s, 1, key, LH_LEDGER_KEY_BYTES, SQLITE_STATIC) ||
-      sqlite3_bind_int(s, 2, window) || sqlite3_bind_int(s, 3, with_expired) ||
-      sqlite3_bind_text(s, 4, excused, -1, SQLITE_STATIC))
+      sqlite3_bind_int(s, 2, window) || sqlite3_bind_text(s, 3, excused, -1, SQLITE_STATIC))
     e = bind_fail(l, s, doing);
   else if (!(e = step(l, s, &row, doing))) {
     if (row) {
@@ -1947,6 +2015,28 @@ static void say_trained_at(sqlite3_stmt *s, char *buf, size_t cap) {
            state_name_i(col(s, 1)), col(s, 2));
 }
 
+/* The first worker whose kept counts (worker_counts) differ from its groups: *bad, and
+ * r->problem says how. */
+static lh_err audit_worker_counts(lh_ledger *l, lh_ledger_audit_result *r, bool *bad,
+                                  const char *doing) {
+  sqlite3_stmt *s = l->st[ST_AUDIT_WORKER_COUNTS];
+  bool row;
+  lh_err e = step(l, s, &row, doing);
+  if (e) return e;
+  *bad = row;
+  size_t n = 0, cap = sizeof r->problem;
+  if (row && sqlite3_column_int(s, 1))
+    snprintf(r->problem, cap, "worker %" PRId64 " has no kept group counts", col(s, 0));
+  else if (row)
+    n = (size_t)snprintf(r->problem, cap, "worker %" PRId64 ": the kept counts say", col(s, 0));
+  for (int i = 0; n > 0 && n < cap && i < LH_GROUP__COUNT; i++)
+    if (col(s, 2 + i) != col(s, 8 + i))
+      n += (size_t)snprintf(r->problem + n, cap - n, " %" PRId64 " %s (its groups %" PRId64 ")",
+                            col(s, 2 + i), STATE_NAMES[i], col(s, 8 + i));
+  reset(s);
+  return LH_ERR_OK;
+}
+
 static lh_err audit(lh_ledger *l, lh_ledger_audit_result *r) {
   const char *doing = "auditing the ledger";
   int64_t kept[LH_GROUP__COUNT];
@@ -1962,8 +2052,10 @@ static lh_err audit(lh_ledger *l, lh_ledger_audit_result *r) {
       !(e = audit_check(l, ST_AUDIT_BEYOND, r->latest_version, true, say_beyond, r, doing)) &&
       !(e = audit_check(l, ST_AUDIT_NO_BODY, 0, false, say_no_body, r, doing)))
     e = audit_check(l, ST_AUDIT_TRAINED_AT, 0, false, say_trained_at, r, doing);
+  bool bad_counts = false; /* a worker's, not a group's */
+  if (!e && !r->bad_group) e = audit_worker_counts(l, r, &bad_counts, doing);
   if ((e = finish(l, e, doing))) return e;
-  if (r->bad_group) return lh_errorf(LH_ERR_MISMATCH, "%s: %s", l->path, r->problem);
+  if (r->bad_group || bad_counts) return lh_errorf(LH_ERR_MISMATCH, "%s: %s", l->path, r->problem);
   for (int i = 0; i < LH_GROUP__COUNT; i++)
     if (kept[i] != r->groups[i]) {
       snprintf(r->problem, sizeof r->problem,

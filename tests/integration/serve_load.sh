@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # The load generator (bench/serve_load) against a real `longhaul serve --no-verify` on loopback:
-# 64 signed clients for a few seconds, each one's first group and every 8th after it submitted
-# twice at once on two connections. Then, from the ledger and the server's counters: every group answered 202 is in
+# first its probe of the replay defence over HTTP (a signed request sent twice is 409 the second
+# time; one signed a window too early or too late is 401 stale_time), then 64 signed clients for
+# a few seconds, each one's first group and every 8th after it submitted twice at once on two
+# connections. Then, from the ledger and the server's counters: every group answered 202 is in
 # the ledger once (accepted, trained or dropped), none is there that was not answered 202,
 # none was trained twice, the ledger committed each accepted group once (group commits hold
-# the concurrent repeats once), the repeats were answered as repeats, and serve still answers.
-# Speed is not asserted (that is `make bench-serve-load`).
+# the concurrent repeats once), the repeats were answered as repeats, the replay table refused
+# nothing but the probe's requests (no honest request under load is refused, none answered
+# 503), and serve still answers. Speed is not asserted (that is `make bench-serve-load`).
 # Usage: serve_load.sh LONGHAUL_BIN SOURCE_DIR
 set -euo pipefail
 BIN=$1
@@ -39,7 +42,8 @@ for _ in $(seq 1 200); do [ -s port ] && break; sleep 0.05; done
 URL=http://127.0.0.1:$(cat port)
 
 timeout 120 "$GEN" --server "$URL" --clients 64 --seconds "${LOAD_SECONDS:-4}" --dup-every 8 --pid "$SERVE" \
-  --json load.json --ids ids.txt >load.txt 2>load.err || fail "serve_load: $(cat load.err)"
+  --json load.json --ids ids.txt --probe >load.txt 2>load.err ||
+  fail "serve_load: $(cat load.txt load.err)"
 cat load.txt
 
 # serve still answers, and its counters
@@ -99,6 +103,10 @@ check(0 < commits <= accepts, f"{commits:.0f} group commits for {accepts:.0f} ac
 repeats = metrics.get("longhaul_repeats_total", -1)
 check(repeats == n202 - len(answered) and repeats > 0,
       f"{repeats:.0f} repeats answered, {n202 - len(answered)} duplicate submissions answered 202")
+nonce = {v: metrics.get(f'longhaul_signed_requests_total{{nonce="{v}"}}', -1)
+         for v in ("fresh", "replayed", "stale_time", "forgotten")}
+check(nonce["replayed"] == 1 and nonce["stale_time"] == 2 and nonce["forgotten"] == 0
+      and nonce["fresh"] >= n202, f"the replay table's verdicts: {nonce} (only the probe's refused)")
 status = json.load(open("status.json"))
 check(status["groups"]["rejected"] == 0, "status shows rejected groups")
 if problems:

@@ -659,6 +659,226 @@ static void test_worker_recent(void **state) {
   lh_ledger_close(l);
 }
 
+/* ---------------------------------------------------------------- per-worker counts */
+
+/* Worker `tag` (row id wid): its counts from lh_ledger_worker_get and lh_ledger_workers equal a
+ * recount of its groups by state through their leases (raw SQL on a second connection). */
+static void check_counts(lh_ledger *l, const char *path, uint8_t tag, int wid) {
+  uint8_t key[LH_LEDGER_KEY_BYTES];
+  key_of(tag, key);
+  lh_ledger_worker w;
+  OK(lh_ledger_worker_get(l, key, &w));
+  lh_ledger_worker *all = NULL;
+  int n = 0;
+  OK(lh_ledger_workers(l, &all, &n));
+  assert_true(wid >= 1 && wid <= n);
+  for (int st = 0; st < LH_GROUP__COUNT; st++) {
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM groups g JOIN leases l ON l.id = g.lease"
+             " WHERE l.worker = %d AND g.state = %d",
+             wid, st);
+    int64_t want = raw_int(path, sql);
+    if (w.groups[st] != want || all[wid - 1].groups[st] != want)
+      fail_msg("worker %d: %s: worker_get %lld, workers %lld, recount %lld", wid,
+               lh_group_state_name((lh_group_state)st), (long long)w.groups[st],
+               (long long)all[wid - 1].groups[st], (long long)want);
+  }
+  free(all);
+}
+
+/* The per-worker counts kept with every change (one row read per signed request) match a recount
+ * after leases, accepts, rejects, expiries, a late accept, trains, drops, a refute, a rewind and
+ * a reopen; the audit checks them too. */
+static void test_worker_counts(void **state) {
+  (void)state;
+  char path[512];
+  snprintf(path, sizeof path, "%s", path_of("counts.db"));
+  lh_ledger *l = NULL;
+  OK(lh_ledger_open(path, &l));
+  int64_t a[6], b[4];
+  lease_n(l, 1, 6, 1000, 2000, a);
+  lease_n(l, 2, 4, 1000, 9000, b);
+  check_counts(l, path, 1, 1);
+  check_counts(l, path, 2, 2);
+  for (int i = 0; i < 3; i++)
+    accept_body(l, a[i], 0);
+  accept_body(l, b[0], 0);
+  OK(lh_ledger_group_reject(l, a[3], 0, "prompt: changed", 1100));
+  OK(lh_ledger_group_reject(l, b[1], 0, "env: failed", 1100));
+  check_counts(l, path, 1, 1);
+  check_counts(l, path, 2, 2);
+  int64_t *gone = NULL;
+  int n = 0;
+  OK(lh_ledger_expire(l, 3000, &gone, &n)); /* a[4], a[5]; b's lease runs to 9000 */
+  assert_int_equal(n, 2);
+  free(gone);
+  check_counts(l, path, 1, 1);
+  accept_body(l, a[4], 0); /* a late submission: expired -> accepted */
+  check_counts(l, path, 1, 1);
+  put_version(l, 0);
+  int64_t t1[] = {a[0], b[0]}, d1[] = {a[1]};
+  OK(lh_ledger_train(l, 1, t1, 2, d1, 1));
+  put_version(l, 1);
+  OK(lh_ledger_group_refute(l, a[2], "token: member 0 position 2: forged", 1200));
+  check_counts(l, path, 1, 1);
+  check_counts(l, path, 2, 2);
+  uint8_t k1[LH_LEDGER_KEY_BYTES];
+  key_of(1, k1);
+  lh_ledger_worker w;
+  OK(lh_ledger_worker_get(l, k1, &w));
+  int64_t want1[LH_GROUP__COUNT] = {0, 1, 2, 1, 1, 1}; /* a4 | a2 a3 | a0 | a1 | a5 */
+  assert_memory_equal(w.groups, want1, sizeof want1);
+  lh_ledger_audit_result r;
+  OK(lh_ledger_audit(l, &r));
+  int64_t back = -1;
+  OK(lh_ledger_rewind(l, 0, &back)); /* a0, a1 and b0 go back to accepted */
+  assert_int_equal(back, 3);
+  check_counts(l, path, 1, 1);
+  check_counts(l, path, 2, 2);
+  lh_ledger_close(l);
+
+  OK(lh_ledger_open(path, &l));
+  check_counts(l, path, 1, 1);
+  check_counts(l, path, 2, 2);
+  int64_t c[3];
+  lease_n(l, 1, 3, 4000, 5000, c);
+  accept_body(l, c[0], 0);
+  check_counts(l, path, 1, 1);
+  OK(lh_ledger_worker_get(l, k1, &w));
+  int64_t want2[LH_GROUP__COUNT] = {2, 4, 2, 0, 0, 1};
+  assert_memory_equal(w.groups, want2, sizeof want2);
+  OK(lh_ledger_audit(l, &r));
+  lh_ledger_close(l);
+}
+
+/* The schema of version 1, as the first longhaul wrote it (kept here, apart from the ledger's
+ * code, to make the ledgers of earlier runs). */
+static const char SCHEMA_V1[] =
+    "CREATE TABLE workers (id INTEGER PRIMARY KEY, key BLOB NOT NULL UNIQUE CHECK (length(key) ="
+    " 32), name TEXT NOT NULL, hardware TEXT NOT NULL, registered_ms INTEGER NOT NULL,"
+    " last_seen_ms INTEGER NOT NULL) STRICT;"
+    "CREATE TABLE leases (id INTEGER PRIMARY KEY AUTOINCREMENT, worker INTEGER NOT NULL"
+    " REFERENCES workers (id), leased_ms INTEGER NOT NULL, expires_ms INTEGER NOT NULL,"
+    " n_groups INTEGER NOT NULL) STRICT;"
+    "CREATE INDEX leases_worker ON leases (worker);"
+    "CREATE TABLE groups (id INTEGER PRIMARY KEY AUTOINCREMENT, lease INTEGER NOT NULL"
+    " REFERENCES leases (id), task_index INTEGER NOT NULL, spec BLOB NOT NULL, state INTEGER NOT"
+    " NULL CHECK (state BETWEEN 0 AND 5), version_used INTEGER NOT NULL DEFAULT -1, trained_at"
+    " INTEGER NOT NULL DEFAULT -1, reason TEXT NOT NULL DEFAULT '', received_ms INTEGER NOT NULL"
+    " DEFAULT -1, meta TEXT) STRICT;"
+    "CREATE INDEX groups_state ON groups (state, id);"
+    "CREATE INDEX groups_lease ON groups (lease);"
+    "CREATE INDEX groups_trained_at ON groups (trained_at) WHERE state IN (3, 4);"
+    "CREATE TABLE bodies (grp INTEGER PRIMARY KEY REFERENCES groups (id), body BLOB NOT NULL)"
+    " STRICT;"
+    "CREATE TABLE rewinds (id INTEGER PRIMARY KEY AUTOINCREMENT, version INTEGER NOT NULL,"
+    " groups_back INTEGER NOT NULL DEFAULT 0, versions_forgotten INTEGER NOT NULL DEFAULT 0)"
+    " STRICT;"
+    "CREATE TABLE training_log (seq INTEGER PRIMARY KEY AUTOINCREMENT, version INTEGER NOT NULL,"
+    " grp INTEGER NOT NULL REFERENCES groups (id), what INTEGER NOT NULL CHECK (what IN (3, 4)),"
+    " undone_by INTEGER REFERENCES rewinds (id)) STRICT;"
+    "CREATE INDEX training_log_grp ON training_log (grp);"
+    "CREATE INDEX training_log_live ON training_log (version) WHERE undone_by IS NULL;"
+    "CREATE TABLE versions (version INTEGER PRIMARY KEY CHECK (version >= 0), parent INTEGER NOT"
+    " NULL, slab_hash BLOB NOT NULL CHECK (length(slab_hash) = 32), manifest BLOB NOT NULL,"
+    " published_ms INTEGER NOT NULL) STRICT;"
+    "CREATE TABLE blobs (version INTEGER NOT NULL REFERENCES versions (version) ON DELETE CASCADE,"
+    " hash BLOB NOT NULL CHECK (length(hash) = 32), kind INTEGER NOT NULL CHECK (kind IN (0, 1)),"
+    " from_version INTEGER NOT NULL, size INTEGER NOT NULL CHECK (size >= 1),"
+    " PRIMARY KEY (version, hash)) STRICT;"
+    "CREATE INDEX blobs_hash ON blobs (hash, version);"
+    "CREATE TABLE state_counts (state INTEGER PRIMARY KEY, n INTEGER NOT NULL) STRICT;"
+    "INSERT INTO state_counts VALUES (0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (5, 0);"
+    "CREATE TRIGGER groups_count_insert AFTER INSERT ON groups BEGIN"
+    " UPDATE state_counts SET n = n + 1 WHERE state = NEW.state; END;"
+    "CREATE TRIGGER groups_count_update AFTER UPDATE OF state ON groups"
+    " WHEN OLD.state <> NEW.state BEGIN"
+    " UPDATE state_counts SET n = n - 1 WHERE state = OLD.state;"
+    " UPDATE state_counts SET n = n + 1 WHERE state = NEW.state; END;"
+    "CREATE TABLE settings (key TEXT PRIMARY KEY, value INTEGER NOT NULL) STRICT;"
+    /* what the servers of version 1 added at open */
+    "CREATE INDEX groups_lease_state ON groups (lease, state);"
+    "PRAGMA application_id = 1279806535; PRAGMA user_version = 1;";
+
+/* A ledger of schema version 1 (made here with SQL, with groups in every state for two workers)
+ * opens: it is migrated to the current version once, its workers' counts are right and kept
+ * right by what follows, the reputation windows read it, and the audit passes. */
+static void test_migrate_v1(void **state) {
+  (void)state;
+  char path[512], sql[4096], k1[2 * LH_LEDGER_KEY_BYTES + 1], k2[sizeof k1];
+  snprintf(path, sizeof path, "%s", path_of("v1.db"));
+  uint8_t key1[LH_LEDGER_KEY_BYTES], key2[LH_LEDGER_KEY_BYTES];
+  key_of(1, key1);
+  key_of(2, key2);
+  for (int i = 0; i < LH_LEDGER_KEY_BYTES; i++) {
+    snprintf(k1 + 2 * i, 3, "%02x", key1[i]);
+    snprintf(k2 + 2 * i, 3, "%02x", key2[i]);
+  }
+  raw_exec(path, SCHEMA_V1);
+  /* worker 1: lease 1 (a group in each state) and lease 3; worker 2: lease 2 */
+  snprintf(
+      sql, sizeof sql,
+      "INSERT INTO workers VALUES (1, X'%s', 'w1', '{}', 10, 10), (2, X'%s', 'w2', '{}', 10, 10);"
+      "INSERT INTO leases VALUES (1, 1, 100, 200, 6), (2, 2, 100, 200, 3), (3, 1, 300, 400, 4);"
+      "INSERT INTO versions VALUES (0, -1, zeroblob(32), X'7b7d', 50);"
+      "INSERT INTO groups (lease, task_index, spec, state, trained_at, reason) VALUES"
+      " (1, 0, X'', 0, -1, ''), (1, 1, X'', 1, -1, ''), (1, 2, X'', 2, -1, 'prompt: x'),"
+      " (1, 3, X'', 3, 0, ''), (1, 4, X'', 4, 0, 'stale'), (1, 5, X'', 5, -1, ''),"
+      " (2, 6, X'', 1, -1, ''), (2, 7, X'', 1, -1, ''), (2, 8, X'', 2, -1, 'env: y'),"
+      " (3, 9, X'', 0, -1, ''), (3, 10, X'', 5, -1, ''), (3, 11, X'', 2, -1, 'env: z'),"
+      " (3, 12, X'', 3, 0, '');"
+      "INSERT INTO bodies VALUES (2, X'01'), (7, X'02'), (8, X'03');"
+      "INSERT INTO training_log (version, grp, what) VALUES (0, 4, 3), (0, 5, 4), (0, 13, 3);",
+      k1, k2);
+  raw_exec(path, sql);
+  assert_int_equal(raw_int(path, "PRAGMA user_version"), 1);
+
+  lh_ledger *l = NULL;
+  OK(lh_ledger_open(path, &l));
+  assert_int_equal(raw_int(path, "PRAGMA user_version"), LH_LEDGER_SCHEMA_VERSION);
+  assert_int_equal(raw_int(path, "SELECT count(*) FROM sqlite_schema WHERE name = "
+                                 "'groups_lease_state'"),
+                   0);
+  check_counts(l, path, 1, 1);
+  check_counts(l, path, 2, 2);
+  lh_ledger_worker w;
+  OK(lh_ledger_worker_get(l, key1, &w));
+  int64_t want1[LH_GROUP__COUNT] = {2, 1, 2, 2, 1, 2};
+  assert_memory_equal(w.groups, want1, sizeof want1);
+  OK(lh_ledger_worker_get(l, key2, &w));
+  int64_t want2[LH_GROUP__COUNT] = {0, 2, 1, 0, 0, 0};
+  assert_memory_equal(w.groups, want2, sizeof want2);
+  lh_ledger_audit_result r;
+  OK(lh_ledger_audit(l, &r));
+  /* the windows read the migrated groups: worker 1's latest 3 submitted are 13 (trained),
+   * 12 (rejected, excused) and 5 (dropped) */
+  lh_ledger_recent rc;
+  OK(lh_ledger_worker_recent(l, key1, 3, false, "env:", &rc));
+  assert_int_equal(rc.n, 3);
+  assert_int_equal(rc.groups[LH_GROUP_TRAINED], 1);
+  assert_int_equal(rc.groups[LH_GROUP_DROPPED], 1);
+  assert_int_equal(rc.groups[LH_GROUP_REJECTED], 1);
+  assert_int_equal(rc.excused, 1);
+  OK(lh_ledger_worker_recent(l, key1, 100, true, NULL, &rc));
+  assert_int_equal(rc.n, 8);
+  assert_int_equal(rc.groups[LH_GROUP_EXPIRED], 2);
+  /* what comes next keeps them */
+  int64_t ids[2];
+  lease_n(l, 2, 2, 500, 600, ids);
+  accept_body(l, ids[0], 0);
+  OK(lh_ledger_group_accept(l, 10, 0, "late", 4, NULL, 700)); /* leased in version 1 */
+  check_counts(l, path, 1, 1);
+  check_counts(l, path, 2, 2);
+  OK(lh_ledger_audit(l, &r));
+  lh_ledger_close(l);
+  /* opened again: nothing to migrate, the same counts */
+  OK(lh_ledger_open(path, &l));
+  check_counts(l, path, 1, 1);
+  check_counts(l, path, 2, 2);
+  lh_ledger_close(l);
+}
+
 /* ---------------------------------------------------------------- rewind */
 
 static void test_rewind(void **state) {
@@ -947,6 +1167,10 @@ static void test_audit(void **state) {
   /* the counts behind lh_ledger_stats */
   expect_audit("c9.db", "UPDATE state_counts SET n = n + 1 WHERE state = 0", 0,
                "the state counts say 2 leased groups, the groups 1");
+  /* the per-worker counts */
+  expect_audit("c10.db", "UPDATE worker_counts SET accepted = accepted + 1", 0,
+               "worker 1: the kept counts say 3 accepted (its groups 2)");
+  expect_audit("c11.db", "DELETE FROM worker_counts", 0, "worker 1 has no kept group counts");
 }
 
 /* ---------------------------------------------------------------- threads and kill -9 */
@@ -1135,6 +1359,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_reject, setup, teardown),
       cmocka_unit_test_setup_teardown(test_refute, setup, teardown),
       cmocka_unit_test_setup_teardown(test_worker_recent, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_worker_counts, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_migrate_v1, setup, teardown),
       cmocka_unit_test_setup_teardown(test_rewind, setup, teardown),
       cmocka_unit_test_setup_teardown(test_prune, setup, teardown),
       cmocka_unit_test_setup_teardown(test_versions, setup, teardown),

@@ -1,7 +1,8 @@
 /* Rollout verification (trust.h) on a synthetic model whose logits are a fixed function of the
  * previous token and the position: honest groups, generated with lh_sample and the server's
  * seed, pass when the verifier's logits differ by honest noise; each forgery is rejected by the
- * check that should catch it, at the right member and position. Also the per-key rate limiter. */
+ * check that should catch it, at the right member and position. Also the per-key rate limiter, and
+ * the table of signed requests seen (replays) under sustained load and a flood. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -549,6 +550,127 @@ static void test_limiter(void **state) {
   lh_trust_limiter_free(l);
 }
 
+/* ---------------------------------------------------------------- replays */
+
+#define T0        ((int64_t)1750000000000) /* a Unix time in ms */
+#define WINDOW_MS 60000
+
+/* Request i's nonce (16 bytes), the same each time it is asked for. */
+static void nonce_of(uint64_t i, uint8_t nonce[16]) {
+  uint64_t h[2] = {mix(2 * i), mix(2 * i + 1)};
+  memcpy(nonce, h, 16);
+}
+
+/* A replay within the window is SEEN (409), one outside it STALE (401), and another key's use of
+ * the same nonce is its own. */
+static void test_replay_window(void **state) {
+  (void)state;
+  lh_trust_replay *r = lh_trust_replay_create(WINDOW_MS, (int64_t)1 << 18);
+  uint8_t a[32], b[32], n1[16], n2[16];
+  memset(a, 1, sizeof a);
+  memset(b, 2, sizeof b);
+  nonce_of(1, n1);
+  nonce_of(2, n2);
+  assert_int_equal(lh_trust_replay_check(r, a, n1, 16, T0, T0), LH_REPLAY_FRESH);
+  assert_int_equal(lh_trust_replay_check(r, a, n1, 16, T0, T0 + 1), LH_REPLAY_SEEN);
+  assert_int_equal(lh_trust_replay_check(r, b, n1, 16, T0, T0 + 1), LH_REPLAY_FRESH);
+  /* still seen at the window's end; after it, stale (the time check refuses it) */
+  assert_int_equal(lh_trust_replay_check(r, a, n1, 16, T0, T0 + WINDOW_MS), LH_REPLAY_SEEN);
+  assert_int_equal(lh_trust_replay_check(r, a, n1, 16, T0, T0 + WINDOW_MS + 1), LH_REPLAY_STALE);
+  /* a time too far back or ahead of the server's clock */
+  assert_int_equal(lh_trust_replay_check(r, a, n2, 16, T0 - WINDOW_MS - 1, T0), LH_REPLAY_STALE);
+  assert_int_equal(lh_trust_replay_check(r, a, n2, 16, T0 + WINDOW_MS + 1, T0), LH_REPLAY_STALE);
+  assert_int_equal(lh_trust_replay_check(r, a, n2, 16, T0 - WINDOW_MS, T0), LH_REPLAY_FRESH);
+  int64_t c[LH_REPLAY__COUNT], live = -1;
+  lh_trust_replay_stats(r, c, &live);
+  assert_int_equal(c[LH_REPLAY_FRESH], 3);
+  assert_int_equal(c[LH_REPLAY_SEEN], 2);
+  assert_int_equal(c[LH_REPLAY_STALE], 3);
+  assert_int_equal(c[LH_REPLAY_FORGOTTEN], 0);
+  assert_int_equal(live, 0);
+  lh_trust_replay_free(r);
+}
+
+#define RATE 2600 /* signed requests per second */
+
+/* When request i arrives (Unix ms), and when it was signed: 0 to 20 s before. */
+static int64_t arrival_of(int64_t i) {
+  return T0 + i * 1000 / RATE;
+}
+
+static int64_t signed_of(int64_t i) {
+  return arrival_of(i) - (int64_t)(mix((uint64_t)i) % 20000);
+}
+
+/* Serve's table under sustained load: 2,600 signed requests a second (the load target's
+ * submissions and leases) from 64 keys, each arriving up to 20 s after it was signed, for 10
+ * minutes: 1.56 million distinct nonces, 24 times what the old table of 65,536 held, and none is
+ * refused; then every request of the last minute replayed is refused, none let through. */
+static void test_replay_sustained(void **state) {
+  (void)state;
+  lh_trust_replay *r = lh_trust_replay_create(WINDOW_MS, (int64_t)1 << 18);
+  const int64_t n = (int64_t)RATE * 600;
+  uint8_t key[64][32], nonce[16];
+  for (int k = 0; k < 64; k++)
+    memset(key[k], k + 1, 32);
+  for (int64_t i = 0; i < n; i++) {
+    nonce_of((uint64_t)i, nonce);
+    lh_trust_replay_verdict v =
+        lh_trust_replay_check(r, key[i % 64], nonce, 16, signed_of(i), arrival_of(i));
+    if (v != LH_REPLAY_FRESH) fail_msg("request %lld refused: verdict %d", (long long)i, (int)v);
+  }
+  int64_t end = arrival_of(n);
+  for (int64_t i = n - (int64_t)RATE * 60; i < n; i++) {
+    int64_t signed_at = signed_of(i);
+    nonce_of((uint64_t)i, nonce);
+    lh_trust_replay_verdict v = lh_trust_replay_check(r, key[i % 64], nonce, 16, signed_at, end);
+    if (v == LH_REPLAY_FRESH) fail_msg("the replay of request %lld was let through", (long long)i);
+  }
+  int64_t c[LH_REPLAY__COUNT], live = -1;
+  lh_trust_replay_stats(r, c, &live);
+  assert_int_equal(c[LH_REPLAY_FRESH], n);
+  assert_int_equal(c[LH_REPLAY_FRESH] + c[LH_REPLAY_SEEN] + c[LH_REPLAY_STALE] +
+                       c[LH_REPLAY_FORGOTTEN],
+                   n + (int64_t)RATE * 60);
+  print_message("replay table: %lld requests, %lld replays refused as seen, %lld as stale, %lld "
+                "as forgotten; %lld entries forgotten within the window\n",
+                (long long)n, (long long)c[LH_REPLAY_SEEN], (long long)c[LH_REPLAY_STALE],
+                (long long)c[LH_REPLAY_FORGOTTEN], (long long)live);
+  lh_trust_replay_free(r);
+}
+
+/* A table far too small for its traffic (a flood): it never answers "busy" and never lets a
+ * replay through: what it forgot is refused as FORGOTTEN (the sender signs again), and a request
+ * signed after the flood is taken. */
+static void test_replay_flood(void **state) {
+  (void)state;
+  lh_trust_replay *r = lh_trust_replay_create(WINDOW_MS, 256);
+  uint8_t key[32], nonce[16];
+  memset(key, 7, sizeof key);
+  const int64_t n = 100000; /* one a millisecond, all within the window */
+  for (int64_t i = 0; i < n; i++) {
+    nonce_of((uint64_t)i, nonce);
+    assert_int_equal(lh_trust_replay_check(r, key, nonce, 16, T0 + i, T0 + i), LH_REPLAY_FRESH);
+  }
+  int64_t seen = 0, forgotten = 0;
+  for (int64_t i = n - WINDOW_MS; i < n; i++) {
+    nonce_of((uint64_t)i, nonce);
+    lh_trust_replay_verdict v = lh_trust_replay_check(r, key, nonce, 16, T0 + i, T0 + n);
+    if (v == LH_REPLAY_FRESH) fail_msg("the replay of request %lld was let through", (long long)i);
+    seen += v == LH_REPLAY_SEEN;
+    forgotten += v == LH_REPLAY_FORGOTTEN;
+  }
+  assert_true(seen > 0 && seen <= 256);
+  assert_int_equal(seen + forgotten, WINDOW_MS);
+  /* an honest request of now, after the flood */
+  nonce_of((uint64_t)n, nonce);
+  assert_int_equal(lh_trust_replay_check(r, key, nonce, 16, T0 + n, T0 + n), LH_REPLAY_FRESH);
+  int64_t c[LH_REPLAY__COUNT], live = 0;
+  lh_trust_replay_stats(r, c, &live);
+  assert_true(live >= n - 256);
+  lh_trust_replay_free(r);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_honest),
@@ -565,6 +687,9 @@ int main(void) {
       cmocka_unit_test(test_borderline_wide_tol),
       cmocka_unit_test(test_config),
       cmocka_unit_test(test_limiter),
+      cmocka_unit_test(test_replay_window),
+      cmocka_unit_test(test_replay_sustained),
+      cmocka_unit_test(test_replay_flood),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
