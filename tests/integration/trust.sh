@@ -33,7 +33,32 @@ fail() {
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE
 cd "$TMP"
 T0=$(date +%s)
-phase() { echo "trust.sh: $(($(date +%s) - T0)) s: $*" >&2; }
+alive() { local st; st=$(ps -o stat= -p "$1" 2>/dev/null) && [ "${st#Z}" = "$st" ]; } # pid
+# serve's state for the phase lines: how long /v1/status takes to answer, or that serve exited,
+# so a server that slows down over the phases shows it
+serve_state() {
+  [ -n "${SERVE:-}" ] || return 0
+  alive "$SERVE" || { echo " [serve exited: $(tail -1 serve.log)]"; return 0; }
+  curl -s -m 5 -o /dev/null -w ' [/v1/status %{http_code} in %{time_total} s]' "$URL/v1/status" || true
+}
+phase() { echo "trust.sh: $(($(date +%s) - T0)) s: $*$(serve_state)" >&2; }
+# /v1/status must answer 200 within 2 s; when it does not, the failure says whether serve had
+# exited, and if not, where each of its threads waits (gdb, into serve-stacks.txt)
+status_answers() { # when
+  local t0 t1 code
+  alive "$SERVE" || fail "serve exited before /v1/status $1: $(tail -2 serve.log)"
+  t0=$(date +%s%N)
+  code=$(curl -s -m 5 -o status.json -w '%{http_code}' "$URL/v1/status") || true
+  t1=$(date +%s%N)
+  if [ "$code" != 200 ] || [ $(((t1 - t0) / 1000000)) -ge 2000 ]; then
+    if alive "$SERVE" && command -v gdb >/dev/null; then
+      gdb -p "$SERVE" -batch -ex "thread apply all bt" >serve-stacks.txt 2>&1 || true
+      echo "--- serve's threads (serve-stacks.txt)" >&2
+      grep -E '^(Thread|#[0-9]+ )' serve-stacks.txt | grep -v -E ' in (__|pthread_|clone|start_thread)' >&2 || true
+    fi
+    fail "/v1/status $1: HTTP ${code:-none} in $(((t1 - t0) / 1000000)) ms (200 within 2000 ms expected): $(head -c 300 status.json 2>/dev/null)"
+  fi
+}
 ENV=sort:count=3,digits=1
 # a base that learns within the test: 110 sft steps (greedy pass@1 about 0.8, sampled about 0.5)
 "$BIN" init-model --arch qwen2 --preset tiny --tokenizer chars --seed 2 --out m0 >/dev/null 2>&1
@@ -107,6 +132,7 @@ run_batch() {
       [ "$pending" = 0 ] || waiting="$waiting $m"
     done
     [ "$pending" = 0 ] && break
+    alive "$SERVE" || fail "serve exited while the cheats$waiting ran: $(tail -1 serve.log)"
     if [ $((SECONDS % 5)) = 0 ] && [ "$SECONDS" != "${SHOWN:-}" ]; then
       SHOWN=$SECONDS
       phase "waiting for$waiting"
@@ -139,11 +165,7 @@ LORIS=$LAST
 worker x-oversized oversized
 BIG=$LAST
 sleep 3
-t0=$(date +%s%N)
-code=$(curl -s -m 5 -o status.json -w '%{http_code}' "$URL/v1/status") || true
-[ "$code" = 200 ] || fail "/v1/status did not answer under slowloris (HTTP ${code:-none}: $(head -c 300 status.json 2>/dev/null))"
-t1=$(date +%s%N)
-[ $(((t1 - t0) / 1000000)) -lt 2000 ] || fail "/v1/status took $(((t1 - t0) / 1000000)) ms under slowloris"
+status_answers "under slowloris"
 before=$(count "name IN ('wa','wb') AND state = 3")
 read -r S50 S90 <<<"$(probe wr2)"
 sleep 1
