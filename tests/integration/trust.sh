@@ -109,7 +109,7 @@ worker() { # name [mode]
 # An honest worker that submits 8 groups and stops; prints its submission round trips (ms):
 # "p50 p90".
 probe() { # name
-  timeout 60 "$BIN" worker --server "$URL" --key "$1.key" --trust-key trainer.key.pub \
+  timeout $((60 * SLOW)) "$BIN" worker --server "$URL" --key "$1.key" --trust-key trainer.key.pub \
     --dir "$1" --slots 8 --threads 1 --name "$1" --max-groups 8 >"$1.log" 2>&1 ||
     fail "the probe $1 did not submit 8 groups: $(tail -2 "$1.log")"
   sed -n 's/.*round trip p50 \([0-9]*\) ms, p90 \([0-9]*\) ms.*/\1 \2/p' "$1.log"
