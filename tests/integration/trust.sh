@@ -88,8 +88,10 @@ start_serve() { # port-file
   "$BIN" serve "${SERVE_ARGS[@]}" --port-file "$1" >>serve.log 2>&1 &
   SERVE=$!
   PIDS+=("$SERVE")
-  for _ in $(seq 1 $((200 * SLOW))); do [ -s "$1" ] && break; sleep 0.05; done
-  [ -s "$1" ] || fail "serve did not write its port"
+  # a restarted serve first rebuilds the weights of its staleness window from the blobs, each
+  # version from its keyframe: under TSan, with 13 versions, it wrote no port within 30 s once
+  for _ in $(seq 1 $((400 * SLOW))); do [ -s "$1" ] || ! alive "$SERVE" && break; sleep 0.05; done
+  [ -s "$1" ] || fail "serve did not write its port: $(tail -2 serve.log)"
   URL=http://127.0.0.1:$(cat "$1")
 }
 phase "sft done"
