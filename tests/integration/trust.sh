@@ -58,6 +58,7 @@ status_answers() { # when
     fi
     fail "/v1/status $1: HTTP ${code:-none} in $(((t1 - t0) / 1000000)) ms (200 within 2000 ms expected): $(head -c 300 status.json 2>/dev/null)"
   fi
+  phase "/v1/status $1: 200 in $(((t1 - t0) / 1000000)) ms"
 }
 ENV=sort:count=3,digits=1
 # a base that learns within the test: 110 sft steps (greedy pass@1 about 0.8, sampled about 0.5)
