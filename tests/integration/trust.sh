@@ -69,7 +69,7 @@ ENV=sort:count=3,digits=1
 
 # --max-wall: serve is stopped by the test; this only ends one the test could not stop (a killed
 # test). It is the test's own limit under TSan (ctest's TIMEOUT, tests/CMakeLists.txt), where
-# the phases below took 8-11 minutes on a loaded machine; a serve that stopped at 240 s was what
+# the whole test took 20 minutes on a loaded machine; a serve that stopped at 240 s was what
 # the slowloris check met there four times (no answer: a refused connection).
 # --max-staleness: under TSan, generation (instrumented kernels) is slower against training
 # (uninstrumented OpenBLAS) than in the other builds, so the trainer moves on by more versions
