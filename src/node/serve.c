@@ -1902,6 +1902,10 @@ lh_err lh_serve_run(const lh_serve_config *c) {
     }
     if ((e = train_once(s))) break;
   }
+  /* a server that stops listening says why: a client sees only a refused connection */
+  if (!e && c->max_wall_s > 0 && lh_time_now() - s->t_start >= c->max_wall_s)
+    lh_log(LH_LOG_INFO, "serve: --max-wall %g s reached at version %lld: stopping", c->max_wall_s,
+           (long long)s->version);
   /* the last version stays available to workers that are still syncing */
   if (!e && c->linger_s > 0 && !should_stop(s)) {
     lh_log(LH_LOG_INFO, "serve: version %lld is the last; serving it for %g s more",

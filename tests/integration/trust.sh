@@ -33,7 +33,33 @@ fail() {
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE
 cd "$TMP"
 T0=$(date +%s)
-phase() { echo "trust.sh: $(($(date +%s) - T0)) s: $*" >&2; }
+alive() { local st; st=$(ps -o stat= -p "$1" 2>/dev/null) && [ "${st#Z}" = "$st" ]; } # pid
+# serve's state for the phase lines: how long /v1/status takes to answer, or that serve exited,
+# so a server that slows down over the phases shows it
+serve_state() {
+  [ -n "${SERVE:-}" ] || return 0
+  alive "$SERVE" || { echo " [serve exited: $(tail -1 serve.log)]"; return 0; }
+  curl -s -m 5 -o /dev/null -w ' [/v1/status %{http_code} in %{time_total} s]' "$URL/v1/status" || true
+}
+phase() { echo "trust.sh: $(($(date +%s) - T0)) s: $*$(serve_state)" >&2; }
+# /v1/status must answer 200 within 2 s; when it does not, the failure says whether serve had
+# exited, and if not, where each of its threads waits (gdb, into serve-stacks.txt)
+status_answers() { # when
+  local t0 t1 code
+  alive "$SERVE" || fail "serve exited before /v1/status $1: $(tail -2 serve.log)"
+  t0=$(date +%s%N)
+  code=$(curl -s -m 5 -o status.json -w '%{http_code}' "$URL/v1/status") || true
+  t1=$(date +%s%N)
+  if [ "$code" != 200 ] || [ $(((t1 - t0) / 1000000)) -ge 2000 ]; then
+    if alive "$SERVE" && command -v gdb >/dev/null; then
+      gdb -p "$SERVE" -batch -ex "thread apply all bt" >serve-stacks.txt 2>&1 || true
+      echo "--- serve's threads (serve-stacks.txt)" >&2
+      grep -E '^(Thread|#[0-9]+ )' serve-stacks.txt | grep -v -E ' in (__|pthread_|clone|start_thread)' >&2 || true
+    fi
+    fail "/v1/status $1: HTTP ${code:-none} in $(((t1 - t0) / 1000000)) ms (200 within 2000 ms expected): $(head -c 300 status.json 2>/dev/null)"
+  fi
+  phase "/v1/status $1: 200 in $(((t1 - t0) / 1000000)) ms"
+}
 ENV=sort:count=3,digits=1
 # a base that learns within the test: 110 sft steps (greedy pass@1 about 0.8, sampled about 0.5)
 "$BIN" init-model --arch qwen2 --preset tiny --tokenizer chars --seed 2 --out m0 >/dev/null 2>&1
@@ -41,24 +67,44 @@ ENV=sort:count=3,digits=1
   --out base >/dev/null 2>&1
 "$BIN" keygen --out trainer.key >/dev/null 2>&1
 
-SERVE_ARGS=(--run run --model base --env $ENV --key trainer.key --steps 100000 --max-wall 240
-  --prompts 4 --group 8 --max-new 12 --max-staleness 4 --lease-s 5 --lr 1e-4 --loss tis
+# --max-wall: serve is stopped by the test; this only ends one the test could not stop (a killed
+# test). It is the test's own limit under TSan (ctest's TIMEOUT, tests/CMakeLists.txt), where
+# the whole test took 20 minutes on a loaded machine; a serve that stopped at 240 s was what
+# the slowloris check met there four times (no answer: a refused connection).
+# --max-staleness: under TSan, generation (instrumented kernels) is slower against training
+# (uninstrumented OpenBLAS) than in the other builds, so the trainer moves on by more versions
+# while a worker makes a group; at 4, the slower cheats' groups (best-of-n makes 4 for each it
+# sends) arrived 8-11 versions old and were dropped unverified, and the test waited for a
+# rejection that never came. 12 keeps about the same window in time.
+# SLOW: the waits below for workers and servers are that many times longer under TSan (seen: a
+# fresh worker at nice 10 on a loaded machine took 40 s to sync and lease, 60 s to send the
+# oversized body); what they wait for is the same.
+STALE=4 SLOW=1
+case ${LH_BUILD_KIND:-} in *thread*) STALE=12 SLOW=3 ;; esac
+SERVE_ARGS=(--run run --model base --env $ENV --key trainer.key --steps 100000 --max-wall 1500
+  --prompts 4 --group 8 --max-new 12 --max-staleness $STALE --lease-s 5 --lr 1e-4 --loss tis
   --ban-after 3 --abandon-after 8 --threads 1)
 start_serve() { # port-file
   rm -f "$1"
   "$BIN" serve "${SERVE_ARGS[@]}" --port-file "$1" >>serve.log 2>&1 &
   SERVE=$!
   PIDS+=("$SERVE")
-  for _ in $(seq 1 200); do [ -s "$1" ] && break; sleep 0.05; done
-  [ -s "$1" ] || fail "serve did not write its port"
+  # a restarted serve first rebuilds the weights of its staleness window from the blobs, each
+  # version from its keyframe: under TSan, with 13 versions, it wrote no port within 30 s once
+  for _ in $(seq 1 $((400 * SLOW))); do [ -s "$1" ] || ! alive "$SERVE" && break; sleep 0.05; done
+  [ -s "$1" ] || fail "serve did not write its port: $(tail -2 serve.log)"
   URL=http://127.0.0.1:$(cat "$1")
 }
 phase "sft done"
 start_serve port
-# Cheats run at a lower priority: on a real network they run on machines of their own, and
-# here they must not starve the server of the CPU that the latency checks measure.
+# Workers, honest and cheating, run at a lower priority: on a real network they run on machines
+# of their own, and here they must not starve the server of the CPU that the latency checks
+# measure (the probes below run at the server's). All at the same one: under TSan generation is
+# the bottleneck (the trainer's matrix products run in uninstrumented OpenBLAS), and cheats below
+# the honest workers' priority got almost no CPU, so each group they sent was past
+# --max-staleness when it arrived and was dropped unverified, and no cheat was ever caught.
 worker() { # name [mode]
-  ${2:+nice -n 10} "$BIN" worker --server "$URL" --key "$1.key" --trust-key trainer.key.pub --dir "$1" --slots 8 \
+  nice -n 10 "$BIN" worker --server "$URL" --key "$1.key" --trust-key trainer.key.pub --dir "$1" --slots 8 \
     --threads 1 --name "$1" ${2:+--adversary "$2"} >>"$1.log" 2>&1 &
   PIDS+=("$!")
   LAST=$!
@@ -66,7 +112,7 @@ worker() { # name [mode]
 # An honest worker that submits 8 groups and stops; prints its submission round trips (ms):
 # "p50 p90".
 probe() { # name
-  timeout 60 "$BIN" worker --server "$URL" --key "$1.key" --trust-key trainer.key.pub \
+  timeout $((60 * SLOW)) "$BIN" worker --server "$URL" --key "$1.key" --trust-key trainer.key.pub \
     --dir "$1" --slots 8 --threads 1 --name "$1" --max-groups 8 >"$1.log" 2>&1 ||
     fail "the probe $1 did not submit 8 groups: $(tail -2 "$1.log")"
   sed -n 's/.*round trip p50 \([0-9]*\) ms, p90 \([0-9]*\) ms.*/\1 \2/p' "$1.log"
@@ -76,7 +122,7 @@ J="SELECT w.name AS name, g.state AS state, g.reason AS reason FROM groups g JOI
 count() { q "SELECT count(*) FROM ($J) WHERE $1"; }
 worker wa
 worker wb
-for _ in $(seq 1 300); do [ "$(count "name IN ('wa','wb') AND state = 3")" -ge 6 ] && break; sleep 0.1; done
+for _ in $(seq 1 $((300 * SLOW))); do [ "$(count "name IN ('wa','wb') AND state = 3")" -ge 6 ] && break; sleep 0.1; done
 [ "$(count "name IN ('wa','wb') AND state = 3")" -ge 6 ] || fail "honest workers trained nothing"
 # honest submission latency with no cheat around
 read -r Q50 Q90 <<<"$(probe wq)"
@@ -90,26 +136,32 @@ run_batch() {
     worker "x-$m" "$m"
     APID[$m]=$LAST
   done
-  local waiting=""
-  for _ in $(seq 1 250); do
-    local pending=0
+  local waiting="" open
+  for _ in $(seq 1 $((250 * SLOW))); do
     waiting=""
     for m in "$@"; do
       case $m in oversized | slowloris) continue ;; esac
+      open=0
       if [ "$m" = selective ]; then # it submits honest groups: refused leases, not groups
-        grep -q 'HTTP 403 abandoning' "x-$m.log" || pending=1
-        continue
+        grep -q 'HTTP 403 abandoning' "x-$m.log" || open=1
+      else
+        [ "$(count "name = 'x-$m' AND state IN (2, 3, 4)")" -ge 1 ] || open=1
+        # a cheat that sometimes sends an honest group (best-of-n, version, replay, quant8, ...)
+        # runs until one of its groups is rejected; reward claims are never rejected
+        [ "$open" = 1 ] || [ "$m" = reward ] || [ "$(count "name = 'x-$m' AND state = 2")" -ge 1 ] || open=1
       fi
-      [ "$(count "name = 'x-$m' AND state IN (2, 3, 4)")" -ge 1 ] || pending=1
-      # a cheat that sometimes sends an honest group (best-of-n, version, replay, quant8, ...)
-      # runs until one of its groups is rejected; reward claims are never rejected
-      [ "$m" = reward ] || [ "$(count "name = 'x-$m' AND state = 2")" -ge 1 ] || pending=1
-      [ "$pending" = 0 ] || waiting="$waiting $m"
+      [ "$open" = 0 ] || waiting="$waiting $m"
     done
-    [ "$pending" = 0 ] && break
+    [ -z "$waiting" ] && break
+    alive "$SERVE" || fail "serve exited while the cheats$waiting ran: $(tail -1 serve.log)"
     if [ $((SECONDS % 5)) = 0 ] && [ "$SECONDS" != "${SHOWN:-}" ]; then
       SHOWN=$SECONDS
-      phase "waiting for$waiting"
+      # what became of each waiting cheat's groups so far, by state (dropped: too stale)
+      local states=""
+      for m in $waiting; do
+        states="$states $m:$(q "SELECT coalesce(sum(state = 1), 0) || '/' || coalesce(sum(state = 2), 0) || '/' || coalesce(sum(state = 3), 0) || '/' || coalesce(sum(state = 4), 0) FROM ($J) WHERE name = 'x-$m'")"
+      done
+      phase "waiting for (leased/rejected/trained/dropped)$states"
     fi
     sleep 0.2
   done
@@ -139,17 +191,13 @@ LORIS=$LAST
 worker x-oversized oversized
 BIG=$LAST
 sleep 3
-t0=$(date +%s%N)
-code=$(curl -s -m 5 -o status.json -w '%{http_code}' "$URL/v1/status") || true
-[ "$code" = 200 ] || fail "/v1/status did not answer under slowloris (HTTP ${code:-none}: $(head -c 300 status.json 2>/dev/null))"
-t1=$(date +%s%N)
-[ $(((t1 - t0) / 1000000)) -lt 2000 ] || fail "/v1/status took $(((t1 - t0) / 1000000)) ms under slowloris"
+status_answers "under slowloris"
 before=$(count "name IN ('wa','wb') AND state = 3")
 read -r S50 S90 <<<"$(probe wr2)"
 sleep 1
 after=$(count "name IN ('wa','wb') AND state = 3")
 [ "$after" -gt "$before" ] || fail "no honest group trained during slowloris ($before, $after)"
-for _ in $(seq 1 600); do grep -q 'HTTP 413' x-oversized.log && break; sleep 0.1; done
+for _ in $(seq 1 $((600 * SLOW))); do grep -q 'HTTP 413' x-oversized.log && break; sleep 0.1; done
 kill -TERM "$LORIS" "$BIG" 2>/dev/null || true
 wait "$LORIS" "$BIG" 2>/dev/null || true
 grep -q 'HTTP 413' x-oversized.log || fail "the oversized body did not get 413: $(tail -2 x-oversized.log)"
@@ -214,7 +262,7 @@ expect quant8 '[lt]o[gk]*: member *' some
 
 # bans: three rejections and the key is refused (403 banned); its worker stops by itself
 worker x-ban garbage
-for _ in $(seq 1 600); do kill -0 "$LAST" 2>/dev/null || break; sleep 0.1; done
+for _ in $(seq 1 $((600 * SLOW))); do kill -0 "$LAST" 2>/dev/null || break; sleep 0.1; done
 ! kill -0 "$LAST" 2>/dev/null || fail "the banned worker did not stop"
 grep -q 'HTTP 403 banned' x-ban.log || fail "the banned worker was not told 403 banned: $(tail -2 x-ban.log)"
 [ "$(count "name = 'x-ban' AND state = 2")" -ge 3 ] || fail "x-ban was banned before three rejections"
@@ -226,7 +274,7 @@ curl -sf "$URL/metrics" | grep -q '^longhaul_requests_refused_total{why="abandon
   fail "/metrics counts no lease refused for abandoning"
 # the honest workers train on to 80 updates (a slower machine has made fewer by now) for the
 # held-out check below, 40 s at most
-for _ in $(seq 1 200); do
+for _ in $(seq 1 $((200 * SLOW))); do
   [ "$(grep -c '"reward"' run/metrics.jsonl)" -ge 80 ] && break
   sleep 0.2
 done
@@ -237,7 +285,7 @@ grep -q '"verify_s"' run/metrics.jsonl || fail "metrics.jsonl has no verify_s"
 phase "restart: the ban holds"
 start_serve port-b
 worker x-ban garbage
-for _ in $(seq 1 300); do kill -0 "$LAST" 2>/dev/null || break; sleep 0.1; done
+for _ in $(seq 1 $((300 * SLOW))); do kill -0 "$LAST" 2>/dev/null || break; sleep 0.1; done
 ! kill -0 "$LAST" 2>/dev/null || fail "the banned worker was served after a restart"
 [ "$(grep -c 'HTTP 403 banned' x-ban.log)" -ge 2 ] || fail "no 403 banned after the restart: $(tail -2 x-ban.log)"
 kill -TERM "$SERVE"
@@ -264,18 +312,18 @@ phase "allowlist and rate limits"
 # ---------------------------------------------------------------- allowlist and rate limits
 cat wa.key.pub >allow.txt
 "$BIN" serve --run run2 --model base --env $ENV --key trainer.key --port-file port2 \
-  --steps 100000 --max-wall 60 --prompts 2 --group 4 --max-new 8 --allow-keys allow.txt \
+  --steps 100000 --max-wall $((60 * SLOW)) --prompts 2 --group 4 --max-new 8 --allow-keys allow.txt \
   --rate-limit 0.5 >serve2.log 2>&1 &
 SERVE2=$!
 PIDS+=("$SERVE2")
-for _ in $(seq 1 200); do [ -s port2 ] && break; sleep 0.05; done
+for _ in $(seq 1 $((200 * SLOW))); do [ -s port2 ] && break; sleep 0.05; done
 URL=http://127.0.0.1:$(cat port2)
 worker wa
 worker wb
 wait "$LAST" 2>/dev/null || true
 grep -q 'HTTP 403 not_allowed' wb.log || fail "a key not on the allowlist was served: $(tail -2 wb.log)"
 limited=0
-for _ in $(seq 1 100); do
+for _ in $(seq 1 $((100 * SLOW))); do
   curl -sf "$URL/metrics" | grep -q '^longhaul_requests_refused_total{why="rate_limited"} [1-9]' &&
     limited=1 && break
   sleep 0.1
@@ -290,14 +338,14 @@ wait "$SERVE2" || true
 phase "an environment that fails to score"
 "$BIN" serve --run run3 --model base --key trainer.key --port-file port3 --steps 100000 \
   --env "exec:path=/usr/bin/python3 $SRC/tests/fixtures/env/exec_env.py badreward" \
-  --max-wall 60 --prompts 2 --group 2 --max-new 4 --ban-after 1 >serve3.log 2>&1 &
+  --max-wall $((60 * SLOW)) --prompts 2 --group 2 --max-new 4 --ban-after 1 >serve3.log 2>&1 &
 SERVE3=$!
 PIDS+=("$SERVE3")
-for _ in $(seq 1 200); do [ -s port3 ] && break; sleep 0.05; done
+for _ in $(seq 1 $((200 * SLOW))); do [ -s port3 ] && break; sleep 0.05; done
 URL=http://127.0.0.1:$(cat port3)
 worker we
 excused=0
-for _ in $(seq 1 150); do
+for _ in $(seq 1 $((150 * SLOW))); do
   excused=$(sqlite3 run3/ledger.sqlite "SELECT count(*) FROM groups WHERE state = 2 AND reason GLOB 'env: *'")
   [ "$excused" -ge 3 ] && break
   sleep 0.1
