@@ -272,10 +272,11 @@ curl -sf "$URL/metrics" | grep -q '^longhaul_groups_refuted_total [1-9]' ||
   fail "/metrics counts no refuted group"
 curl -sf "$URL/metrics" | grep -q '^longhaul_requests_refused_total{why="abandoning"} [1-9]' ||
   fail "/metrics counts no lease refused for abandoning"
-# the honest workers train on to 80 updates (a slower machine has made fewer by now) for the
-# held-out check below, 40 s at most
-for _ in $(seq 1 $((200 * SLOW))); do
-  [ "$(grep -c '"reward"' run/metrics.jsonl)" -ge 80 ] && break
+# the honest workers train on to 150 updates (a slower machine has made fewer by now) for the
+# held-out check below, 80 s at most (after 80 updates the gain ranged from +0.001 to +0.069
+# between runs: too close to 0 for a check that must not flake)
+for _ in $(seq 1 $((400 * SLOW))); do
+  [ "$(grep -c '"reward"' run/metrics.jsonl)" -ge 150 ] && break
   sleep 0.2
 done
 kill -TERM "$SERVE" "${PIDS[@]:1:2}" 2>/dev/null || true
