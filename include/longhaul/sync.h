@@ -236,4 +236,22 @@ void lh_sync_route_free(lh_sync_route *route);
 bool lh_sync_keyframe_due(int64_t every, int64_t version, int64_t last_keyframe,
                           uint64_t chain_bytes, uint64_t snapshot_bytes);
 
+/* ---------------------------------------------------------------- rebuilding (a server's
+ * "Restarts") */
+
+/* Given each rebuilt version's slab: the slab is lh_sync_rebuild's and changes once this returns
+ * (copy what is kept). A non-zero return stops the rebuild, which returns it. */
+typedef lh_err (*lh_sync_rebuild_fn)(void *ctx, int64_t version, const uint16_t *slab);
+
+/* Rebuilds the slabs of versions lo .. hi (0 <= lo <= hi, all among the published versions[0..n),
+ * with the versions their routes need: back to a snapshot at or before lo) from the blobs in the
+ * store dir, in one pass: the cheapest route to lo (lh_sync_plan from no weights), then from each
+ * version to the next, so each blob is read and applied once; `each` is called for lo .. hi in
+ * order. Every slab is checked against its manifest's slab hash (the hash a snapshot's decode or a
+ * patch's apply verified: no slab is hashed twice). Errors: LH_ERR_INVAL for a bad range;
+ * lh_sync_plan's, lh_sync_blob_get's, a bad snapshot's or patch's; LH_ERR_MISMATCH for a slab
+ * that does not hash to its manifest, or a version whose element count differs from lo's. */
+lh_err lh_sync_rebuild(const lh_sync_manifest *versions, int n, const char *dir, int64_t lo,
+                       int64_t hi, lh_sync_rebuild_fn each, void *ctx);
+
 #endif

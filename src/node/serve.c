@@ -315,15 +315,19 @@ static lh_err make_blobs(server *s, int64_t v, const uint16_t *prev, const uint1
   return LH_ERR_OK;
 }
 
-/* Rebuilds the slab of a published version from the blob store (a restart keeps the versions
- * of the staleness window this way). */
-static lh_err rebuild_slab(server *s, int64_t v, uint16_t **out) {
-  *out = NULL;
+static lh_err keep_rebuilt(void *ctx, int64_t v, const uint16_t *slab) {
+  keep_slab(ctx, v, slab);
+  return LH_ERR_OK;
+}
+
+/* Keeps the slabs of published versions lo .. hi, rebuilt from the blob store in one pass along
+ * the chain (a restart's staleness window): their manifests from the ledger, back to the newest
+ * snapshot at or before lo. */
+static lh_err keep_from_blobs(server *s, int64_t lo, int64_t hi) {
   lh_sync_manifest *ms = NULL;
   int n = 0;
   lh_err e = LH_ERR_OK;
-  /* back to the newest version with a snapshot */
-  for (int64_t u = v; u >= 0; u--) {
+  for (int64_t u = hi; u >= 0; u--) {
     char *text = NULL;
     size_t len = 0;
     if ((e = lh_ledger_version_get(s->ledger, u, &text, &len))) break;
@@ -331,40 +335,15 @@ static lh_err rebuild_slab(server *s, int64_t v, uint16_t **out) {
     e = lh_sync_manifest_verify(text, len, &s->pk, "ledger manifest", &ms[n]);
     free(text);
     if (e) break;
-    n++;
     bool snap = false;
-    for (int i = 0; i < ms[n - 1].n_blobs; i++)
-      snap = snap || ms[n - 1].blobs[i].kind == LH_SYNC_SNAPSHOT;
-    if (snap) break;
+    for (int i = 0; i < ms[n].n_blobs; i++)
+      snap = snap || ms[n].blobs[i].kind == LH_SYNC_SNAPSHOT;
+    n++;
+    if (snap && u <= lo) break;
   }
-  lh_sync_route route = {0};
-  if (!e) e = lh_sync_plan(ms, n, LH_SYNC_NONE, v, &route);
-  uint16_t *slab = NULL;
-  size_t cnt = 0;
-  for (int i = 0; !e && i < route.n; i++) {
-    const lh_sync_blob_ref *b = &ms[route.steps[i].manifest].blobs[route.steps[i].blob];
-    uint8_t *data = NULL;
-    size_t len = 0;
-    if ((e = lh_sync_blob_get(s->blob_dir, b->hash, (size_t)b->size, &data, &len))) break;
-    if (b->kind == LH_SYNC_SNAPSHOT) {
-      free(slab);
-      slab = NULL;
-      e = lh_sync_snapshot_decode(data, len, s->n_params, "snapshot", &slab, &cnt);
-    } else {
-      e = slab
-              ? lh_patch_apply(slab, s->n_params, data, len, NULL)
-              : lh_errorf(LH_ERR_FORMAT, "version %lld: a patch before any snapshot", (long long)v);
-    }
-    free(data);
-  }
-  lh_sync_route_free(&route);
+  if (!e) e = lh_sync_rebuild(ms, n, s->blob_dir, lo, hi, keep_rebuilt, s);
   free(ms);
-  if (e) {
-    free(slab);
-    return e;
-  }
-  *out = slab;
-  return LH_ERR_OK;
+  return e;
 }
 
 /* ---------------------------------------------------------------- HTTP: authentication */
@@ -1810,12 +1789,8 @@ lh_err lh_serve_run(const lh_serve_config *c) {
       goto out;
     } else {
       /* the versions of the staleness window, and the newest's manifest */
-      for (int64_t v = latest - s->stale_k > 0 ? latest - s->stale_k : 0; v <= latest; v++) {
-        uint16_t *slab = NULL;
-        if ((e = rebuild_slab(s, v, &slab))) goto out;
-        keep_slab(s, v, slab);
-        free(slab);
-      }
+      if ((e = keep_from_blobs(s, latest - s->stale_k > 0 ? latest - s->stale_k : 0, latest)))
+        goto out;
       size_t np = 0;
       const uint16_t *cur = lh_infer_bf16(lh_trainer_policy(s->tr), &np);
       if (memcmp(cur, kept_slab(s, latest), np * sizeof *cur)) {

@@ -4,7 +4,8 @@
  * code and words), snapshots (round trip, the documented byte planes, a Python-made fixture
  * decoded, truncation and every flipped byte refused), the blob store (verified reads, missing,
  * corrupted, oversized, repaired by put) and planning (hand-built graphs and a brute-force check
- * of optimality on random ones) with the keyframe rule. */
+ * of optimality on random ones) with the keyframe rule, and rebuilding a range of versions from a
+ * blob store in one pass (no blob read twice). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +20,7 @@
 #include <dirent.h>
 #include <zstd.h>
 
+#include "longhaul/patch.h"
 #include "longhaul/sync.h"
 
 #ifndef LH_SOURCE_DIR
@@ -1106,6 +1108,131 @@ static void test_keyframe_rule(void **state) {
   assert_string_equal(got, "0 8 16 ");
 }
 
+/* ---------------------------------------------------------------- rebuilding */
+
+#define RB_VALUES   4096
+#define RB_VERSIONS 12
+
+typedef struct rebuilt {
+  const char *dir;
+  uint16_t (*want)[RB_VALUES]; /* (RB_VERSIONS, RB_VALUES) the slabs the test made */
+  lh_sync_manifest *ms;
+  int64_t next;    /* the version expected next */
+  int64_t stop_at; /* the callback fails here (-1: never) */
+} rebuilt;
+
+/* Checks the version given against the test's own slab, then deletes that version's blobs: a
+ * rebuild in one pass never reads them again. */
+static lh_err rebuilt_check(void *ctx, int64_t v, const uint16_t *slab) {
+  rebuilt *r = ctx;
+  assert_int_equal(v, r->next);
+  r->next++;
+  assert_memory_equal(slab, r->want[v], sizeof r->want[v]);
+  for (int i = 0; i < r->ms[v].n_blobs; i++) {
+    char *path = lh_sync_blob_path(r->dir, r->ms[v].blobs[i].hash);
+    unlink(path);
+    free(path);
+  }
+  return v == r->stop_at ? lh_errorf(LH_ERR_IO, "stopped at %lld", (long long)v) : LH_ERR_OK;
+}
+
+/* Versions 0 .. 11 of a slab, each changing a few values of the one before: patches from each
+ * version to the next, snapshots at 0 and 6 (a keyframe), all in a blob store. */
+static void rebuild_fixture(const char *dir, uint16_t (*want)[RB_VALUES], lh_sync_manifest *ms) {
+  uint32_t x = 777;
+#define RND() (x = x * 1103515245u + 12345u, (x >> 16) & 0x7fff)
+  for (int i = 0; i < RB_VALUES; i++)
+    want[0][i] = (uint16_t)(0x3c00 + RND() % 512);
+  lh_patch_section sec = {0, RB_VALUES};
+  for (int v = 0; v < RB_VERSIONS; v++) {
+    lh_sync_manifest *m = &ms[v];
+    memset(m, 0, sizeof *m);
+    m->version = v;
+    m->parent = v ? v - 1 : LH_SYNC_NONE;
+    m->elements = RB_VALUES;
+    if (v) {
+      memcpy(want[v], want[v - 1], sizeof want[v]);
+      for (int k = 0; k < 40; k++) {
+        uint32_t at = RND() % RB_VALUES;
+        want[v][at] ^= (uint16_t)(1 + RND() % 7);
+      }
+    }
+    lh_sync_slab_hash(want[v], RB_VALUES, m->slab);
+    uint8_t *blob = NULL;
+    size_t len = 0;
+    if (v) {
+      if (lh_patch_make(want[v - 1], want[v], RB_VALUES, &sec, 1, v - 1, v, &blob, &len))
+        fail_msg("%s", lh_last_error());
+      m->blobs[m->n_blobs] = (lh_sync_blob_ref){LH_SYNC_PATCH, v - 1, len, {0}};
+      if (lh_sync_blob_put(dir, blob, len, m->blobs[m->n_blobs++].hash))
+        fail_msg("%s", lh_last_error());
+      free(blob);
+    }
+    if (v == 0 || v == 6) {
+      if (lh_sync_snapshot_encode(want[v], RB_VALUES, 3, &blob, &len))
+        fail_msg("%s", lh_last_error());
+      m->blobs[m->n_blobs] = (lh_sync_blob_ref){LH_SYNC_SNAPSHOT, LH_SYNC_NONE, len, {0}};
+      if (lh_sync_blob_put(dir, blob, len, m->blobs[m->n_blobs++].hash))
+        fail_msg("%s", lh_last_error());
+      free(blob);
+    }
+  }
+#undef RND
+}
+
+/* A fresh blob store of the fixture in dir, and a check expecting versions from `first` on that
+ * fails at stop_at. */
+static rebuilt rebuild_setup(char *dir, size_t cap, uint16_t (*want)[RB_VALUES],
+                             lh_sync_manifest *ms, int64_t first, int64_t stop_at) {
+  make_tmpdir(dir, cap);
+  rebuild_fixture(dir, want, ms);
+  return (rebuilt){dir, want, ms, first, stop_at};
+}
+
+static void test_rebuild(void **state) {
+  (void)state;
+  char dir[256];
+  uint16_t(*want)[RB_VALUES] = malloc(RB_VERSIONS * sizeof *want);
+  lh_sync_manifest *ms = malloc(RB_VERSIONS * sizeof *ms);
+  assert_true(want && ms);
+  /* across the keyframe at 6 (from the snapshot at 0), and after it (from the keyframe) */
+  const int64_t ranges[][2] = {{2, 9}, {7, 11}, {0, 0}, {11, 11}};
+  for (int t = 0; t < COUNT(ranges); t++) {
+    int64_t lo = ranges[t][0], hi = ranges[t][1];
+    rebuilt r = rebuild_setup(dir, sizeof dir, want, ms, lo, -1);
+    if (lh_sync_rebuild(ms, RB_VERSIONS, dir, lo, hi, rebuilt_check, &r))
+      fail_msg("versions %lld .. %lld: %s", (long long)lo, (long long)hi, lh_last_error());
+    assert_int_equal(r.next, hi + 1);
+    rm_rf(dir);
+  }
+  /* the callback's error stops the rebuild */
+  rebuilt r = rebuild_setup(dir, sizeof dir, want, ms, 3, 5);
+  expect_err(lh_sync_rebuild(ms, RB_VERSIONS, dir, 3, 9, rebuilt_check, &r), LH_ERR_IO,
+             "stopped at 5");
+  assert_int_equal(r.next, 6);
+  rm_rf(dir);
+  /* a manifest whose slab hash is not what its blobs make */
+  r = rebuild_setup(dir, sizeof dir, want, ms, 7, -1);
+  ms[8].slab[0] ^= 1;
+  expect_err(lh_sync_rebuild(ms, RB_VERSIONS, dir, 7, 9, rebuilt_check, &r), LH_ERR_MISMATCH,
+             "version 8: the weights do not hash to the manifest's");
+  assert_int_equal(r.next, 8);
+  rm_rf(dir);
+  /* a blob missing from the store; a range that is not one */
+  r = rebuild_setup(dir, sizeof dir, want, ms, 7, -1);
+  char *path = lh_sync_blob_path(dir, ms[9].blobs[0].hash);
+  unlink(path);
+  free(path);
+  assert_int_equal(lh_sync_rebuild(ms, RB_VERSIONS, dir, 7, 10, rebuilt_check, &r),
+                   LH_ERR_NOTFOUND);
+  assert_int_equal(r.next, 9);
+  expect_err(lh_sync_rebuild(ms, RB_VERSIONS, dir, 5, 4, rebuilt_check, &r), LH_ERR_INVAL,
+             "versions 5 .. 4");
+  rm_rf(dir);
+  free(want);
+  free(ms);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_key_text),
@@ -1123,6 +1250,7 @@ int main(void) {
       cmocka_unit_test(test_plan_graphs),
       cmocka_unit_test(test_plan_random),
       cmocka_unit_test(test_keyframe_rule),
+      cmocka_unit_test(test_rebuild),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
