@@ -12,14 +12,8 @@ set -uo pipefail
 BIN=${1:?usage: export_card.sh LONGHAUL_BIN SOURCE_DIR}
 SRC=${2:?usage: export_card.sh LONGHAUL_BIN SOURCE_DIR}
 [ -f "$SRC/include/longhaul/export.h" ] || { echo "export_card.sh: $SRC is not the longhaul source tree"; exit 1; }
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/longhaul-card.XXXXXX")
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
-  wait 2>/dev/null || true
-  [ -n "${KEEP_TMP:-}" ] || rm -rf "$TMP"
-}
-trap cleanup EXIT
+. "$(dirname "$0")/lib.bash"
+lh_setup card
 PY=/usr/bin/python3
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 FAILED=0
@@ -91,15 +85,9 @@ has ex2/README.md "from longhaul export --eval."
 
 # ---------------------------------------------------------------- a serve run, from its ledger
 "$BIN" keygen --out trainer.key >/dev/null 2>&1
-"$BIN" serve --run srun --model base --env $ENV --key trainer.key --port-file port \
-  --listen 127.0.0.1:0 --steps 3 --prompts 3 --group 4 --max-new 8 --lease-s 5 >serve.log 2>&1 &
-SERVE=$!
-PIDS+=("$SERVE")
-for _ in $(seq 1 200); do [ -s port ] && break; sleep 0.05; done
-[ -s port ] || fail "serve did not write its port"
-"$BIN" worker --server "http://127.0.0.1:$(cat port)" --key w1.key --trust-key trainer.key.pub \
-  --dir w1 --slots 8 --name w1 >w1.log 2>&1 &
-PIDS+=("$!")
+lh_serve serve.log port --run srun --model base --env $ENV --key trainer.key \
+  --listen 127.0.0.1:0 --steps 3 --prompts 3 --group 4 --max-new 8 --lease-s 5
+lh_worker "$URL" w1
 for _ in $(seq 1 600); do kill -0 "$SERVE" 2>/dev/null || break; sleep 0.1; done
 wait "$SERVE" || fail "serve exited with $? ($(tail -2 serve.log))"
 "$BIN" export --model srun --out ex3 >/dev/null 2>ex3.err || fail "export serve: $(cat ex3.err)"

@@ -13,34 +13,19 @@ NGINX=$(command -v nginx || echo /usr/sbin/nginx)
   echo "FAIL: nginx is not installed (scripts/install-deps.sh installs nginx-light)" >&2
   exit 1
 }
-TMP=$(mktemp -d)
-PIDS=()
-cleanup() {
-  [ -f "$TMP/nginx.pid" ] && kill -QUIT "$(cat "$TMP/nginx.pid")" 2>/dev/null || true
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*" >&2
-  for f in "$TMP"/*.log; do echo "--- $f" >&2; tail -5 "$f" >&2; done
-  exit 1
-}
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. "$(dirname "$0")/lib.bash"
+lh_setup relay
+on_exit() { [ -f "$TMP/nginx.pid" ] && kill -QUIT "$(cat "$TMP/nginx.pid")" 2>/dev/null; }
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 cd "$TMP"
 ENV=sort:count=3,digits=1
 "$BIN" init-model --arch qwen2 --preset tiny --tokenizer chars --seed 3 --out base >/dev/null 2>&1
 "$BIN" keygen --out trainer.key >/dev/null 2>&1
-"$BIN" serve --run run --model base --env $ENV --key trainer.key --port-file port --steps 12 \
-  --prompts 2 --group 4 --max-new 6 --keyframe-every 5 --linger 300 >serve.log 2>&1 &
-SERVE=$!
-PIDS+=("$SERVE")
-for _ in $(seq 1 200); do [ -s port ] && break; sleep 0.05; done
+lh_serve serve.log port --run run --model base --env $ENV --key trainer.key --steps 12 \
+  --prompts 2 --group 4 --max-new 6 --keyframe-every 5 --linger 300
 PORT=$(cat port)
 
-NPORT=$(free_port)
+NPORT=$(lh_free_port)
 USER_LINE=""
 [ "$(id -u)" = 0 ] && USER_LINE="user root;"
 mkdir -p cache tmp
@@ -91,10 +76,8 @@ EOF
 for _ in $(seq 1 100); do [ -s nginx.pid ] && break; sleep 0.05; done
 
 run_worker() { # name: runs until it holds version 12
-  "$BIN" worker --server "http://127.0.0.1:$NPORT" --key "$1.key" --trust-key trainer.key.pub \
-    --dir "$1" --slots 8 --name "$1" >"$1.log" 2>&1 &
-  local pid=$!
-  PIDS+=("$pid")
+  lh_worker "http://127.0.0.1:$NPORT" "$1"
+  local pid=$WORKER
   for _ in $(seq 1 600); do
     [ -s "$1/version" ] && [ "$(cut -d' ' -f1 "$1/version")" = 12 ] && break
     sleep 0.1

@@ -11,19 +11,8 @@
 set -euo pipefail
 BIN=$1
 SRC=$2
-TMP=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*" >&2
-  for f in "$TMP"/*.log; do [ -f "$f" ] && { echo "--- $f" >&2; tail -5 "$f" >&2; }; done
-  exit 1
-}
+. "$(dirname "$0")/lib.bash"
+lh_setup report
 CHROMIUM=$(command -v chromium || true)
 [ -n "$CHROMIUM" ] || fail "chromium is not installed (scripts/install-deps.sh installs it)"
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
@@ -53,18 +42,10 @@ grep -q -- '--eval-every 5 (the run has 4)' resume.log || fail "resume: $(cat re
 
 # ---------------------------------------------------------------- serve with two workers
 "$BIN" keygen --out trainer.key >/dev/null 2>&1
-"$BIN" serve --run srun --model base --env $ENV --key trainer.key --port-file port \
+lh_serve serve.log port --run srun --model base --env $ENV --key trainer.key \
   --steps 8 --prompts 4 --group 4 --max-new 8 --max-staleness 2 --keyframe-every 4 \
-  --eval-every 4 --eval-n 16 --threads 1 >serve.log 2>&1 &
-SERVE=$!
-PIDS+=("$SERVE")
-for _ in $(seq 1 200); do [ -s port ] && break; sleep 0.05; done
-[ -s port ] || fail "serve did not write its port"
-for w in wa wb; do
-  "$BIN" worker --server "http://127.0.0.1:$(cat port)" --key "$w.key" \
-    --trust-key trainer.key.pub --dir "$w" --slots 8 --name "$w" >"$w.log" 2>&1 &
-  PIDS+=("$!")
-done
+  --eval-every 4 --eval-n 16 --threads 1
+for w in wa wb; do lh_worker "$URL" "$w"; done
 wait "$SERVE" || fail "serve exited with $?"
 
 # ---------------------------------------------------------------- the pages in Chromium

@@ -12,13 +12,8 @@ set -uo pipefail
 
 BIN=${1:?usage: rundir.sh LONGHAUL_BIN SOURCE_DIR}
 SRC=${2:?usage: rundir.sh LONGHAUL_BIN SOURCE_DIR}
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/longhaul-rundir.XXXXXX")
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
-  [ -n "${KEEP_TMP:-}" ] || rm -rf "$TMP"
-}
-trap cleanup EXIT
+. "$(dirname "$0")/lib.bash"
+lh_setup rundir
 PY=/usr/bin/python3
 FAILED=0
 fail() {

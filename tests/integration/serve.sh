@@ -11,20 +11,11 @@
 # Usage: serve.sh LONGHAUL_BIN SOURCE_DIR
 set -euo pipefail
 BIN=$1
-TMP=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*" >&2
-  for f in "$TMP"/*.log; do echo "--- $f" >&2; tail -5 "$f" >&2; done
+. "$(dirname "$0")/lib.bash"
+lh_setup serve
+fail_detail() {
   [ -f "$TMP/run/ledger.sqlite" ] && sqlite3 "$TMP/run/ledger.sqlite" \
-    "SELECT 'groups in state ' || state || ': ' || count(*) FROM groups GROUP BY state" >&2
-  exit 1
+    "SELECT 'groups in state ' || state || ': ' || count(*) FROM groups GROUP BY state"
 }
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 cd "$TMP"
@@ -36,32 +27,21 @@ ENV=sort:count=3,digits=1
 PORT=0
 declare -A WORKER_PID
 start_serve() { # steps; the first start picks a free port, restarts keep it
-  rm -f port
-  "$BIN" serve --run run --model base --env $ENV --key trainer.key --port-file port \
+  lh_serve serve.log port --run run --model base --env $ENV --key trainer.key \
     --listen "127.0.0.1:$PORT" \
     --steps "$1" --prompts 3 --group 4 --max-new 8 --max-staleness 4 --keyframe-every 4 \
-    --lease-s 5 >>serve.log 2>&1 &
-  SERVE=$!
-  PIDS+=("$SERVE")
-  for _ in $(seq 1 200); do [ -s port ] && break; sleep 0.05; done
-  [ -s port ] || fail "serve did not write its port"
+    --lease-s 5
   PORT=$(cat port)
 }
 start_worker() { # name upstream_port
-  "$BIN" worker --server "http://127.0.0.1:$2" --key "$1.key" --trust-key trainer.key.pub \
-    --dir "$1" --slots 8 --name "$1" >>"$1.log" 2>&1 &
-  PIDS+=("$!")
-  WORKER_PID[$1]=$!
+  lh_worker "http://127.0.0.1:$2" "$1"
+  WORKER_PID[$1]=$WORKER
 }
 
 # ---------------------------------------------------------------- training progresses
 start_serve 40
-"$BIN" netem --listen 127.0.0.1:0 --upstream "127.0.0.1:$PORT" --delay 30 --drop 0.01 \
-  >netem.out 2>netem.log &
-PIDS+=("$!")
-for _ in $(seq 1 100); do grep -qs listening netem.out && break; sleep 0.05; done
-NPORT=$(sed -n 's/.*127\.0\.0\.1:\([0-9]*\) ->.*/\1/p' netem.out)
-[ -n "$NPORT" ] || fail "netem did not start"
+lh_netem netem "$PORT" --delay 30 --drop 0.01
+NPORT=$NETEM_PORT
 start_worker wa "$PORT"
 start_worker wb "$NPORT"
 
@@ -101,18 +81,14 @@ PY
 
 # the kept weights are bounded in bytes too: the tiny model's 1.6 MB a version, 5 MB hold 3
 # versions, so --max-staleness 16 becomes 2, said at the start; 1 MB holds none and is refused
-"$BIN" serve --run kept --model base --env $ENV --key trainer.key --port-file kept.port \
-  --max-staleness 16 --max-kept-mb 5 --steps 1 >kept.log 2>&1 &
-KEPT=$!
-PIDS+=("$KEPT")
-for _ in $(seq 1 200); do [ -s kept.port ] && break; sleep 0.05; done
-[ -s kept.port ] || fail "serve --max-kept-mb 5 did not start: $(cat kept.log)"
+lh_serve kept.log kept.port --run kept --model base --env $ENV --key trainer.key \
+  --max-staleness 16 --max-kept-mb 5 --steps 1
 grep -q "staleness bound is 2 versions, not --max-staleness 16" kept.log ||
   fail "no warning of the lowered bound: $(cat kept.log)"
-curl -sf "http://127.0.0.1:$(cat kept.port)/v1/status" | grep -q '"max_staleness": *2[,}]' ||
+curl -sf "$URL/v1/status" | grep -q '"max_staleness": *2[,}]' ||
   fail "/v1/status of --max-kept-mb 5 does not say max_staleness 2"
-kill -TERM "$KEPT"
-wait "$KEPT" 2>/dev/null || true
+kill -TERM "$SERVE"
+wait "$SERVE" 2>/dev/null || true
 if "$BIN" serve --run kept1 --model base --env $ENV --key trainer.key --max-kept-mb 1 \
   --steps 1 >kept1.log 2>&1; then fail "serve --max-kept-mb 1 started"; fi
 grep -q "holds not even the newest version's weights" kept1.log || fail "$(cat kept1.log)"
@@ -130,13 +106,9 @@ for w in wa wb; do holds $w || fail "$w: $(cat $w/version 2>/dev/null) is not a 
 # behind a link that resets every connection after 400 kB: its first download of the ~1.1 MB
 # snapshot is cut, and it resumes it (Range) on the next connection
 start_serve 1000
-"$BIN" netem --listen 127.0.0.1:0 --upstream "127.0.0.1:$PORT" --reset-after 400000 \
-  >netem-reset.out 2>netem-reset.log &
-RESET_NETEM=$!
-PIDS+=("$RESET_NETEM")
-for _ in $(seq 1 100); do grep -qs listening netem-reset.out && break; sleep 0.05; done
-RPORT=$(sed -n 's/.*127\.0\.0\.1:\([0-9]*\) ->.*/\1/p' netem-reset.out)
-start_worker wc "$RPORT"
+lh_netem netem-reset "$PORT" --reset-after 400000
+RESET_NETEM=$NETEM
+start_worker wc "$NETEM_PORT"
 for _ in $(seq 1 300); do
   [ -s wc/version ] && [ "$(cut -d' ' -f1 wc/version)" -gt 41 ] && break
   sleep 0.1

@@ -14,32 +14,17 @@ set -euo pipefail
 BIN=$1
 GEN=$(dirname "$BIN")/bench/serve_load
 [ -x "$GEN" ] || { echo "FAIL: $GEN is not built" >&2; exit 1; }
-TMP=$(mktemp -d)
-SERVE=""
-cleanup() {
-  [ -n "$SERVE" ] && kill -9 "$SERVE" 2>/dev/null
-  wait 2>/dev/null || true
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*" >&2
-  tail -5 "$TMP/serve.log" >&2 || true
-  exit 1
-}
+. "$(dirname "$0")/lib.bash"
+lh_setup serve-load
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 cd "$TMP"
 echo '{"hidden_size": 16, "num_hidden_layers": 1, "intermediate_size": 32,
        "num_attention_heads": 2, "num_key_value_heads": 1}' >micro.json
 "$BIN" init-model --arch qwen2 --preset micro.json --tokenizer chars --seed 1 --out micro >/dev/null 2>&1
 "$BIN" keygen --out trainer.key >/dev/null 2>&1
-"$BIN" serve --run run --model micro --env sort:count=3,digits=1 --key trainer.key --port-file port \
+lh_serve serve.log port --run run --model micro --env sort:count=3,digits=1 --key trainer.key \
   --steps 1000000 --prompts 256 --group 2 --max-new 4 --max-staleness 8 --threads 1 \
-  --no-verify --max-wall 120 >serve.log 2>&1 &
-SERVE=$!
-for _ in $(seq 1 200); do [ -s port ] && break; sleep 0.05; done
-[ -s port ] || fail "serve did not write its port"
-URL=http://127.0.0.1:$(cat port)
+  --no-verify --max-wall 120
 
 timeout 120 "$GEN" --server "$URL" --clients 64 --seconds "${LOAD_SECONDS:-4}" --dup-every 8 --pid "$SERVE" \
   --json load.json --ids ids.txt --probe >load.txt 2>load.err ||
@@ -52,7 +37,6 @@ curl -sf -m 10 "$URL/metrics" >metrics.txt || fail "/metrics did not answer afte
 kill -TERM "$SERVE"
 rc=0
 wait "$SERVE" || rc=$?
-SERVE=""
 # stopped by the signal after its current step (143), with nothing a sanitizer reported
 [ "$rc" = 143 ] || [ "$rc" = 0 ] || fail "serve exited with $rc"
 ! grep -qE "Sanitizer|runtime error" serve.log load.err || fail "a sanitizer reported (serve.log, load.err)"

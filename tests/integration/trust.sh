@@ -15,30 +15,20 @@
 set -euo pipefail
 BIN=$1
 SRC=$2
-TMP=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*" >&2
-  for f in "$TMP"/*.log; do echo "--- $f" >&2; tail -4 "$f" >&2; done
+. "$(dirname "$0")/lib.bash"
+lh_setup trust
+fail_detail() {
   [ -f "$TMP/run/ledger.sqlite" ] && sqlite3 "$TMP/run/ledger.sqlite" \
-    "SELECT w.name || ': ' || g.state || ' ' || g.reason FROM groups g JOIN leases l ON l.id = g.lease JOIN workers w ON w.id = l.worker WHERE g.state = 2 LIMIT 40" >&2
-  exit 1
+    "SELECT w.name || ': ' || g.state || ' ' || g.reason FROM groups g JOIN leases l ON l.id = g.lease JOIN workers w ON w.id = l.worker WHERE g.state = 2 LIMIT 40"
 }
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE
 cd "$TMP"
 T0=$(date +%s)
-alive() { local st; st=$(ps -o stat= -p "$1" 2>/dev/null) && [ "${st#Z}" = "$st" ]; } # pid
 # serve's state for the phase lines: how long /v1/status takes to answer, or that serve exited,
 # so a server that slows down over the phases shows it
 serve_state() {
   [ -n "${SERVE:-}" ] || return 0
-  alive "$SERVE" || { echo " [serve exited: $(tail -1 serve.log)]"; return 0; }
+  lh_alive "$SERVE" || { echo " [serve exited: $(tail -1 serve.log)]"; return 0; }
   curl -s -m 5 -o /dev/null -w ' [/v1/status %{http_code} in %{time_total} s]' "$URL/v1/status" || true
 }
 phase() { echo "trust.sh: $(($(date +%s) - T0)) s: $*$(serve_state)" >&2; }
@@ -46,12 +36,12 @@ phase() { echo "trust.sh: $(($(date +%s) - T0)) s: $*$(serve_state)" >&2; }
 # exited, and if not, where each of its threads waits (gdb, into serve-stacks.txt)
 status_answers() { # when
   local t0 t1 code
-  alive "$SERVE" || fail "serve exited before /v1/status $1: $(tail -2 serve.log)"
+  lh_alive "$SERVE" || fail "serve exited before /v1/status $1: $(tail -2 serve.log)"
   t0=$(date +%s%N)
   code=$(curl -s -m 5 -o status.json -w '%{http_code}' "$URL/v1/status") || true
   t1=$(date +%s%N)
   if [ "$code" != 200 ] || [ $(((t1 - t0) / 1000000)) -ge 2000 ]; then
-    if alive "$SERVE" && command -v gdb >/dev/null; then
+    if lh_alive "$SERVE" && command -v gdb >/dev/null; then
       gdb -p "$SERVE" -batch -ex "thread apply all bt" >serve-stacks.txt 2>&1 || true
       echo "--- serve's threads (serve-stacks.txt)" >&2
       grep -E '^(Thread|#[0-9]+ )' serve-stacks.txt | grep -v -E ' in (__|pthread_|clone|start_thread)' >&2 || true
@@ -84,16 +74,12 @@ case ${LH_BUILD_KIND:-} in *thread*) STALE=12 SLOW=3 ;; esac
 SERVE_ARGS=(--run run --model base --env $ENV --key trainer.key --steps 100000 --max-wall 1500
   --prompts 4 --group 8 --max-new 12 --max-staleness $STALE --lease-s 5 --lr 1e-4 --loss tis
   --ban-after 3 --abandon-after 8 --threads 1)
+# a restarted serve first rebuilds the weights of its staleness window from the blobs: under
+# TSan, with 13 versions and each rebuilt from its keyframe on its own, it once wrote no port
+# within 30 s
+LH_SERVE_WAIT_S=$((20 * SLOW))
 start_serve() { # port-file
-  rm -f "$1"
-  "$BIN" serve "${SERVE_ARGS[@]}" --port-file "$1" >>serve.log 2>&1 &
-  SERVE=$!
-  PIDS+=("$SERVE")
-  # a restarted serve first rebuilds the weights of its staleness window from the blobs, each
-  # version from its keyframe: under TSan, with 13 versions, it wrote no port within 30 s once
-  for _ in $(seq 1 $((400 * SLOW))); do [ -s "$1" ] || ! alive "$SERVE" && break; sleep 0.05; done
-  [ -s "$1" ] || fail "serve did not write its port: $(tail -2 serve.log)"
-  URL=http://127.0.0.1:$(cat "$1")
+  lh_serve serve.log "$1" "${SERVE_ARGS[@]}"
 }
 phase "sft done"
 start_serve port
@@ -103,11 +89,10 @@ start_serve port
 # the bottleneck (the trainer's matrix products run in uninstrumented OpenBLAS), and cheats below
 # the honest workers' priority got almost no CPU, so each group they sent was past
 # --max-staleness when it arrived and was dropped unverified, and no cheat was ever caught.
+LH_WORKER_NICE=10
 worker() { # name [mode]
-  nice -n 10 "$BIN" worker --server "$URL" --key "$1.key" --trust-key trainer.key.pub --dir "$1" --slots 8 \
-    --threads 1 --name "$1" ${2:+--adversary "$2"} >>"$1.log" 2>&1 &
-  PIDS+=("$!")
-  LAST=$!
+  lh_worker "$URL" "$1" --threads 1 ${2:+--adversary "$2"}
+  LAST=$WORKER
 }
 # An honest worker that submits 8 groups and stops; prints its submission round trips (ms):
 # "p50 p90".
@@ -153,7 +138,7 @@ run_batch() {
       [ "$open" = 0 ] || waiting="$waiting $m"
     done
     [ -z "$waiting" ] && break
-    alive "$SERVE" || fail "serve exited while the cheats$waiting ran: $(tail -1 serve.log)"
+    lh_alive "$SERVE" || fail "serve exited while the cheats$waiting ran: $(tail -1 serve.log)"
     if [ $((SECONDS % 5)) = 0 ] && [ "$SECONDS" != "${SHOWN:-}" ]; then
       SHOWN=$SECONDS
       # what became of each waiting cheat's groups so far, by state (dropped: too stale)
@@ -312,13 +297,9 @@ PYEOF
 phase "allowlist and rate limits"
 # ---------------------------------------------------------------- allowlist and rate limits
 cat wa.key.pub >allow.txt
-"$BIN" serve --run run2 --model base --env $ENV --key trainer.key --port-file port2 \
+lh_serve serve2.log port2 --run run2 --model base --env $ENV --key trainer.key \
   --steps 100000 --max-wall $((60 * SLOW)) --prompts 2 --group 4 --max-new 8 --allow-keys allow.txt \
-  --rate-limit 0.5 >serve2.log 2>&1 &
-SERVE2=$!
-PIDS+=("$SERVE2")
-for _ in $(seq 1 $((200 * SLOW))); do [ -s port2 ] && break; sleep 0.05; done
-URL=http://127.0.0.1:$(cat port2)
+  --rate-limit 0.5
 worker wa
 worker wb
 wait "$LAST" 2>/dev/null || true
@@ -330,20 +311,16 @@ for _ in $(seq 1 $((100 * SLOW))); do
   sleep 0.1
 done
 [ "$limited" = 1 ] || fail "the allowed worker was never rate limited at 0.5 requests/s"
-kill -TERM "$SERVE2"
-wait "$SERVE2" || true
+kill -TERM "$SERVE"
+wait "$SERVE" || true
 
 # ---------------------------------------------------------------- rejections the worker did not cause
 # an exec environment that fails to score every task (a reward of 5): each group is rejected
 # with reason env: ..., and none counts toward the ban, even at --ban-after 1
 phase "an environment that fails to score"
-"$BIN" serve --run run3 --model base --key trainer.key --port-file port3 --steps 100000 \
+lh_serve serve3.log port3 --run run3 --model base --key trainer.key --steps 100000 \
   --env "exec:path=/usr/bin/python3 $SRC/tests/fixtures/env/exec_env.py badreward" \
-  --max-wall $((60 * SLOW)) --prompts 2 --group 2 --max-new 4 --ban-after 1 >serve3.log 2>&1 &
-SERVE3=$!
-PIDS+=("$SERVE3")
-for _ in $(seq 1 $((200 * SLOW))); do [ -s port3 ] && break; sleep 0.05; done
-URL=http://127.0.0.1:$(cat port3)
+  --max-wall $((60 * SLOW)) --prompts 2 --group 2 --max-new 4 --ban-after 1
 worker we
 excused=0
 for _ in $(seq 1 $((150 * SLOW))); do
@@ -356,8 +333,8 @@ kill -0 "$LAST" 2>/dev/null || fail "the worker stopped: $(tail -2 we.log)"
 ! grep -q 'HTTP 403 banned' we.log || fail "a key was banned for the environment's failures"
 curl -sf "$URL/metrics" | grep -q '^longhaul_requests_refused_total{why="banned"} 0' ||
   fail "/metrics counts a banned request"
-kill -TERM "$SERVE3" "$LAST"
-wait "$SERVE3" || true
+kill -TERM "$SERVE" "$LAST"
+wait "$SERVE" || true
 ! grep -l 'Sanitizer' ./*.log >/dev/null 2>&1 || fail "a sanitizer report: $(grep -l Sanitizer ./*.log)"
 trained_x=$(q "SELECT name || ' ' || count(*) FROM ($J) WHERE name LIKE 'x-%' AND state = 3 GROUP BY name" | paste -sd, -)
 echo "trust.sh: ok ($trained1 honest groups trained, 0 rejected; $(q "SELECT count(*) FROM groups WHERE state = 2") cheating groups rejected; trained (as docs/SECURITY.md allows): ${trained_x:-none}; honest round trips p50/p90 quiet $Q50/$Q90 ms, with cheats $A50/$A90 ms, under slowloris and oversized bodies $S50/$S90 ms; held-out pass@1 $GAIN [$LO, $HI] after $STEPS updates)"
