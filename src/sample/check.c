@@ -531,18 +531,22 @@ lh_sample_verdict lh_sample_check_chance(const float *logits, int V, const lh_sa
   lh__sample_scan(logits, V, s, &g);
   double T = p->temperature;
   noise nz = noise_of(logit_tol, T, V);
-  if (T == 0.0) { /* every machine picks its argmax: CONSISTENT at every u, or at none */
-    if (chance != &unused)
-      *chance = check_greedy(&g, V, g.argmax, nz.tol2) == LH_SAMPLE_CONSISTENT ? 0.0 : 1.0;
-    return check_greedy(&g, V, token, nz.tol2);
+  /* Greedy and cold sampling: only the argmax can be CONSISTENT, and then at every u, so the
+   * chance is 0 or 1. The token's verdict gives it: a CONSISTENT token is the argmax, and a
+   * BORDERLINE one is the argmax in a near tie or a token that shows the argmax is not
+   * CONSISTENT (it would be INCONSISTENT then). */
+  if (T == 0.0) {
+    lh_sample_verdict v = check_greedy(&g, V, token, nz.tol2);
+    *chance = v == LH_SAMPLE_CONSISTENT ? 0.0 : 1.0;
+    return v;
   }
   /* weight 0 on every machine (logit -inf or NaN, or so far below the maximum that exp gives 0
    * even 2 tol higher): never chosen */
   if (((double)g.l[token] - g.lmax + nz.tol2) / T < -708.000001) return LH_SAMPLE_INCONSISTENT;
-  if (nz.cold) { /* only the argmax can be CONSISTENT, and then at every u */
-    if (chance != &unused)
-      *chance = check_cold(&g, V, p, g.argmax, &nz, s) == LH_SAMPLE_CONSISTENT ? 0.0 : 1.0;
-    return check_cold(&g, V, p, token, &nz, s);
+  if (nz.cold) {
+    lh_sample_verdict v = check_cold(&g, V, p, token, &nz, s);
+    *chance = v == LH_SAMPLE_CONSISTENT ? 0.0 : 1.0;
+    return v;
   }
 
   bool plain = !(p->top_k > 0 && p->top_k < V) && !(p->top_p < 1.0f);

@@ -1209,6 +1209,27 @@ static void test_chance_greedy_cold(void **state) {
   assert_true(chance(c2, 2, params(1e-6f, 0, 1, 0), 1e-3) == 0.0);
   c2[1] = -1e-3f;
   assert_true(chance(c2, 2, params(1e-6f, 0, 1, 0), 1e-3) == 1.0);
+  /* every token of logits with near ties: the chance is whether the argmax (found here) is
+   * CONSISTENT, 1 for an INCONSISTENT token (not computed) */
+  uint32_t x = 99;
+  const lh_sample_params ps[] = {params(0, 0, 1, 0), params(1e-6f, 0, 1, 0),
+                                 params(1e-6f, 3, 1, 0)};
+  for (int trial = 0; trial < 600; trial++) {
+    float z[6];
+    int am = 0;
+    for (int i = 0; i < 6; i++) {
+      x = x * 1103515245u + 12345u;
+      z[i] = (float)((x >> 16) % 6) * 1e-3f; /* steps of 1e-3: gaps below, at and above 2 tol */
+      if (z[i] > z[am]) am = i;
+    }
+    const lh_sample_params *p = &ps[trial % 3];
+    double want = lh_sample_check(z, 6, p, 0.5, am, 1e-3, scratch) == LH_SAMPLE_CONSISTENT;
+    for (int t = 0; t < 6; t++) {
+      double c = -1.0;
+      lh_sample_verdict v = lh_sample_check_chance(z, 6, p, 0.5, t, 1e-3, scratch, &c);
+      assert_true(c == (v == LH_SAMPLE_INCONSISTENT || !want ? 1.0 : 0.0));
+    }
+  }
 }
 
 /* An honest machine's token is BORDERLINE exactly where the verifier's own pick is not
