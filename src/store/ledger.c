@@ -165,8 +165,8 @@ _Static_assert(sizeof MIGRATIONS / sizeof *MIGRATIONS == LH_LEDGER_SCHEMA_VERSIO
                    " last_seen_ms = max(last_seen_ms, ?4) WHERE id = ?1")                          \
   X(WORKER_SEEN, "UPDATE workers SET last_seen_ms = max(last_seen_ms, ?2) WHERE key = ?1")         \
   X(WORKER_HARDWARE, "SELECT hardware FROM workers WHERE key = ?1")                                \
-  X(WORKER_GET, WORKER_COLUMNS "WHERE w.key = ?1 GROUP BY w.id")                                   \
-  X(WORKERS, WORKER_COLUMNS "GROUP BY w.id ORDER BY w.id")                                         \
+  X(WORKER_GET, WORKER_COLUMNS "WHERE w.key = ?1")                                                 \
+  X(WORKERS, WORKER_COLUMNS "ORDER BY w.id")                                                       \
   X(WORKER_RECENT_SUBMITTED, WORKER_RECENT_SQL("g.state IN (1, 2, 3, 4)"))                         \
   X(WORKER_RECENT_SETTLED, WORKER_RECENT_SQL("g.state <> 0"))                                      \
   X(LEASE_INSERT, "INSERT INTO leases (worker, leased_ms, expires_ms, n_groups)"                   \
