@@ -1,13 +1,14 @@
 /* `longhaul serve` (node.h): the trainer and coordinator in one process. HTTP threads (one per
- * connection, http.h) register workers, lease prompt groups, verify and score submitted groups
+ * connection, http.h) register workers, lease prompt groups, check and score submitted groups
  * and put them in the ledger (durable before the 202) and in the queue; the calling thread is
- * the training thread: it takes the oldest groups within the staleness bound, recomputes their
- * behaviour log-probs under the version that generated each when the loss uses them (the bf16
- * weights of the last max_staleness versions are kept, within --max-kept-mb), trains, and
- * publishes the new version (patch, keyframe, signed manifest), checkpointed before any worker
- * can see it. Leases are bounded by the lease window (lh_serve_lease_window: what keeps the
- * trainer fed, measured), not by the staleness bound. docs/PROTOCOL.md, "The networked
- * protocol", has the endpoints and what a restart guarantees. */
+ * the training thread: it takes the oldest groups within the staleness bound K, recomputes their
+ * logits under the version that generated each (the bf16 weights of the last K + 1 versions are
+ * kept, within --max-kept-mb), verifies every token on them (trust.h) and takes the behaviour
+ * log-probs from them when the loss uses them, trains, and publishes the new version (patch,
+ * keyframe, signed manifest), checkpointed before any worker can see it. Leases are bounded by the
+ * lease window (lh_serve_lease_window: what keeps the trainer fed, measured), not by the staleness
+ * bound. docs/PROTOCOL.md, "The networked protocol", has the endpoints and what a restart
+ * guarantees. */
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -125,8 +126,9 @@ typedef struct server {
   lh_trust_config trust;      /* the tolerances, with the model's stop ids */
   lh_sample_scratch *scratch; /* the training thread's, for verification */
   lh_trust_limiter *limiter;  /* per-key rate limits, or NULL */
-  lh_sync_public_key *allow;  /* --allow-keys, or NULL (any key) */
-  repute *repute;             /* REPUTE_SLOTS, by the key's first bytes */
+  lh_sync_public_key
+      *allow;     /* --allow-keys sorted by bytes (admit searches it), or NULL (any key) */
+  repute *repute; /* REPUTE_SLOTS, by the key's first bytes */
   int n_allow;
   bool stopping;
   /* counters */
@@ -402,15 +404,17 @@ static lh_err judge(server *s, const lh_ledger_worker *w, repute *out) {
   return LH_ERR_OK;
 }
 
+static int cmp_key(const void *a, const void *b) {
+  return memcmp(((const lh_sync_public_key *)a)->bytes, ((const lh_sync_public_key *)b)->bytes,
+                LH_SYNC_PUBLIC_KEY_BYTES);
+}
+
 /* Whether a key that signed a request is served: on the allowlist (when there is one), not
  * banned (fewer than ban_after rejected groups), within its rate. Writes the refusal itself. */
 static bool admit(server *s, const lh_sync_public_key *pk, const lh_ledger_worker *known,
                   lh_http_response *res) {
   if (s->n_allow > 0) {
-    bool listed = false;
-    for (int i = 0; i < s->n_allow && !listed; i++)
-      listed = !memcmp(s->allow[i].bytes, pk->bytes, sizeof pk->bytes);
-    if (!listed) {
+    if (!bsearch(pk, s->allow, (size_t)s->n_allow, sizeof *s->allow, cmp_key)) {
       pthread_mutex_lock(&s->mu);
       s->refused[1]++;
       pthread_mutex_unlock(&s->mu);
@@ -1051,9 +1055,12 @@ static void h_metrics(server *s, lh_http_response *res) {
   pthread_mutex_lock(&s->mu);
   verdicts[LH_REPLAY_STALE] += s->before_start;
   pthread_mutex_unlock(&s->mu);
+  /* the text has a fixed number of lines (3.1 kB): a PUT past the end writes nothing, and
+   * the answer is then a 500, not a cut page */
   char *buf = lh_xmalloc(16384);
   size_t at = 0, cap = 16384;
-#define PUT(...) at += (size_t)snprintf(buf + at, cap - at, __VA_ARGS__)
+#define PUT(...)                                                                                   \
+  at += (size_t)snprintf(buf + (at < cap ? at : cap), at < cap ? cap - at : 0, __VA_ARGS__)
   PUT("# HELP longhaul_signed_requests_total Signed requests with a valid signature, by what the "
       "time and nonce check said.\n"
       "# TYPE longhaul_signed_requests_total counter\n"
@@ -1119,13 +1126,18 @@ static void h_metrics(server *s, lh_http_response *res) {
       "longhaul_requests_refused_total{why=\"abandoning\"} %lld\n",
       (long long)s->refused[0], (long long)s->refused[1], (long long)s->refused[2],
       (long long)s->refused[3]);
-  PUT("# HELP longhaul_trainer_busy_seconds_total Time the training thread spent training.\n"
+  PUT("# HELP longhaul_trainer_busy_seconds_total Time the training thread spent on updates "
+      "(verification, the update, publishing).\n"
       "# TYPE longhaul_trainer_busy_seconds_total counter\n"
       "longhaul_trainer_busy_seconds_total %.3f\n",
       s->busy_s);
   pthread_mutex_unlock(&s->mu);
 #undef PUT
-  lh_http_respond_bytes(res, 200, "text/plain; version=0.0.4; charset=utf-8", buf, at);
+  if (at >= cap)
+    lh_http_respond_error(res, 500, "metrics",
+                          "the metrics text needs %zu bytes, %zu were set aside", at + 1, cap);
+  else
+    lh_http_respond_bytes(res, 200, "text/plain; version=0.0.4; charset=utf-8", buf, at);
   free(buf);
 }
 
@@ -1474,8 +1486,9 @@ static lh_err train_once(server *s) {
     pthread_mutex_lock(&s->mu);
     s->trained += n_take;
     s->dropped += n_dropped;
-    s->busy_s += lh_time_now() - t_take; /* with the verification before t0 */
-    ewma(&s->update_s, lh_time_now() - t_take, 0.2);
+    double busy = lh_time_now() - t_take; /* with the verification before t0 */
+    s->busy_s += busy;
+    ewma(&s->update_s, busy, 0.2);
     s->last_staleness = stale / n_take;
     for (int i = 0; i < n_take; i++) {
       int64_t k = v - take[i].version;
@@ -1682,8 +1695,9 @@ lh_err lh_serve_run(const lh_serve_config *c) {
     if (s->stale_k < 0) {
       e = lh_errorf(LH_ERR_LIMIT,
                     "serve: --max-kept-mb %g holds not even the newest version's weights "
-                    "(%.1f MB in bf16); raise it to at least %.0f",
-                    c->kept_max_mb, per, ceil(per * (s->rl.staleness + 1)));
+                    "(%.1f MB in bf16); raise it to at least %.0f (%.0f for --max-staleness %d)",
+                    c->kept_max_mb, per, ceil(per), ceil(per * (s->rl.staleness + 1)),
+                    s->rl.staleness);
       goto out;
     }
     if (s->stale_k < s->rl.staleness)
@@ -1720,6 +1734,7 @@ lh_err lh_serve_run(const lh_serve_config *c) {
                     c->allow_keys);
       goto out;
     }
+    qsort(s->allow, (size_t)s->n_allow, sizeof *s->allow, cmp_key); /* for admit's bsearch */
   }
   s->n_sections = lh_patch_sections(&m->cfg, NULL, 0);
   s->sections = lh_xmalloc((size_t)s->n_sections * sizeof *s->sections);

@@ -296,7 +296,9 @@ PYEOF
 
 phase "allowlist and rate limits"
 # ---------------------------------------------------------------- allowlist and rate limits
-cat wa.key.pub >allow.txt
+# wa's key among others (the server sorts the list and searches it)
+for k in a1 a2 a3; do "$BIN" keygen --out $k.key >/dev/null 2>&1; done
+cat a1.key.pub a2.key.pub wa.key.pub a3.key.pub >allow.txt
 lh_serve serve2.log port2 --run run2 --model base --env $ENV --key trainer.key \
   --steps 100000 --max-wall $((60 * SLOW)) --prompts 2 --group 4 --max-new 8 --allow-keys allow.txt \
   --rate-limit 0.5
