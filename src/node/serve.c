@@ -1061,76 +1061,58 @@ static void h_metrics(server *s, lh_http_response *res) {
   size_t at = 0, cap = 16384;
 #define PUT(...)                                                                                   \
   at += (size_t)snprintf(buf + (at < cap ? at : cap), at < cap ? cap - at : 0, __VA_ARGS__)
-  PUT("# HELP longhaul_signed_requests_total Signed requests with a valid signature, by what the "
-      "time and nonce check said.\n"
-      "# TYPE longhaul_signed_requests_total counter\n"
-      "longhaul_signed_requests_total{nonce=\"fresh\"} %lld\n"
-      "longhaul_signed_requests_total{nonce=\"replayed\"} %lld\n"
-      "longhaul_signed_requests_total{nonce=\"stale_time\"} %lld\n"
-      "longhaul_signed_requests_total{nonce=\"forgotten\"} %lld\n"
-      "# HELP longhaul_replay_forgotten_live_total Remembered requests forgotten to make room "
-      "while "
-      "their time was within the window.\n"
-      "# TYPE longhaul_replay_forgotten_live_total counter\n"
-      "longhaul_replay_forgotten_live_total %lld\n",
-      (long long)verdicts[LH_REPLAY_FRESH], (long long)verdicts[LH_REPLAY_SEEN],
-      (long long)verdicts[LH_REPLAY_STALE], (long long)verdicts[LH_REPLAY_FORGOTTEN],
+/* a metric's HELP and TYPE lines; ONE: with its one sample, unlabelled */
+#define HEAD(name, type, help) PUT("# HELP " name " " help "\n# TYPE " name " " type "\n")
+#define ONE(name, type, help, fmt, value)                                                          \
+  PUT("# HELP " name " " help "\n# TYPE " name " " type "\n" name " " fmt "\n", value)
+  HEAD("longhaul_signed_requests_total", "counter",
+       "Signed requests with a valid signature, by what the time and nonce check said.");
+  static const char *const nonce_says[LH_REPLAY__COUNT] = {[LH_REPLAY_FRESH] = "fresh",
+                                                           [LH_REPLAY_SEEN] = "replayed",
+                                                           [LH_REPLAY_STALE] = "stale_time",
+                                                           [LH_REPLAY_FORGOTTEN] = "forgotten"};
+  for (int i = 0; i < LH_REPLAY__COUNT; i++)
+    PUT("longhaul_signed_requests_total{nonce=\"%s\"} %lld\n", nonce_says[i],
+        (long long)verdicts[i]);
+  ONE("longhaul_replay_forgotten_live_total", "counter",
+      "Remembered requests forgotten to make room while their time was within the window.", "%lld",
       (long long)forgot_live);
-  PUT("# HELP longhaul_ledger_accept_commits_total Group commits of accepted submissions.\n"
-      "# TYPE longhaul_ledger_accept_commits_total counter\n"
-      "longhaul_ledger_accept_commits_total %lld\n"
-      "# HELP longhaul_ledger_accepts_total Accepted submissions those commits held.\n"
-      "# TYPE longhaul_ledger_accepts_total counter\nlonghaul_ledger_accepts_total %lld\n",
-      (long long)commits, (long long)accepts);
+  ONE("longhaul_ledger_accept_commits_total", "counter", "Group commits of accepted submissions.",
+      "%lld", (long long)commits);
+  ONE("longhaul_ledger_accepts_total", "counter", "Accepted submissions those commits held.",
+      "%lld", (long long)accepts);
   pthread_mutex_lock(&s->mu);
-  PUT("# HELP longhaul_policy_version The newest published policy version.\n"
-      "# TYPE longhaul_policy_version gauge\nlonghaul_policy_version %lld\n",
+  ONE("longhaul_policy_version", "gauge", "The newest published policy version.", "%lld",
       (long long)s->version);
-  PUT("# HELP longhaul_groups Prompt groups in the ledger, by state.\n"
-      "# TYPE longhaul_groups gauge\n");
+  HEAD("longhaul_groups", "gauge", "Prompt groups in the ledger, by state.");
   for (int i = 0; i < 6; i++)
     PUT("longhaul_groups{state=\"%s\"} %lld\n", states[i], (long long)st.groups[ids[i]]);
-  PUT("# HELP longhaul_queue_groups Groups waiting for the trainer.\n"
-      "# TYPE longhaul_queue_groups gauge\nlonghaul_queue_groups %d\n",
-      s->q_len);
-  PUT("# HELP longhaul_workers Registered workers.\n# TYPE longhaul_workers gauge\n"
-      "longhaul_workers %lld\n",
-      (long long)st.workers);
-  PUT("# HELP longhaul_blob_bytes_shipped_total Blob bytes served.\n"
-      "# TYPE longhaul_blob_bytes_shipped_total counter\n"
-      "longhaul_blob_bytes_shipped_total %llu\n",
+  ONE("longhaul_queue_groups", "gauge", "Groups waiting for the trainer.", "%d", s->q_len);
+  ONE("longhaul_workers", "gauge", "Registered workers.", "%lld", (long long)st.workers);
+  ONE("longhaul_blob_bytes_shipped_total", "counter", "Blob bytes served.", "%llu",
       (unsigned long long)s->bytes_shipped);
-  PUT("# HELP longhaul_repeats_total Rollout submissions answered as before.\n"
-      "# TYPE longhaul_repeats_total counter\nlonghaul_repeats_total %lld\n",
+  ONE("longhaul_repeats_total", "counter", "Rollout submissions answered as before.", "%lld",
       (long long)s->repeats);
-  PUT("# HELP longhaul_groups_refuted_total Stored groups that verification rejected.\n"
-      "# TYPE longhaul_groups_refuted_total counter\nlonghaul_groups_refuted_total %lld\n",
-      (long long)s->refuted);
-  PUT("# HELP longhaul_groups_verified_total Groups checked token by token.\n"
-      "# TYPE longhaul_groups_verified_total counter\nlonghaul_groups_verified_total %lld\n",
+  ONE("longhaul_groups_refuted_total", "counter", "Stored groups that verification rejected.",
+      "%lld", (long long)s->refuted);
+  ONE("longhaul_groups_verified_total", "counter", "Groups checked token by token.", "%lld",
       (long long)s->verified);
-  PUT("# HELP longhaul_verified_tokens_total Completion tokens checked.\n"
-      "# TYPE longhaul_verified_tokens_total counter\nlonghaul_verified_tokens_total %lld\n",
+  ONE("longhaul_verified_tokens_total", "counter", "Completion tokens checked.", "%lld",
       (long long)s->verified_tokens);
-  PUT("# HELP longhaul_verify_seconds_total Time spent checking tokens (not the forward).\n"
-      "# TYPE longhaul_verify_seconds_total counter\nlonghaul_verify_seconds_total %.6f\n",
-      s->verify_s);
-  PUT("# HELP longhaul_recompute_seconds_total Time in the forwards that recompute logits.\n"
-      "# TYPE longhaul_recompute_seconds_total counter\nlonghaul_recompute_seconds_total %.6f\n",
-      s->forward_s);
-  PUT("# HELP longhaul_requests_refused_total Signed requests refused by admission.\n"
-      "# TYPE longhaul_requests_refused_total counter\n"
-      "longhaul_requests_refused_total{why=\"banned\"} %lld\n"
-      "longhaul_requests_refused_total{why=\"not_allowed\"} %lld\n"
-      "longhaul_requests_refused_total{why=\"rate_limited\"} %lld\n"
-      "longhaul_requests_refused_total{why=\"abandoning\"} %lld\n",
-      (long long)s->refused[0], (long long)s->refused[1], (long long)s->refused[2],
-      (long long)s->refused[3]);
-  PUT("# HELP longhaul_trainer_busy_seconds_total Time the training thread spent on updates "
-      "(verification, the update, publishing).\n"
-      "# TYPE longhaul_trainer_busy_seconds_total counter\n"
-      "longhaul_trainer_busy_seconds_total %.3f\n",
+  ONE("longhaul_verify_seconds_total", "counter", "Time spent checking tokens (not the forward).",
+      "%.6f", s->verify_s);
+  ONE("longhaul_recompute_seconds_total", "counter", "Time in the forwards that recompute logits.",
+      "%.6f", s->forward_s);
+  HEAD("longhaul_requests_refused_total", "counter", "Signed requests refused by admission.");
+  static const char *const why[4] = {"banned", "not_allowed", "rate_limited", "abandoning"};
+  /* (s->refused's order) */
+  for (int i = 0; i < 4; i++)
+    PUT("longhaul_requests_refused_total{why=\"%s\"} %lld\n", why[i], (long long)s->refused[i]);
+  ONE("longhaul_trainer_busy_seconds_total", "counter",
+      "Time the training thread spent on updates (verification, the update, publishing).", "%.3f",
       s->busy_s);
+#undef ONE
+#undef HEAD
   pthread_mutex_unlock(&s->mu);
 #undef PUT
   if (at >= cap)
