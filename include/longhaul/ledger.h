@@ -7,8 +7,8 @@
  * submission path and of the training thread (lh_ledger_lease, _group_accept, _train,
  * _prune_bodies, _version_put) are group-committed: the calls that arrive while a commit is being
  * written wait, and are then written together in one transaction (one fsync) by one of their
- * threads, each behind a savepoint (a change refused fails alone, a failure of the database
- * fails the whole commit); each call returns once the commit holding it is durable. The two
+ * threads (a change refused before it wrote anything fails alone, any other failure fails the
+ * whole commit); each call returns once the commit holding it is durable. The two
  * long ones, lh_ledger_train and lh_ledger_prune_bodies, are written in parts, one per commit,
  * so that they share the writer with the submissions instead of holding it.
  *
@@ -63,8 +63,8 @@
 #define LH_LEDGER_LEASE_MAX      1024               /* groups of one lease */
 #define LH_LEDGER_TRAIN_MAX      65536 /* groups of one lh_ledger_train call, both lists */
 #define LH_LEDGER_TOP_REASONS    8     /* rejection reasons lh_ledger_stats reports */
-#define LH_LEDGER_TRAIN_PART     64    /* marks of lh_ledger_train written per group commit */
-#define LH_LEDGER_PRUNE_PART     128   /* bodies lh_ledger_prune_bodies deletes per group commit */
+#define LH_LEDGER_TRAIN_PART     256   /* marks of lh_ledger_train written per group commit */
+#define LH_LEDGER_PRUNE_PART     512   /* bodies lh_ledger_prune_bodies deletes per group commit */
 
 typedef struct lh_ledger lh_ledger;
 

@@ -4,9 +4,9 @@
  * every statement is prepared once at open from the table below; every transaction commits
  * (fsynced) or rolls back whole. The changes of the submission path and the training thread are
  * group-committed (submit): those that arrive while a commit runs wait in a list, in order, and
- * one of their threads then writes them all in one transaction (one fsync), each behind a
- * savepoint, each caller returning once the commit holding its change is durable; the long
- * changes of the training thread (an update's marks, pruning) go one part per commit. */
+ * one of their threads then writes them all in one transaction (one fsync), each caller
+ * returning once the commit holding its change is durable; the long changes of the training
+ * thread (an update's marks, pruning) go one part per commit. */
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -159,9 +159,6 @@ _Static_assert(sizeof MIGRATIONS / sizeof *MIGRATIONS == LH_LEDGER_SCHEMA_VERSIO
   X(BEGIN_READ, "BEGIN DEFERRED")                                                                  \
   X(COMMIT, "COMMIT")                                                                              \
   X(ROLLBACK, "ROLLBACK")                                                                          \
-  X(SAVEPOINT, "SAVEPOINT part")                                                                   \
-  X(RELEASE, "RELEASE part")                                                                       \
-  X(ROLLBACK_PART, "ROLLBACK TO part")                                                             \
   X(WORKER_ID, "SELECT id FROM workers WHERE key = ?1")                                            \
   X(WORKER_INSERT, "INSERT INTO workers (key, name, hardware, registered_ms, last_seen_ms)"        \
                    " VALUES (?1, ?2, ?3, ?4, ?4)")                                                 \
@@ -292,8 +289,9 @@ static const char *const STMT_SQL[ST__COUNT] = {
 
 typedef struct write_req write_req;
 /* Writes a change, or its next part, inside the open transaction of a group commit; *more when
- * parts are left for the next commits. A failure that leaves the transaction open fails this
- * change alone (its part is rolled back to a savepoint); any other fails the whole commit. */
+ * parts are left for the next commits. It checks what may refuse it before it writes anything,
+ * and sets r->wrote before its first write: a failure before that fails this change alone, one
+ * after it the whole commit (no savepoints: their statement journals cost more than the writes). */
 typedef lh_err (*write_fn)(lh_ledger *l, write_req *r, bool *more);
 
 /* One change waiting for a group commit, on its caller's stack (submit). */
@@ -303,6 +301,7 @@ struct write_req {
   bool accept;       /* an lh_ledger_group_accept (counted by lh_ledger_accept_stats) */
   char doing[96];    /* "accepting group 12", for its errors */
   bool more;         /* a part was written, more are to come (set under mu) */
+  bool wrote;        /* this commit has written some of it (set by write) */
   lh_err e;          /* its result, set by the thread that committed it */
   char msg[1024];    /* and the error's message (lh_last_error is per thread) */
   bool done;         /* set under amu, once e is final */
@@ -755,10 +754,10 @@ void lh_ledger_close(lh_ledger *l) {
 
 /* ---------------------------------------------------------------- group commits */
 
-/* Whether a change's failure leaves the transaction usable (a refused change: a group in another
- * state, an unknown worker, a constraint), so that the commit goes on without it. */
-static bool part_failed_alone(lh_ledger *l, lh_err e) {
-  return !sqlite3_get_autocommit(l->db) && e != LH_ERR_IO && e != LH_ERR_NOMEM &&
+/* Whether a change's failure leaves the transaction as it was (a refused change, nothing of it
+ * written: a group in another state, an unknown worker), so that the commit goes on without it. */
+static bool failed_alone(lh_ledger *l, const write_req *r, lh_err e) {
+  return !r->wrote && !sqlite3_get_autocommit(l->db) && e != LH_ERR_IO && e != LH_ERR_NOMEM &&
          e != LH_ERR_FORMAT;
 }
 
@@ -767,10 +766,9 @@ static void set_result(write_req *r, lh_err e) {
   if (e) snprintf(r->msg, sizeof r->msg, "%s", lh_last_error());
 }
 
-/* One group commit: each change of the list (or its next part) behind a savepoint, in one
- * transaction. A change refused fails alone (rolled back to its savepoint); a failure of the
- * database fails every change of the list, and none of them is written by this commit. Caller
- * holds mu. */
+/* One group commit: each change of the list (or its next part), in one transaction. A change
+ * refused before it wrote fails alone; any other failure fails every change of the list, and
+ * none of them is written by this commit. Caller holds mu. */
 static void write_batch(lh_ledger *l, write_req *list) {
   char doing[160];
   int n = 0;
@@ -782,20 +780,13 @@ static void write_batch(lh_ledger *l, write_req *list) {
     snprintf(doing, sizeof doing, "%d changes in one commit (first: %s)", n, list->doing);
   lh_err e = begin(l, doing);
   for (write_req *r = list; !e && r; r = r->next) {
-    r->more = false;
-    if ((e = run(l, l->st[ST_SAVEPOINT], doing))) break;
+    r->more = r->wrote = false;
     lh_err ei = r->write(l, r, &r->more);
-    if (ei && !part_failed_alone(l, ei)) {
+    if (ei && !failed_alone(l, r, ei)) {
       e = ei;
     } else if (ei) {
       set_result(r, ei);
       r->more = false;
-      char why[1024]; /* the rollback may overwrite the thread's message */
-      snprintf(why, sizeof why, "%s", lh_last_error());
-      if (!(e = run(l, l->st[ST_ROLLBACK_PART], doing))) e = run(l, l->st[ST_RELEASE], doing);
-      snprintf(r->msg, sizeof r->msg, "%s", why);
-    } else {
-      e = run(l, l->st[ST_RELEASE], doing);
     }
   }
   e = finish(l, e, doing);
@@ -1129,6 +1120,7 @@ static lh_err write_lease(lh_ledger *l, write_req *r, bool *more) {
   int64_t wid = 0, lid = 0;
   lh_err e = worker_id(l, a->worker, &wid, doing);
   if (!e) {
+    r->wrote = true;
     sqlite3_stmt *s = l->st[ST_LEASE_INSERT];
     if (sqlite3_bind_int64(s, 1, wid) || sqlite3_bind_int64(s, 2, a->now_ms) ||
         sqlite3_bind_int64(s, 3, a->expires_ms) || sqlite3_bind_int64(s, 4, a->n))
@@ -1273,6 +1265,7 @@ static lh_err write_accept(lh_ledger *l, write_req *r, bool *more) {
   *more = false;
   lh_err e = check_open(l, a->group, doing);
   if (e) return e;
+  r->wrote = true;
   sqlite3_stmt *s = l->st[ST_GROUP_ACCEPT];
   int rc = sqlite3_bind_int64(s, 1, a->group) || sqlite3_bind_int64(s, 2, a->version_used) ||
            sqlite3_bind_int64(s, 4, a->now_ms);
@@ -1517,7 +1510,8 @@ typedef struct train_args {
   int n_trained, n_dropped, at;
 } train_args;
 
-/* Every id is checked in the first part, so a call refused for its ids changes nothing; then
+/* Every id is checked in the first part, so a call refused for its ids changes nothing (a part
+ * that fails after that, a group changed by another thread meanwhile, fails its commit); then
  * LH_LEDGER_TRAIN_PART marks per commit. */
 static lh_err write_train(lh_ledger *l, write_req *r, bool *more) {
   train_args *a = r->arg;
@@ -1527,6 +1521,7 @@ static lh_err write_train(lh_ledger *l, write_req *r, bool *more) {
     e = check_accepted(l, i < a->n_trained ? a->trained[i] : a->dropped[i - a->n_trained],
                        r->doing);
   int end = n - a->at > LH_LEDGER_TRAIN_PART ? a->at + LH_LEDGER_TRAIN_PART : n;
+  r->wrote = !e;
   for (int i = a->at; i < end && !e; i++)
     e = i < a->n_trained
             ? train_one(l, a->version, a->trained[i], LH_GROUP_TRAINED, r->doing)
@@ -1645,6 +1640,7 @@ typedef struct prune_args {
 static lh_err write_prune(lh_ledger *l, write_req *r, bool *more) {
   prune_args *a = r->arg;
   *more = false;
+  r->wrote = true; /* only the database can fail it */
   lh_err e = LH_ERR_OK;
   int64_t pruned = -1, gone = 0;
   if (a->parts++ == 0 && !(e = setting_get(l, SETTING_PRUNED_TO, -1, &pruned, r->doing)) &&
@@ -1832,6 +1828,7 @@ static lh_err write_version(lh_ledger *l, write_req *r, bool *more) {
                      a->sorted, s, doing);
   else if (!e)
     reset(s);
+  r->wrote = !e && !row;
   if (!e && !row) {
     s = l->st[ST_VERSION_INSERT];
     if (sqlite3_bind_int64(s, 1, a->version) || sqlite3_bind_int64(s, 2, a->parent) ||
