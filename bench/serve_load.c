@@ -737,8 +737,12 @@ int main(int argc, char **argv) {
     if (lea[k]) printf(" %s%d: %lld", k ? "" : "transport ", k, (long long)lea[k]);
   printf("\n");
   double per = accepted > 0 ? 1e6 / (double)accepted : 0;
-  printf("CPU us per accepted group: serve %.0f, this generator %.0f (%.2f and %.2f cores)\n",
-         serve_cpu * per, own_cpu * per, serve_cpu / wall, own_cpu / wall);
+  if (o->pid > 0)
+    printf("CPU us per accepted group: serve %.0f, this generator %.0f (%.2f and %.2f cores)\n",
+           serve_cpu * per, own_cpu * per, serve_cpu / wall, own_cpu / wall);
+  else
+    printf("CPU us per accepted group: this generator %.0f (%.2f cores)\n", own_cpu * per,
+           own_cpu / wall);
   if (o->pid > 0)
     printf("serve RSS MB: after 1 s %.1f, peak %.1f, at the end %.1f (%d samples)\n",
            rss_first / 1024.0, rss_peak / 1024.0, rss_last / 1024.0, n_rss);
