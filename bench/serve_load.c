@@ -333,8 +333,10 @@ static void *client_main(void *ud) {
   if (st) lh_http_reply_free(&r);
   bool ok = st == 200 || st == 201;
   if (!ok && !c->error[0]) snprintf(c->error, sizeof c->error, "register: HTTP %ld", st);
-  if (ok && open) ok = lease(c); /* the first lease before the window: not a late start */
-  if (!ok && !c->error[0]) snprintf(c->error, sizeof c->error, "the first lease was refused");
+  /* open loop: the first lease before the window (not a late start), asked again while the
+   * server refuses it (queue_full) for up to the window's length; else it is leased in it */
+  for (double t = now_s(); ok && open && now_s() - t < sh->o.seconds && !lease(c);)
+    sleep_ms(5);
   /* open loop: evenly spaced, client i at i / rate first; or Poisson from the start */
   c->rng = 0x853c49e6748fea9bull * (uint64_t)(c->id + 1);
   c->due = sh->o.poisson ? gap_s(c) : c->id / (open ? sh->o.rate : 1);
