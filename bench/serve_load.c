@@ -10,11 +10,21 @@
  * --interval S the same per S seconds (to show they stay flat over a long run). --probe first
  * checks the replay defence over HTTP: a request sent twice is 409 the second time, one signed a
  * window too early or too late is 401 stale_time.
+ * Two modes. Closed loop (the default): each client submits its next group as soon as the last
+ * is answered, which finds the saturation throughput; its latency is then set by the number of
+ * clients (Little's law), not by the server. Open loop (--rate R): R groups/s offered in all,
+ * each client's submissions on a timetable of its own (R / clients per second, evenly spaced and
+ * staggered, or --poisson), and each latency measured from the submission's scheduled time, so
+ * that a server that stalls is not hidden by clients that stop sending meanwhile ("coordinated
+ * omission"): a client still busy when its next submission falls due sends it late, and the
+ * lateness counts. Submissions scheduled in the window but not sent when it ends count with the
+ * wait they had so far (a lower bound). --trace FILE writes every answered submission.
  * Usage: serve_load --server http://127.0.0.1:PORT [--clients 64] [--seconds 10] [--groups N]
  *        [--lease 32] [--dup-every K] [--pid PID] [--json FILE] [--ids FILE] [--interval S]
- *        [--probe] */
+ *        [--rate R [--poisson]] [--trace FILE] [--probe] */
 #include <inttypes.h>
 #include <jansson.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -35,10 +45,11 @@
 #define IV_MAX     1024      /* intervals reported at most */
 
 typedef struct opts {
-  const char *server, *json_path, *ids_path;
+  const char *server, *json_path, *ids_path, *trace_path;
   int clients, lease, dup_every;
-  bool probe;
+  bool probe, poisson;
   double seconds, interval;
+  double rate;    /* groups/s offered in all (open loop); 0: closed loop */
   int64_t groups; /* submissions in all at most (0: by time only) */
   long pid;
 } opts;
@@ -57,9 +68,15 @@ typedef struct client {
   lh_http_client *http, *dup_http;
   leased *pool;
   int n_pool, next;
-  double *lat;    /* seconds of each POST /v1/rollouts answered */
+  double *lat;    /* seconds of each POST /v1/rollouts answered (open loop: from its schedule) */
+  double *svc;    /* and from its sending to its answer (the service time) */
   double *lat_at; /* and when each was answered (seconds since the window began) */
+  long *lat_st;   /* and its status */
   int n_lat;
+  double due;      /* open loop: when the next submission is due (seconds since the window began) */
+  uint64_t rng;    /* open loop, --poisson: the gaps */
+  int64_t offered; /* open loop: submissions due in the window */
+  int64_t unsent;  /* of them, not sent when the window ended (counted in lat, a lower bound) */
   int64_t sub_status[600], lease_status[600]; /* answers by status; [0]: transport failures */
   int64_t *ids;                               /* groups answered 202 */
   int n_ids, ids_cap;
@@ -194,26 +211,35 @@ typedef struct submission {
   const uint8_t *body;
   size_t len;
   long status;
-  double lat;
+  double due; /* open loop: when it was due (now_s); closed loop: 0 */
+  double sent, done;
 } submission;
 
 static void *submit_one(void *ud) {
   submission *s = ud;
   lh_http_reply r;
-  double t = now_s();
+  s->sent = now_s();
   s->status = request(s->c, s->http, "POST", s->path, s->body, s->len, &r);
-  s->lat = now_s() - t;
+  s->done = now_s();
   if (s->status) lh_http_reply_free(&r);
   return NULL;
+}
+
+/* One latency: lat from when it was due (open loop) or sent, svc from when it was sent. */
+static void keep_latency(client *c, double at, double lat, double svc, long status) {
+  if (c->n_lat >= LAT_MAX) return;
+  c->lat_at[c->n_lat] = at;
+  c->lat[c->n_lat] = lat;
+  c->svc[c->n_lat] = svc;
+  c->lat_st[c->n_lat++] = status;
 }
 
 static void record(client *c, const submission *s) {
   count(c->sub_status, s->status);
   if (s->status >= 400) atomic_fetch_add(&c->sh->refused, 1);
-  if (s->status && c->n_lat < LAT_MAX) {
-    c->lat_at[c->n_lat] = now_s() - c->sh->t0;
-    c->lat[c->n_lat++] = s->lat;
-  }
+  if (s->status)
+    keep_latency(c, s->done - c->sh->t0, s->done - (s->due > 0 ? s->due : s->sent),
+                 s->done - s->sent, s->status);
 }
 
 static void accepted_push(client *c, int64_t group) {
@@ -224,9 +250,10 @@ static void accepted_push(client *c, int64_t group) {
   c->ids[c->n_ids++] = group;
 }
 
-/* Submits the next group of the pool; the first and then every dup_every-th is sent twice at
- * once (two connections), as a worker retrying while its first try is still in flight. */
-static void submit_next(client *c) {
+/* Submits the next group of the pool (due at `due`, 0 in the closed loop); the first and then
+ * every dup_every-th is sent twice at once (two connections), as a worker retrying while its
+ * first try is still in flight. */
+static void submit_next(client *c, double due) {
   shared *sh = c->sh;
   leased *l = &c->pool[c->next++];
   pthread_mutex_lock(&sh->mu);
@@ -242,7 +269,7 @@ static void submit_next(client *c) {
   char path[128];
   snprintf(path, sizeof path, "/v1/rollouts?lease=%lld&group=%lld&gen_ms=0", (long long)l->lease,
            (long long)l->g.group);
-  submission a = {c, c->http, path, body, len, 0, 0}, b = a;
+  submission a = {c, c->http, path, body, len, 0, due, 0, 0}, b = a;
   b.http = c->dup_http;
   c->submitted++;
   bool dup = sh->o.dup_every > 0 && (c->submitted - 1) % sh->o.dup_every == 0; /* 1st, ... */
@@ -270,9 +297,35 @@ static bool take_budget(shared *sh) {
   return ok;
 }
 
+/* Open loop: the gap to a client's next submission (seconds), clients / rate on average. */
+static double gap_s(client *c) {
+  double mean = c->sh->o.clients / c->sh->o.rate;
+  if (!c->sh->o.poisson) return mean;
+  c->rng += 0x9e3779b97f4a7c15ull; /* splitmix64 */
+  uint64_t z = c->rng;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  double u = ((double)(z >> 11) + 0.5) / 9007199254740992.0; /* (0, 1) */
+  return -mean * log(u);
+}
+
+/* Open loop: sleeps until t (now_s); false when the window ended first. */
+static bool wait_until(shared *sh, double t) {
+  for (;;) {
+    if (stopped(sh)) return false;
+    double d = t - now_s();
+    if (d <= 0) return true;
+    if (d > 0.05) d = 0.05; /* to see the end of the window */
+    struct timespec ts = {(time_t)d, (long)((d - (double)(time_t)d) * 1e9)};
+    nanosleep(&ts, NULL);
+  }
+}
+
 static void *client_main(void *ud) {
   client *c = ud;
   shared *sh = c->sh;
+  bool open = sh->o.rate > 0;
   char name[64];
   int n = snprintf(name, sizeof name, "{\"name\":\"load-%d\"}", c->id);
   lh_http_reply r;
@@ -280,17 +333,37 @@ static void *client_main(void *ud) {
   if (st) lh_http_reply_free(&r);
   bool ok = st == 200 || st == 201;
   if (!ok && !c->error[0]) snprintf(c->error, sizeof c->error, "register: HTTP %ld", st);
+  /* open loop: the first lease before the window (not a late start), asked again while the
+   * server refuses it (queue_full) for up to the window's length; else it is leased in it */
+  for (double t = now_s(); ok && open && now_s() - t < sh->o.seconds && !lease(c);)
+    sleep_ms(5);
+  /* open loop: evenly spaced, client i at i / rate first; or Poisson from the start */
+  c->rng = 0x853c49e6748fea9bull * (uint64_t)(c->id + 1);
+  c->due = sh->o.poisson ? gap_s(c) : c->id / (open ? sh->o.rate : 1);
   pthread_mutex_lock(&sh->mu);
   sh->ready++;
   pthread_cond_broadcast(&sh->cv);
   while (!sh->go && !sh->stop)
     pthread_cond_wait(&sh->cv, &sh->mu);
   pthread_mutex_unlock(&sh->mu);
-  while (ok && take_budget(sh)) {
+  while (ok && (!open || c->due < sh->o.seconds) && take_budget(sh)) {
     while (c->next == c->n_pool && !stopped(sh))
       if (!lease(c)) sleep_ms(5); /* queue_full / too_many_leases: the server's backpressure */
     if (c->next == c->n_pool) break;
-    submit_next(c);
+    double due = open ? sh->t0 + c->due : 0;
+    if (open && !wait_until(sh, due)) break;
+    if (open) {
+      c->offered++;
+      c->due += gap_s(c);
+    }
+    submit_next(c, due);
+  }
+  /* open loop: what fell due in the window and was not sent counts with its wait so far */
+  double end = now_s() - sh->t0;
+  for (; open && ok && c->due < sh->o.seconds && c->due < end; c->due += gap_s(c)) {
+    c->offered++;
+    c->unsent++;
+    keep_latency(c, end, end - c->due, 0, -1);
   }
   return NULL;
 }
@@ -483,7 +556,7 @@ static void print_intervals(const interval *iv, int n_iv, client *cs, int client
 static int usage(void) {
   fprintf(stderr, "usage: serve_load --server http://HOST:PORT [--clients N] [--seconds S] "
                   "[--groups N] [--lease L] [--dup-every K] [--pid PID] [--json FILE] "
-                  "[--ids FILE] [--interval S] [--probe]\n");
+                  "[--ids FILE] [--interval S] [--rate R [--poisson]] [--trace FILE] [--probe]\n");
   return 2;
 }
 
@@ -496,8 +569,11 @@ int main(int argc, char **argv) {
   o->lease = 32;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--probe")) {
-      o->probe = true;
+    if (!strcmp(a, "--probe") || !strcmp(a, "--poisson")) {
+      if (!strcmp(a, "--probe"))
+        o->probe = true;
+      else
+        o->poisson = true;
       continue;
     }
     if (!v) return usage();
@@ -521,14 +597,18 @@ int main(int argc, char **argv) {
       o->ids_path = v;
     else if (!strcmp(a, "--interval"))
       o->interval = atof(v);
+    else if (!strcmp(a, "--rate"))
+      o->rate = atof(v);
+    else if (!strcmp(a, "--trace"))
+      o->trace_path = v;
     else
       return usage();
     i++;
   }
   if (!o->server || o->clients < 1 || o->clients > 4096 || o->lease < 1 ||
       o->lease > LH_NODE_MAX_LEASE_GROUPS || !(o->seconds > 0) || o->groups < 0 ||
-      o->dup_every < 0 || o->interval < 0 ||
-      (o->interval > 0 && o->seconds / o->interval > IV_MAX - 2))
+      o->dup_every < 0 || o->interval < 0 || !(o->rate >= 0 && o->rate <= 1e6) ||
+      (o->poisson && o->rate == 0) || (o->interval > 0 && o->seconds / o->interval > IV_MAX - 2))
     return usage();
   if (o->probe && !probe(o->server)) {
     fprintf(stderr, "serve_load: the replay probe did not get the answers expected\n");
@@ -544,7 +624,9 @@ int main(int argc, char **argv) {
     c->sh = &sh;
     c->id = i;
     c->lat = lh_xmalloc((size_t)LAT_MAX * sizeof *c->lat);
+    c->svc = lh_xmalloc((size_t)LAT_MAX * sizeof *c->svc);
     c->lat_at = lh_xmalloc((size_t)LAT_MAX * sizeof *c->lat_at);
+    c->lat_st = lh_xmalloc((size_t)LAT_MAX * sizeof *c->lat_st);
     if (lh_sync_keygen(&c->sk) || lh_http_client_create(o->server, &c->http) ||
         lh_http_client_create(o->server, &c->dup_http)) {
       fprintf(stderr, "serve_load: %s\n", lh_last_error());
@@ -566,6 +648,9 @@ int main(int argc, char **argv) {
     pthread_cond_wait(&sh.cv, &sh.mu);
   sh.go = true;
   sh.t0 = now_s();
+  struct timespec rt;
+  clock_gettime(CLOCK_REALTIME, &rt);
+  double t0_wall = (double)rt.tv_sec + rt.tv_nsec * 1e-9;
   double serve_cpu0 = o->pid > 0 ? cpu_s(o->pid) : -1, own_cpu0 = cpu_s((long)getpid());
   double io0 = o->pid > 0 ? io_written(o->pid) : -1;
   pthread_cond_broadcast(&sh.cv);
@@ -599,20 +684,27 @@ int main(int argc, char **argv) {
 
   /* the figures */
   int64_t sub[600] = {0}, lea[600] = {0}, n_lat = 0, accepted = 0, attempts = 0;
+  int64_t offered = 0, unsent = 0;
   for (int i = 0; i < o->clients; i++) {
     for (int k = 0; k < 600; k++)
       sub[k] += cs[i].sub_status[k], lea[k] += cs[i].lease_status[k];
     n_lat += cs[i].n_lat;
     accepted += cs[i].n_ids;
+    offered += cs[i].offered;
+    unsent += cs[i].unsent;
     if (cs[i].error[0]) fprintf(stderr, "serve_load: client %d: %s\n", i, cs[i].error);
   }
   double *lat = lh_xmalloc((size_t)(n_lat ? n_lat : 1) * sizeof *lat);
-  int64_t at = 0;
+  double *svc = lh_xmalloc((size_t)(n_lat ? n_lat : 1) * sizeof *svc);
+  int64_t at = 0, n_svc = 0;
   for (int i = 0; i < o->clients; i++) {
     memcpy(lat + at, cs[i].lat, (size_t)cs[i].n_lat * sizeof *lat);
     at += cs[i].n_lat;
+    for (int k = 0; k < cs[i].n_lat; k++)
+      if (cs[i].lat_st[k] >= 0) svc[n_svc++] = cs[i].svc[k]; /* sent ones */
   }
   qsort(lat, (size_t)n_lat, sizeof *lat, cmp_double);
+  qsort(svc, (size_t)n_svc, sizeof *svc, cmp_double);
   for (int k = 0; k < 600; k++)
     attempts += sub[k];
   double wall = sh.t1 - sh.t0;
@@ -628,8 +720,17 @@ int main(int argc, char **argv) {
   printf("clients %d, %.2f s, %lld submissions (%lld answered 202; %lld distinct groups "
          "accepted)\n",
          o->clients, wall, (long long)attempts, (long long)sub[202], (long long)accepted);
+  double s50 = quantile(svc, (int)n_svc, 0.50) * 1e3, s99 = quantile(svc, (int)n_svc, 0.99) * 1e3;
+  if (o->rate > 0)
+    printf("open loop: %.0f groups/s offered (%s timetable per client), %lld due in %.0f s: "
+           "%.1f/s; %lld not sent when the window ended (counted with their wait so far)\n",
+           o->rate, o->poisson ? "Poisson" : "evenly spaced", (long long)offered, o->seconds,
+           (double)offered / o->seconds, (long long)unsent);
   printf("%-28s %10.1f\n", "accepted groups/s", (double)accepted / wall);
-  printf("%-28s %10.2f %10.2f %10.2f\n", "POST /v1/rollouts ms p50 p99 max", p50, p99, mx);
+  printf("%-28s %10.2f %10.2f %10.2f%s\n", "POST /v1/rollouts ms p50 p99 max", p50, p99, mx,
+         o->rate > 0 ? "  (from the time each was due)" : "");
+  if (o->rate > 0)
+    printf("%-28s %10.2f %10.2f             (from its sending: the service time)\n", "", s50, s99);
   printf("answers to POST /v1/rollouts:");
   for (int k = 0; k < 600; k++)
     if (sub[k]) printf(" %s%d: %lld", k ? "" : "transport ", k, (long long)sub[k]);
@@ -638,8 +739,12 @@ int main(int argc, char **argv) {
     if (lea[k]) printf(" %s%d: %lld", k ? "" : "transport ", k, (long long)lea[k]);
   printf("\n");
   double per = accepted > 0 ? 1e6 / (double)accepted : 0;
-  printf("CPU us per accepted group: serve %.0f, this generator %.0f (%.2f and %.2f cores)\n",
-         serve_cpu * per, own_cpu * per, serve_cpu / wall, own_cpu / wall);
+  if (o->pid > 0)
+    printf("CPU us per accepted group: serve %.0f, this generator %.0f (%.2f and %.2f cores)\n",
+           serve_cpu * per, own_cpu * per, serve_cpu / wall, own_cpu / wall);
+  else
+    printf("CPU us per accepted group: this generator %.0f (%.2f cores)\n", own_cpu * per,
+           own_cpu / wall);
   if (o->pid > 0)
     printf("serve RSS MB: after 1 s %.1f, peak %.1f, at the end %.1f (%d samples)\n",
            rss_first / 1024.0, rss_peak / 1024.0, rss_last / 1024.0, n_rss);
@@ -664,11 +769,35 @@ int main(int argc, char **argv) {
                           "rollouts", subj, "leases", leaj, "rss_first_kb", (json_int_t)rss_first,
                           "rss_peak_kb", (json_int_t)rss_peak, "rss_last_kb", (json_int_t)rss_last);
     if (j) json_object_set(j, "intervals", ivs);
+    json_t *open = o->rate > 0
+                       ? json_pack("{s:f,s:s,s:I,s:f,s:I,s:f,s:f}", "rate", o->rate, "timetable",
+                                   o->poisson ? "poisson" : "even", "offered", (json_int_t)offered,
+                                   "offered_per_s", (double)offered / o->seconds, "unsent",
+                                   (json_int_t)unsent, "service_p50_ms", s50, "service_p99_ms", s99)
+                       : NULL;
+    if (j && open) json_object_update(j, open);
+    json_decref(open);
     if (!j || json_dump_file(j, o->json_path, JSON_COMPACT)) {
       fprintf(stderr, "serve_load: cannot write %s\n", o->json_path);
       return 1;
     }
     json_decref(j);
+  }
+  if (o->trace_path) {
+    FILE *f = fopen(o->trace_path, "w");
+    if (!f) {
+      fprintf(stderr, "serve_load: cannot write %s\n", o->trace_path);
+      return 1;
+    }
+    fprintf(f,
+            "# window began at %.6f (CLOCK_REALTIME, s); per submission: answered at (s "
+            "into the window), latency ms, service ms, status (-1: not sent)\n",
+            t0_wall);
+    for (int i = 0; i < o->clients; i++)
+      for (int k = 0; k < cs[i].n_lat; k++)
+        fprintf(f, "%.6f %.3f %.3f %ld\n", cs[i].lat_at[k], cs[i].lat[k] * 1e3, cs[i].svc[k] * 1e3,
+                cs[i].lat_st[k]);
+    fclose(f);
   }
   if (o->ids_path) {
     FILE *f = fopen(o->ids_path, "w");
@@ -687,7 +816,9 @@ int main(int argc, char **argv) {
       lh_node_group_clear(&c->pool[k].g);
     free(c->pool);
     free(c->lat);
+    free(c->svc);
     free(c->lat_at);
+    free(c->lat_st);
     free(c->ids);
     lh_http_client_free(c->http);
     lh_http_client_free(c->dup_http);
@@ -696,6 +827,7 @@ int main(int argc, char **argv) {
   lh_http_client_free(pl.http);
   json_decref(ivs);
   free(lat);
+  free(svc);
   free(cs);
   free(th);
   return 0;

@@ -2,8 +2,15 @@
  * (docs/ARCHITECTURE.md, "The ledger"). It owns what must survive a kill -9 of the server:
  * workers and their keys, leases and the prompt groups they hand out, every submitted rollout
  * batch (the body) until it is trained, the training log, and the published policy versions with
- * their blobs. Every call that changes the ledger is one transaction, durable when it returns
- * (synchronous=FULL: the commit is fsynced), and leaves nothing changed when it fails.
+ * their blobs. Every call that changes the ledger is durable when it returns (synchronous=FULL:
+ * the commit is fsynced), and leaves nothing changed when it is refused. The changes of the
+ * submission path and of the training thread (lh_ledger_lease, _group_accept, _train,
+ * _prune_bodies, _version_put) are group-committed: the calls that arrive while a commit is being
+ * written wait, and are then written together in one transaction (one fsync) by one of their
+ * threads (a change refused before it wrote anything fails alone, any other failure fails the
+ * whole commit); each call returns once the commit holding it is durable. The two
+ * long ones, lh_ledger_train and lh_ledger_prune_bodies, are written in parts, one per commit,
+ * so that they share the writer with the submissions instead of holding it.
  *
  * Errors: every SQLite failure becomes an lh_err whose message names the ledger's path, what was
  * being done and SQLite's own words; a lock held by another process is waited for (busy timeout,
@@ -18,11 +25,11 @@
  *
  * Thread safety: one lh_ledger may be used by any number of threads at once (the HTTP threads and
  * the training thread). It has SQLite connections each behind a mutex: one for every change
- * (calls that write wait for the one in progress, its fsync included: commits take milliseconds),
- * and four for the reads of the request path (a thread always uses the same one)
- * (lh_ledger_worker_get, _group_get, _group_body, _version_get, _blob_find, _stats), which in WAL
- * mode see the last commit without waiting for a commit being written. A call that returned has
- * committed, so a read started after it sees it. Accepts are batched (lh_ledger_group_accept).
+ * (calls that write wait for the commit in progress, its fsync included: commits take
+ * milliseconds; the group-committed ones in the order they arrived), and four for the reads of the
+ * request path (a thread always uses the same one) (lh_ledger_worker_get, _group_get, _group_body,
+ * _version_get, _blob_find, _stats), which in WAL mode see the last commit without waiting for a
+ * commit being written. A call that returned has committed, so a read started after it sees it.
  * lh_ledger_open and lh_ledger_close are not to race with other calls on the same ledger. Do not
  * carry an open ledger across fork(); open it again in the child.
  *
@@ -56,6 +63,8 @@
 #define LH_LEDGER_LEASE_MAX      1024               /* groups of one lease */
 #define LH_LEDGER_TRAIN_MAX      65536 /* groups of one lh_ledger_train call, both lists */
 #define LH_LEDGER_TOP_REASONS    8     /* rejection reasons lh_ledger_stats reports */
+#define LH_LEDGER_TRAIN_PART     256   /* marks of lh_ledger_train written per group commit */
+#define LH_LEDGER_PRUNE_PART     512   /* bodies lh_ledger_prune_bodies deletes per group commit */
 
 typedef struct lh_ledger lh_ledger;
 
@@ -161,7 +170,7 @@ typedef struct lh_ledger_group {
 /* Frees what lh_ledger_group_get allocated in g and zeroes it; accepts NULL. */
 void lh_ledger_group_clear(lh_ledger_group *g);
 
-/* One transaction: a lease of n groups (1 .. LH_LEDGER_LEASE_MAX) to a registered worker
+/* Group-committed: a lease of n groups (1 .. LH_LEDGER_LEASE_MAX) to a registered worker
  * (LH_ERR_NOTFOUND otherwise), expiring at expires_ms (>= now_ms), and a group in state LEASED
  * for each spec. Writes the lease's id and the groups' ids (group_ids has room for n; the ids are
  * consecutive and increasing, never reused, the first group of a ledger is 1). */
@@ -175,15 +184,14 @@ lh_err lh_ledger_group_get(lh_ledger *l, int64_t group, lh_ledger_group *out);
  * LH_LEDGER_BODY_MAX bytes), version_used (>= 0), meta_json (NULL for none, at most
  * LH_LEDGER_META_MAX bytes) and received_ms = now_ms. Durable when it returns LH_ERR_OK: the
  * server may answer 202. A group in any other state is LH_ERR_INVAL naming that state; an
- * unknown one LH_ERR_NOTFOUND. Group commit: accepts called while another commit is being written
- * wait, and are then written together in one transaction (one fsync) by one of their threads;
- * each call returns when the commit holding its accept is durable (or failed: a failure of the
- * database fails every accept of that commit and writes none of them). Two accepts of one group,
- * in one commit or not, settle it once: the later one is LH_ERR_INVAL (the group is accepted). */
+ * unknown one LH_ERR_NOTFOUND. Group-committed (above): a failure of the database fails every
+ * change of that commit and writes none of them. Two accepts of one group, in one commit or not,
+ * settle it once: the later one is LH_ERR_INVAL (the group is accepted). */
 lh_err lh_ledger_group_accept(lh_ledger *l, int64_t group, int64_t version_used, const void *body,
                               size_t len, const char *meta_json, int64_t now_ms);
-/* Group commits of lh_ledger_group_accept written so far, and the accepts they wrote (their
- * ratio is the mean batch; an accept refused in a commit, as a repeat, is not counted). */
+/* Group commits written so far that held accepts (lh_ledger_group_accept), and the accepts they
+ * wrote (their ratio is the mean batch; an accept refused in a commit, as a repeat, is not
+ * counted). */
 void lh_ledger_accept_stats(lh_ledger *l, int64_t *commits, int64_t *accepts);
 /* LEASED or EXPIRED -> REJECTED with the reason (1 .. LH_LEDGER_REASON_MAX bytes) and
  * version_used (-1 when the submission did not say); no body is kept. Other states LH_ERR_INVAL. */
@@ -205,12 +213,17 @@ lh_err lh_ledger_accepted(lh_ledger *l, int64_t **groups, int *n);
 
 /* ---------------------------------------------------------------- training */
 
-/* One transaction, for the update that makes policy version `version` (>= 0): the groups of
- * `trained` become TRAINED and those of `dropped` DROPPED (reason "stale"), both with
- * trained_at = version, and each gets one event in the training log. Every id must be ACCEPTED
- * and appear once in the two lists (n_trained + n_dropped in 1 .. LH_LEDGER_TRAIN_MAX), else
- * LH_ERR_INVAL (LH_ERR_NOTFOUND for an id never issued) naming the first offender, and nothing
- * changes. */
+/* For the update that makes policy version `version` (>= 0): the groups of `trained` become
+ * TRAINED and those of `dropped` DROPPED (reason "stale"), both with trained_at = version, and
+ * each gets one event in the training log. Every id must be ACCEPTED and appear once in the two
+ * lists (n_trained + n_dropped in 1 .. LH_LEDGER_TRAIN_MAX), else LH_ERR_INVAL (LH_ERR_NOTFOUND
+ * for an id never issued) naming the first offender, and nothing changes. Group-committed in
+ * parts: every id is checked in the first commit, then the marks are written LH_LEDGER_TRAIN_PART
+ * per commit, beside the submissions; the call returns when the last part is durable. A crash
+ * between parts, or a later part that fails (the database, or a group another thread changed
+ * meanwhile: that part's whole commit fails), leaves the earlier parts marked at `version`: a
+ * rewind to an earlier version (a restart from its checkpoint) undoes them, as it undoes a whole
+ * update whose version was not checkpointed. */
 lh_err lh_ledger_train(lh_ledger *l, int64_t version, const int64_t *trained, int n_trained,
                        const int64_t *dropped, int n_dropped);
 /* After a restart from the checkpoint at `version` (-1: from no checkpoint at all), one
@@ -222,7 +235,9 @@ lh_err lh_ledger_train(lh_ledger *l, int64_t version, const int64_t *trained, in
 lh_err lh_ledger_rewind(lh_ledger *l, int64_t version, int64_t *n_back);
 /* Deletes the bodies of groups TRAINED or DROPPED at or before `version`, which must be a
  * checkpoint the server will never rewind past (every later rewind must be to `version` or
- * after). *n (may be NULL) is how many bodies went. The space is reused by later bodies. */
+ * after). *n (may be NULL) is how many bodies went. The space is reused by later bodies.
+ * Group-committed in parts: the first commit records `version` as the one rewinds may not go
+ * below, then the bodies go LH_LEDGER_PRUNE_PART per commit. */
 lh_err lh_ledger_prune_bodies(lh_ledger *l, int64_t version, int64_t *n);
 
 /* One event of the append-only training log. */
@@ -245,7 +260,7 @@ typedef struct lh_ledger_blob {
   uint64_t size;        /* bytes, >= 1 */
 } lh_ledger_blob;
 
-/* One transaction: records a published version (>= 0) with its parent (-1 .. version - 1), the
+/* Group-committed: records a published version (>= 0) with its parent (-1 .. version - 1), the
  * slab's hash, the signed manifest's bytes (1 .. LH_LEDGER_MANIFEST_MAX) and its blobs (0 ..
  * LH_LEDGER_MAX_BLOBS, no hash twice). Putting a version again with the same parent, slab hash,
  * manifest and blobs (in any order) is LH_ERR_OK and changes nothing; with anything else

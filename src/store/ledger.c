@@ -1,11 +1,12 @@
 /* longhaul store: the ledger (include/longhaul/ledger.h; the schema is in docs/ARCHITECTURE.md,
  * "The ledger"). One SQLite connection in WAL mode with synchronous=FULL behind one mutex for
  * the changes, four more for the hot reads (they read the last commit while one is fsynced);
- * every statement is prepared once at open from the table below; every change is one IMMEDIATE
- * transaction that commits (fsynced) or rolls back whole. Accepted submissions are group-committed:
- * the accepts that arrive while a commit runs wait in a list, and one of their threads then writes
- * them all in one transaction (one fsync), each caller returning once the commit holding its own
- * accept is durable. */
+ * every statement is prepared once at open from the table below; every transaction commits
+ * (fsynced) or rolls back whole. The changes of the submission path and the training thread are
+ * group-committed (submit): those that arrive while a commit runs wait in a list, in order, and
+ * one of their threads then writes them all in one transaction (one fsync), each caller
+ * returning once the commit holding its change is durable; the long changes of the training
+ * thread (an update's marks, pruning) go one part per commit. */
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -206,10 +207,11 @@ _Static_assert(sizeof MIGRATIONS / sizeof *MIGRATIONS == LH_LEDGER_SCHEMA_VERSIO
   X(SETTING_GET, "SELECT value FROM settings WHERE key = ?1")                                      \
   X(SETTING_PUT, "INSERT INTO settings (key, value) VALUES (?1, ?2)"                               \
                  " ON CONFLICT (key) DO UPDATE SET value = excluded.value")                        \
-  /* the bodies still there, not every trained group (CROSS JOIN: bodies is the outer loop) */     \
+  /* the bodies still there, not every trained group (CROSS JOIN: bodies is the outer loop); */    \
+  /* ?2 of them at most */                                                                         \
   X(BODIES_PRUNE,                                                                                  \
-    "DELETE FROM bodies WHERE grp IN (SELECT b.grp FROM bodies b CROSS"                            \
-    " JOIN groups g ON g.id = b.grp WHERE g.state IN (3, 4) AND g.trained_at <= ?1)")              \
+    "DELETE FROM bodies WHERE grp IN (SELECT b.grp FROM bodies b CROSS JOIN groups g"              \
+    " ON g.id = b.grp WHERE g.state IN (3, 4) AND g.trained_at <= ?1 LIMIT ?2)")                   \
   X(VERSION_GET, "SELECT parent, slab_hash, manifest FROM versions WHERE version = ?1")            \
   X(VERSION_INSERT, "INSERT INTO versions (version, parent, slab_hash, manifest, published_ms)"    \
                     " VALUES (?1, ?2, ?3, ?4, ?5)")                                                \
@@ -285,19 +287,27 @@ static const char *const STMT_SQL[ST__COUNT] = {
 /* WAL pages after which the WAL is checkpointed (SQLite's own automatic threshold) */
 #define CHECKPOINT_PAGES 1000
 
-/* One caller of lh_ledger_group_accept waiting for the group commit (on its stack). */
-typedef struct accept_req {
-  int64_t group, version_used, now_ms;
-  const void *body;
-  size_t len;
-  const char *meta;
-  size_t meta_len;
-  lh_err e;       /* its result, set by the thread that committed it */
-  char msg[1024]; /* and the error's message (lh_last_error is per thread) */
-  bool done;
+typedef struct write_req write_req;
+/* Writes a change, or its next part, inside the open transaction of a group commit; *more when
+ * parts are left for the next commits. It checks what may refuse it before it writes anything,
+ * and sets r->wrote before its first write: a failure before that fails this change alone, one
+ * after it the whole commit (no savepoints: their statement journals cost more than the writes). */
+typedef lh_err (*write_fn)(lh_ledger *l, write_req *r, bool *more);
+
+/* One change waiting for a group commit, on its caller's stack (submit). */
+struct write_req {
+  write_fn write;
+  void *arg;         /* what write reads, and fills in */
+  bool accept;       /* an lh_ledger_group_accept (counted by lh_ledger_accept_stats) */
+  char doing[96];    /* "accepting group 12", for its errors */
+  bool more;         /* a part was written, more are to come (set under mu) */
+  bool wrote;        /* this commit has written some of it (set by write) */
+  lh_err e;          /* its result, set by the thread that committed it */
+  char msg[1024];    /* and the error's message (lh_last_error is per thread) */
+  bool done;         /* set under amu, once e is final */
   pthread_cond_t cv; /* signalled when done, or when it is its turn to commit */
-  struct accept_req *next;
-} accept_req;
+  write_req *next;
+};
 
 struct lh_ledger {
   pthread_mutex_t mu; /* held for the whole of every call (the connection's) */
@@ -316,11 +326,11 @@ struct lh_ledger {
   atomic_int wal_pages;      /* the WAL's pages after the last commit (wal_hook) */
   atomic_int checkpoint_at;  /* wal_pages when the last checkpoint began */
   atomic_bool checkpointing; /* one runs */
-  pthread_mutex_t amu;       /* the accepts waiting (below); never held with mu */
+  pthread_mutex_t amu;       /* the changes waiting (below); never taken while holding mu */
 
-  accept_req *pending, **tail;     /* accepts not yet taken by a commit, in arrival order */
+  write_req *pending, **tail;      /* changes not yet taken by a commit, in arrival order */
   bool committing;                 /* a thread is writing a group commit */
-  int64_t accept_commits, accepts; /* group commits done and the accepts they held */
+  int64_t accept_commits, accepts; /* group commits holding accepts, and the accepts */
 };
 
 static const char *const STATE_NAMES[LH_GROUP__COUNT] = {"leased",  "accepted", "rejected",
@@ -742,6 +752,116 @@ void lh_ledger_close(lh_ledger *l) {
   free(l);
 }
 
+/* ---------------------------------------------------------------- group commits */
+
+/* Whether a change's failure leaves the transaction as it was (a refused change, nothing of it
+ * written: a group in another state, an unknown worker), so that the commit goes on without it. */
+static bool failed_alone(lh_ledger *l, const write_req *r, lh_err e) {
+  return !r->wrote && !sqlite3_get_autocommit(l->db) && e != LH_ERR_IO && e != LH_ERR_NOMEM &&
+         e != LH_ERR_FORMAT;
+}
+
+static void set_result(write_req *r, lh_err e) {
+  r->e = e;
+  if (e) snprintf(r->msg, sizeof r->msg, "%s", lh_last_error());
+}
+
+/* One group commit: each change of the list (or its next part), in one transaction. A change
+ * refused before it wrote fails alone; any other failure fails every change of the list, and
+ * none of them is written by this commit. Caller holds mu. */
+static void write_batch(lh_ledger *l, write_req *list) {
+  char doing[160];
+  int n = 0;
+  for (write_req *r = list; r; r = r->next)
+    n++;
+  if (n == 1)
+    snprintf(doing, sizeof doing, "%s", list->doing);
+  else
+    snprintf(doing, sizeof doing, "%d changes in one commit (first: %s)", n, list->doing);
+  lh_err e = begin(l, doing);
+  for (write_req *r = list; !e && r; r = r->next) {
+    r->more = r->wrote = false;
+    lh_err ei = r->write(l, r, &r->more);
+    if (ei && !failed_alone(l, r, ei)) {
+      e = ei;
+    } else if (ei) {
+      set_result(r, ei);
+      r->more = false;
+    }
+  }
+  e = finish(l, e, doing);
+  if (e) {
+    char why[1024];
+    snprintf(why, sizeof why, "%s", lh_last_error());
+    for (write_req *r = list; r; r = r->next) {
+      r->e = e;
+      r->more = false;
+      snprintf(r->msg, sizeof r->msg, "%s", why);
+    }
+  }
+}
+
+/* Writes r in a group commit and returns its result once the commit holding it (its last part)
+ * is durable. The changes that arrive while a commit is being written wait in a list; the
+ * thread first in line, once that commit ends, writes all of them in the next one, its own
+ * among them, and wakes each whose change is done. A change in parts stays first in line until
+ * its last part is written, one part per commit. */
+static lh_err submit(lh_ledger *l, write_req *r) {
+  r->e = LH_ERR_OK;
+  r->done = r->more = false;
+  r->next = NULL;
+  pthread_cond_init(&r->cv, NULL);
+  pthread_mutex_lock(&l->amu);
+  *l->tail = r;
+  l->tail = &r->next;
+  while (!r->done) {
+    if (l->committing) { /* woken when done, or first in line when that commit ends */
+      pthread_cond_wait(&r->cv, &l->amu);
+      continue;
+    }
+    write_req *list = l->pending;
+    l->pending = NULL;
+    l->tail = &l->pending;
+    l->committing = true;
+    pthread_mutex_unlock(&l->amu);
+    pthread_mutex_lock(&l->mu);
+    write_batch(l, list);
+    pthread_mutex_unlock(&l->mu);
+    pthread_mutex_lock(&l->amu);
+    write_req *left = NULL, **left_tail = &left; /* changes with parts still to write */
+    bool accepts = false;
+    while (list) { /* a waiter returns (its write_req goes) once done is set and amu is free */
+      write_req *next = list->next;
+      if (list->more) {
+        list->next = NULL;
+        *left_tail = list;
+        left_tail = &list->next;
+      } else {
+        accepts |= list->accept;
+        l->accepts += list->accept && list->e == LH_ERR_OK;
+        list->done = true;
+        pthread_cond_signal(&list->cv);
+      }
+      list = next;
+    }
+    if (left) { /* first in line again, before what arrived meanwhile */
+      *left_tail = l->pending;
+      if (!l->pending) l->tail = left_tail;
+      l->pending = left;
+    }
+    l->accept_commits += accepts;
+    l->committing = false;
+    if (l->pending) pthread_cond_signal(&l->pending->cv); /* the next commit is its thread's */
+    pthread_mutex_unlock(&l->amu);
+    maybe_checkpoint(l); /* the others are answered already */
+    pthread_mutex_lock(&l->amu);
+  }
+  pthread_mutex_unlock(&l->amu);
+  pthread_cond_destroy(&r->cv);
+  if (r->e) return lh_errorf(r->e, "%s", r->msg);
+  return LH_ERR_OK;
+}
+
 /* ---------------------------------------------------------------- workers */
 
 /* The row id of a worker's key; LH_ERR_NOTFOUND naming it. */
@@ -984,9 +1104,48 @@ static lh_err group_state(lh_ledger *l, int64_t group, int64_t *state, int64_t *
   return LH_ERR_OK;
 }
 
-static lh_err lease(lh_ledger *l, const uint8_t worker[LH_LEDGER_KEY_BYTES], int64_t now_ms,
-                    int64_t expires_ms, int n, const lh_ledger_group_spec *specs, int64_t *lease_id,
-                    int64_t *group_ids) {
+/* A lease to write: its arguments, and its ids once written. */
+typedef struct lease_args {
+  const uint8_t *worker;
+  int64_t now_ms, expires_ms;
+  int n;
+  const lh_ledger_group_spec *specs;
+  int64_t *lease_id, *group_ids;
+} lease_args;
+
+static lh_err write_lease(lh_ledger *l, write_req *r, bool *more) {
+  const lease_args *a = r->arg;
+  const char *doing = r->doing;
+  *more = false;
+  int64_t wid = 0, lid = 0;
+  lh_err e = worker_id(l, a->worker, &wid, doing);
+  if (!e) {
+    r->wrote = true;
+    sqlite3_stmt *s = l->st[ST_LEASE_INSERT];
+    if (sqlite3_bind_int64(s, 1, wid) || sqlite3_bind_int64(s, 2, a->now_ms) ||
+        sqlite3_bind_int64(s, 3, a->expires_ms) || sqlite3_bind_int64(s, 4, a->n))
+      e = bind_fail(l, s, doing);
+    else if (!(e = run(l, s, doing)))
+      lid = sqlite3_last_insert_rowid(l->db);
+  }
+  for (int i = 0; i < a->n && !e; i++) {
+    sqlite3_stmt *s = l->st[ST_GROUP_INSERT];
+    /* a zero-length blob, not NULL, for an empty spec */
+    const void *p = a->specs[i].spec_len ? a->specs[i].spec : "";
+    if (sqlite3_bind_int64(s, 1, lid) ||
+        sqlite3_bind_int64(s, 2, (int64_t)a->specs[i].task_index) ||
+        sqlite3_bind_blob64(s, 3, p, a->specs[i].spec_len, SQLITE_STATIC))
+      e = bind_fail(l, s, doing);
+    else if (!(e = run(l, s, doing)))
+      a->group_ids[i] = sqlite3_last_insert_rowid(l->db);
+  }
+  if (!e) *a->lease_id = lid;
+  return e;
+}
+
+lh_err lh_ledger_lease(lh_ledger *l, const uint8_t worker[LH_LEDGER_KEY_BYTES], int64_t now_ms,
+                       int64_t expires_ms, int n, const lh_ledger_group_spec *specs,
+                       int64_t *lease_id, int64_t *group_ids) {
   const char *doing = "leasing groups";
   if (n < 1 || n > LH_LEDGER_LEASE_MAX)
     return lh_errorf(n < 1 ? LH_ERR_INVAL : LH_ERR_LIMIT,
@@ -1005,40 +1164,10 @@ static lh_err lease(lh_ledger *l, const uint8_t worker[LH_LEDGER_KEY_BYTES], int
       return lh_errorf(LH_ERR_INVAL, "%s: %s: spec %d: NULL with %zu bytes", l->path, doing, i,
                        specs[i].spec_len);
   }
-  lh_err e = begin(l, doing);
-  if (e) return e;
-  int64_t wid = 0, lid = 0;
-  if (!(e = worker_id(l, worker, &wid, doing))) {
-    sqlite3_stmt *s = l->st[ST_LEASE_INSERT];
-    if (sqlite3_bind_int64(s, 1, wid) || sqlite3_bind_int64(s, 2, now_ms) ||
-        sqlite3_bind_int64(s, 3, expires_ms) || sqlite3_bind_int64(s, 4, n))
-      e = bind_fail(l, s, doing);
-    else if (!(e = run(l, s, doing)))
-      lid = sqlite3_last_insert_rowid(l->db);
-  }
-  for (int i = 0; i < n && !e; i++) {
-    sqlite3_stmt *s = l->st[ST_GROUP_INSERT];
-    /* a zero-length blob, not NULL, for an empty spec */
-    const void *p = specs[i].spec_len ? specs[i].spec : "";
-    if (sqlite3_bind_int64(s, 1, lid) || sqlite3_bind_int64(s, 2, (int64_t)specs[i].task_index) ||
-        sqlite3_bind_blob64(s, 3, p, specs[i].spec_len, SQLITE_STATIC))
-      e = bind_fail(l, s, doing);
-    else if (!(e = run(l, s, doing)))
-      group_ids[i] = sqlite3_last_insert_rowid(l->db);
-  }
-  if ((e = finish(l, e, doing))) return e;
-  *lease_id = lid;
-  return LH_ERR_OK;
-}
-
-lh_err lh_ledger_lease(lh_ledger *l, const uint8_t worker[LH_LEDGER_KEY_BYTES], int64_t now_ms,
-                       int64_t expires_ms, int n, const lh_ledger_group_spec *specs,
-                       int64_t *lease_id, int64_t *group_ids) {
-  pthread_mutex_lock(&l->mu);
-  lh_err e = lease(l, worker, now_ms, expires_ms, n, specs, lease_id, group_ids);
-  pthread_mutex_unlock(&l->mu);
-  maybe_checkpoint(l);
-  return e;
+  lease_args a = {worker, now_ms, expires_ms, n, specs, lease_id, group_ids};
+  write_req r = {.write = write_lease, .arg = &a};
+  snprintf(r.doing, sizeof r.doing, "%s", doing);
+  return submit(l, &r);
 }
 
 static lh_err group_row(lh_ledger *l, sqlite3_stmt *s, lh_ledger_group *g, const char *doing) {
@@ -1108,129 +1237,61 @@ static lh_err check_open(lh_ledger *l, int64_t group, const char *doing) {
                    doing, state_name_i(state));
 }
 
-/* The checks of an accept that need no database; "accepting group G" in *doing. */
-static lh_err accept_args(lh_ledger *l, const accept_req *r, const char *doing) {
-  if (r->len < 1 || !r->body)
+/* An accept to write. */
+typedef struct accept_args {
+  int64_t group, version_used, now_ms;
+  const void *body;
+  size_t len;
+  const char *meta;
+  size_t meta_len;
+} accept_args;
+
+/* The checks of an accept that need no database. */
+static lh_err accept_check(lh_ledger *l, const accept_args *a, const char *doing) {
+  if (a->len < 1 || !a->body)
     return lh_errorf(LH_ERR_INVAL, "%s: %s: an empty body", l->path, doing);
-  if (r->len > LH_LEDGER_BODY_MAX)
+  if (a->len > LH_LEDGER_BODY_MAX)
     return lh_errorf(LH_ERR_LIMIT, "%s: %s: a body of %zu bytes, more than %zu", l->path, doing,
-                     r->len, LH_LEDGER_BODY_MAX);
-  if (r->version_used < 0)
+                     a->len, LH_LEDGER_BODY_MAX);
+  if (a->version_used < 0)
     return lh_errorf(LH_ERR_INVAL, "%s: %s: version_used %" PRId64 ", expected >= 0", l->path,
-                     doing, r->version_used);
+                     doing, a->version_used);
   return LH_ERR_OK;
 }
 
-/* Writes one accept inside the open transaction. *fatal: the failure was the database's (the
- * whole transaction is to be rolled back), not this group's state (nothing of it was written). */
-static lh_err accept_one(lh_ledger *l, const accept_req *r, bool *fatal) {
-  char doing[64];
-  snprintf(doing, sizeof doing, "accepting group %" PRId64, r->group);
-  *fatal = false;
-  lh_err e = check_open(l, r->group, doing);
-  if (e == LH_ERR_INVAL || e == LH_ERR_NOTFOUND) return e;
-  *fatal = true;
+static lh_err write_accept(lh_ledger *l, write_req *r, bool *more) {
+  const accept_args *a = r->arg;
+  const char *doing = r->doing;
+  *more = false;
+  lh_err e = check_open(l, a->group, doing);
   if (e) return e;
+  r->wrote = true;
   sqlite3_stmt *s = l->st[ST_GROUP_ACCEPT];
-  int rc = sqlite3_bind_int64(s, 1, r->group) || sqlite3_bind_int64(s, 2, r->version_used) ||
-           sqlite3_bind_int64(s, 4, r->now_ms);
-  if (!rc && r->meta) rc = sqlite3_bind_text(s, 3, r->meta, (int)r->meta_len, SQLITE_STATIC);
+  int rc = sqlite3_bind_int64(s, 1, a->group) || sqlite3_bind_int64(s, 2, a->version_used) ||
+           sqlite3_bind_int64(s, 4, a->now_ms);
+  if (!rc && a->meta) rc = sqlite3_bind_text(s, 3, a->meta, (int)a->meta_len, SQLITE_STATIC);
   if ((e = rc ? bind_fail(l, s, doing) : run(l, s, doing))) return e;
   s = l->st[ST_BODY_PUT];
-  if (sqlite3_bind_int64(s, 1, r->group) ||
-      sqlite3_bind_blob64(s, 2, r->body, r->len, SQLITE_STATIC))
+  if (sqlite3_bind_int64(s, 1, a->group) ||
+      sqlite3_bind_blob64(s, 2, a->body, a->len, SQLITE_STATIC))
     return bind_fail(l, s, doing);
   return run(l, s, doing);
 }
 
-static void accept_result(accept_req *r, lh_err e) {
-  r->e = e;
-  if (e) snprintf(r->msg, sizeof r->msg, "%s", lh_last_error());
-}
-
-/* One group commit: every accept of the list in one transaction. An accept whose group is not
- * open (already settled, also by an earlier accept of this list) fails alone; a failure of the
- * database fails every accept of the list, and none is written. Caller holds mu. */
-static void accept_batch(lh_ledger *l, accept_req *list) {
-  char doing[96];
-  int n = 0;
-  for (accept_req *r = list; r; r = r->next)
-    n++;
-  if (n == 1)
-    snprintf(doing, sizeof doing, "accepting group %" PRId64, list->group);
-  else
-    snprintf(doing, sizeof doing, "accepting %d groups in one commit (group %" PRId64 " first)", n,
-             list->group);
-  lh_err e = begin(l, doing);
-  for (accept_req *r = list; !e && r; r = r->next) {
-    bool fatal = false;
-    lh_err ei = accept_one(l, r, &fatal);
-    if (fatal)
-      e = ei;
-    else
-      accept_result(r, ei);
-  }
-  e = finish(l, e, doing);
-  if (e) {
-    char why[1024];
-    snprintf(why, sizeof why, "%s", lh_last_error());
-    for (accept_req *r = list; r; r = r->next) {
-      r->e = e;
-      snprintf(r->msg, sizeof r->msg, "%s", why);
-    }
-  }
-}
-
 lh_err lh_ledger_group_accept(lh_ledger *l, int64_t group, int64_t version_used, const void *body,
                               size_t len, const char *meta_json, int64_t now_ms) {
-  accept_req r = {.group = group,
-                  .version_used = version_used,
-                  .now_ms = now_ms,
-                  .body = body,
-                  .len = len,
-                  .meta = meta_json};
-  char doing[64];
-  snprintf(doing, sizeof doing, "accepting group %" PRId64, group);
-  lh_err e = accept_args(l, &r, doing);
-  if (!e) e = check_text(l, meta_json, LH_LEDGER_META_MAX, "submission meta", &r.meta_len);
+  accept_args a = {.group = group,
+                   .version_used = version_used,
+                   .now_ms = now_ms,
+                   .body = body,
+                   .len = len,
+                   .meta = meta_json};
+  write_req r = {.write = write_accept, .arg = &a, .accept = true};
+  snprintf(r.doing, sizeof r.doing, "accepting group %" PRId64, group);
+  lh_err e = accept_check(l, &a, r.doing);
+  if (!e) e = check_text(l, meta_json, LH_LEDGER_META_MAX, "submission meta", &a.meta_len);
   if (e) return e;
-  pthread_cond_init(&r.cv, NULL);
-  pthread_mutex_lock(&l->amu);
-  *l->tail = &r;
-  l->tail = &r.next;
-  while (!r.done) {
-    if (l->committing) { /* woken when done, or first in line when that commit ends */
-      pthread_cond_wait(&r.cv, &l->amu);
-      continue;
-    }
-    /* this thread commits what is waiting, its own accept among it */
-    accept_req *list = l->pending;
-    l->pending = NULL;
-    l->tail = &l->pending;
-    l->committing = true;
-    pthread_mutex_unlock(&l->amu);
-    pthread_mutex_lock(&l->mu);
-    accept_batch(l, list);
-    pthread_mutex_unlock(&l->mu);
-    pthread_mutex_lock(&l->amu);
-    l->accept_commits++;
-    while (list) { /* a waiter returns (its accept_req goes) once done is set and amu is free */
-      accept_req *next = list->next;
-      l->accepts += list->e == LH_ERR_OK;
-      list->done = true;
-      pthread_cond_signal(&list->cv);
-      list = next;
-    }
-    l->committing = false;
-    if (l->pending) pthread_cond_signal(&l->pending->cv); /* the next commit is its thread's */
-    pthread_mutex_unlock(&l->amu);
-    maybe_checkpoint(l); /* the others are answered already */
-    pthread_mutex_lock(&l->amu);
-  }
-  pthread_mutex_unlock(&l->amu);
-  pthread_cond_destroy(&r.cv);
-  if (r.e) return lh_errorf(r.e, "%s", r.msg);
-  return LH_ERR_OK;
+  return submit(l, &r);
 }
 
 void lh_ledger_accept_stats(lh_ledger *l, int64_t *commits, int64_t *accepts) {
@@ -1405,6 +1466,21 @@ static lh_err check_distinct(lh_ledger *l, const int64_t *trained, int n_trained
   return e;
 }
 
+/* LH_ERR_OK when the group is ACCEPTED; else the error naming its state (LH_ERR_NOTFOUND for an
+ * id never issued). */
+static lh_err check_accepted(lh_ledger *l, int64_t group, const char *doing) {
+  int64_t state = -1, at = -1;
+  lh_err e = group_state(l, group, &state, &at, doing);
+  if (e || state == LH_GROUP_ACCEPTED) return e;
+  if (state == LH_GROUP_TRAINED || state == LH_GROUP_DROPPED)
+    return lh_errorf(LH_ERR_INVAL,
+                     "%s: %s: group %" PRId64 " is %s already (at version %" PRId64
+                     "), expected accepted",
+                     l->path, doing, group, state_name_i(state), at);
+  return lh_errorf(LH_ERR_INVAL, "%s: %s: group %" PRId64 " is %s, expected accepted", l->path,
+                   doing, group, state_name_i(state));
+}
+
 /* ACCEPTED -> what (TRAINED or DROPPED) at version, with its log event. */
 static lh_err train_one(lh_ledger *l, int64_t version, int64_t group, lh_group_state what,
                         const char *doing) {
@@ -1416,15 +1492,9 @@ static lh_err train_one(lh_ledger *l, int64_t version, int64_t group, lh_group_s
   lh_err e = run(l, s, doing);
   if (e) return e;
   if (sqlite3_changes(l->db) != 1) {
-    int64_t state = -1, at = -1;
-    if ((e = group_state(l, group, &state, &at, doing))) return e;
-    if (state == LH_GROUP_TRAINED || state == LH_GROUP_DROPPED)
-      return lh_errorf(LH_ERR_INVAL,
-                       "%s: %s: group %" PRId64 " is %s already (at version %" PRId64
-                       "), expected accepted",
-                       l->path, doing, group, state_name_i(state), at);
-    return lh_errorf(LH_ERR_INVAL, "%s: %s: group %" PRId64 " is %s, expected accepted", l->path,
-                     doing, group, state_name_i(state));
+    if ((e = check_accepted(l, group, doing))) return e;
+    return lh_errorf(LH_ERR_INVAL, "%s: %s: group %" PRId64 " was not changed", l->path, doing,
+                     group);
   }
   s = l->st[ST_LOG_INSERT];
   if (sqlite3_bind_int64(s, 1, version) || sqlite3_bind_int64(s, 2, group) ||
@@ -1433,8 +1503,36 @@ static lh_err train_one(lh_ledger *l, int64_t version, int64_t group, lh_group_s
   return run(l, s, doing);
 }
 
-static lh_err train(lh_ledger *l, int64_t version, const int64_t *trained, int n_trained,
-                    const int64_t *dropped, int n_dropped) {
+/* An update's marks to write: the trained ids, then the dropped ones, `at` written so far. */
+typedef struct train_args {
+  int64_t version;
+  const int64_t *trained, *dropped;
+  int n_trained, n_dropped, at;
+} train_args;
+
+/* Every id is checked in the first part, so a call refused for its ids changes nothing (a part
+ * that fails after that, a group changed by another thread meanwhile, fails its commit); then
+ * LH_LEDGER_TRAIN_PART marks per commit. */
+static lh_err write_train(lh_ledger *l, write_req *r, bool *more) {
+  train_args *a = r->arg;
+  int n = a->n_trained + a->n_dropped;
+  lh_err e = LH_ERR_OK;
+  for (int i = 0; a->at == 0 && i < n && !e; i++)
+    e = check_accepted(l, i < a->n_trained ? a->trained[i] : a->dropped[i - a->n_trained],
+                       r->doing);
+  int end = n - a->at > LH_LEDGER_TRAIN_PART ? a->at + LH_LEDGER_TRAIN_PART : n;
+  r->wrote = !e;
+  for (int i = a->at; i < end && !e; i++)
+    e = i < a->n_trained
+            ? train_one(l, a->version, a->trained[i], LH_GROUP_TRAINED, r->doing)
+            : train_one(l, a->version, a->dropped[i - a->n_trained], LH_GROUP_DROPPED, r->doing);
+  if (!e) a->at = end;
+  *more = !e && end < n;
+  return e;
+}
+
+lh_err lh_ledger_train(lh_ledger *l, int64_t version, const int64_t *trained, int n_trained,
+                       const int64_t *dropped, int n_dropped) {
   char doing[64];
   snprintf(doing, sizeof doing, "training version %" PRId64, version);
   if (version < 0)
@@ -1447,21 +1545,11 @@ static lh_err train(lh_ledger *l, int64_t version, const int64_t *trained, int n
     return lh_errorf(LH_ERR_LIMIT, "%s: %s: %d trained and %d dropped groups, more than %d",
                      l->path, doing, n_trained, n_dropped, LH_LEDGER_TRAIN_MAX);
   lh_err e = check_distinct(l, trained, n_trained, dropped, n_dropped, doing);
-  if (e || (e = begin(l, doing))) return e;
-  for (int i = 0; i < n_trained && !e; i++)
-    e = train_one(l, version, trained[i], LH_GROUP_TRAINED, doing);
-  for (int i = 0; i < n_dropped && !e; i++)
-    e = train_one(l, version, dropped[i], LH_GROUP_DROPPED, doing);
-  return finish(l, e, doing);
-}
-
-lh_err lh_ledger_train(lh_ledger *l, int64_t version, const int64_t *trained, int n_trained,
-                       const int64_t *dropped, int n_dropped) {
-  pthread_mutex_lock(&l->mu);
-  lh_err e = train(l, version, trained, n_trained, dropped, n_dropped);
-  pthread_mutex_unlock(&l->mu);
-  maybe_checkpoint(l);
-  return e;
+  if (e) return e;
+  train_args a = {version, trained, dropped, n_trained, n_dropped, 0};
+  write_req r = {.write = write_train, .arg = &a};
+  snprintf(r.doing, sizeof r.doing, "%s", doing);
+  return submit(l, &r);
 }
 
 /* The setting `key` (the version bodies were pruned to), def when never set. */
@@ -1541,28 +1629,43 @@ lh_err lh_ledger_rewind(lh_ledger *l, int64_t version, int64_t *n_back) {
   return e;
 }
 
-static lh_err prune_bodies(lh_ledger *l, int64_t version, int64_t *n) {
-  char doing[64];
-  snprintf(doing, sizeof doing, "pruning bodies up to version %" PRId64, version);
-  if (version < 0)
-    return lh_errorf(LH_ERR_INVAL, "%s: %s: expected a version >= 0", l->path, doing);
-  lh_err e = begin(l, doing);
-  if (e) return e;
+/* Bodies to prune: up to `version`, `gone` deleted so far. */
+typedef struct prune_args {
+  int64_t version, gone;
+  int parts; /* written so far */
+} prune_args;
+
+/* The version pruned to is set in the first part, before any body goes (so no rewind can bring
+ * back a group whose body is gone); then LH_LEDGER_PRUNE_PART bodies per commit. */
+static lh_err write_prune(lh_ledger *l, write_req *r, bool *more) {
+  prune_args *a = r->arg;
+  *more = false;
+  r->wrote = true; /* only the database can fail it */
+  lh_err e = LH_ERR_OK;
   int64_t pruned = -1, gone = 0;
-  if (!(e = setting_get(l, SETTING_PRUNED_TO, -1, &pruned, doing)))
-    e = change_after(l, ST_BODIES_PRUNE, version, &gone, doing);
-  if (!e && version > pruned) e = setting_put(l, SETTING_PRUNED_TO, version, doing);
-  if ((e = finish(l, e, doing))) return e;
-  if (n) *n = gone;
+  if (a->parts++ == 0 && !(e = setting_get(l, SETTING_PRUNED_TO, -1, &pruned, r->doing)) &&
+      a->version > pruned)
+    e = setting_put(l, SETTING_PRUNED_TO, a->version, r->doing);
+  sqlite3_stmt *s = l->st[ST_BODIES_PRUNE];
+  if (e) return e;
+  if (sqlite3_bind_int64(s, 1, a->version) || sqlite3_bind_int(s, 2, LH_LEDGER_PRUNE_PART))
+    return bind_fail(l, s, r->doing);
+  if ((e = run(l, s, r->doing))) return e;
+  gone = sqlite3_changes64(l->db);
+  a->gone += gone;
+  *more = gone == LH_LEDGER_PRUNE_PART;
   return LH_ERR_OK;
 }
 
 lh_err lh_ledger_prune_bodies(lh_ledger *l, int64_t version, int64_t *n) {
   if (n) *n = 0;
-  pthread_mutex_lock(&l->mu);
-  lh_err e = prune_bodies(l, version, n);
-  pthread_mutex_unlock(&l->mu);
-  maybe_checkpoint(l);
+  prune_args a = {version, 0, 0};
+  write_req r = {.write = write_prune, .arg = &a};
+  snprintf(r.doing, sizeof r.doing, "pruning bodies up to version %" PRId64, version);
+  if (version < 0)
+    return lh_errorf(LH_ERR_INVAL, "%s: %s: expected a version >= 0", l->path, r.doing);
+  lh_err e = submit(l, &r);
+  if (!e && n) *n = a.gone;
   return e;
 }
 
@@ -1701,11 +1804,65 @@ static lh_err same_version(lh_ledger *l, int64_t version, int64_t parent,
   return LH_ERR_OK;
 }
 
-static lh_err version_put(lh_ledger *l, int64_t version, int64_t parent,
-                          const uint8_t slab[LH_LEDGER_HASH_BYTES], const void *manifest,
-                          size_t manifest_len, int64_t now_ms, int n, const lh_ledger_blob *blobs) {
-  char doing[64];
-  snprintf(doing, sizeof doing, "publishing version %" PRId64, version);
+/* A version to publish, its blobs sorted by hash. */
+typedef struct version_args {
+  int64_t version, parent, now_ms;
+  const uint8_t *slab;
+  const void *manifest;
+  size_t manifest_len;
+  int n;
+  const lh_ledger_blob *sorted;
+} version_args;
+
+static lh_err write_version(lh_ledger *l, write_req *r, bool *more) {
+  const version_args *a = r->arg;
+  const char *doing = r->doing;
+  *more = false;
+  sqlite3_stmt *s = l->st[ST_VERSION_GET];
+  bool row = false;
+  lh_err e = LH_ERR_OK;
+  if (sqlite3_bind_int64(s, 1, a->version))
+    e = bind_fail(l, s, doing);
+  else if (!(e = step(l, s, &row, doing)) && row)
+    e = same_version(l, a->version, a->parent, a->slab, a->manifest, a->manifest_len, a->n,
+                     a->sorted, s, doing);
+  else if (!e)
+    reset(s);
+  r->wrote = !e && !row;
+  if (!e && !row) {
+    s = l->st[ST_VERSION_INSERT];
+    if (sqlite3_bind_int64(s, 1, a->version) || sqlite3_bind_int64(s, 2, a->parent) ||
+        sqlite3_bind_blob(s, 3, a->slab, LH_LEDGER_HASH_BYTES, SQLITE_STATIC) ||
+        sqlite3_bind_blob64(s, 4, a->manifest, a->manifest_len, SQLITE_STATIC) ||
+        sqlite3_bind_int64(s, 5, a->now_ms))
+      e = bind_fail(l, s, doing);
+    else
+      e = run(l, s, doing);
+  }
+  for (int i = 0; i < a->n && !e && !row; i++) {
+    const lh_ledger_blob *b = &a->sorted[i];
+    s = l->st[ST_BLOB_INSERT];
+    if (sqlite3_bind_int64(s, 1, a->version) ||
+        sqlite3_bind_blob(s, 2, b->hash, LH_LEDGER_HASH_BYTES, SQLITE_STATIC) ||
+        sqlite3_bind_int(s, 3, b->kind) || sqlite3_bind_int64(s, 4, b->from_version) ||
+        sqlite3_bind_int64(s, 5, (int64_t)b->size))
+      e = bind_fail(l, s, doing);
+    else
+      e = run(l, s, doing);
+  }
+  return e;
+}
+
+lh_err lh_ledger_version_put(lh_ledger *l, int64_t version, int64_t parent,
+                             const uint8_t slab_hash[LH_LEDGER_HASH_BYTES], const void *manifest,
+                             size_t manifest_len, int64_t now_ms, int n_blobs,
+                             const lh_ledger_blob *blobs) {
+  lh_ledger_blob sorted[LH_LEDGER_MAX_BLOBS];
+  memset(sorted, 0, sizeof sorted);
+  version_args a = {version, parent, now_ms, slab_hash, manifest, manifest_len, n_blobs, sorted};
+  write_req r = {.write = write_version, .arg = &a};
+  snprintf(r.doing, sizeof r.doing, "publishing version %" PRId64, version);
+  const char *doing = r.doing;
   if (version < 0 || parent < -1 || parent >= version)
     return lh_errorf(LH_ERR_INVAL,
                      "%s: %s: parent %" PRId64 ", expected a version >= 0 and a parent -1 .. "
@@ -1715,52 +1872,8 @@ static lh_err version_put(lh_ledger *l, int64_t version, int64_t parent,
     return lh_errorf(manifest_len > LH_LEDGER_MANIFEST_MAX ? LH_ERR_LIMIT : LH_ERR_INVAL,
                      "%s: %s: a manifest of %zu bytes, expected 1 .. %d", l->path, doing,
                      manifest_len, LH_LEDGER_MANIFEST_MAX);
-  lh_ledger_blob sorted[LH_LEDGER_MAX_BLOBS];
-  memset(sorted, 0, sizeof sorted);
-  lh_err e = check_blobs(l, version, n, blobs, sorted, doing);
-  if (e || (e = begin(l, doing))) return e;
-  sqlite3_stmt *s = l->st[ST_VERSION_GET];
-  bool row = false;
-  if (sqlite3_bind_int64(s, 1, version))
-    e = bind_fail(l, s, doing);
-  else if (!(e = step(l, s, &row, doing)) && row)
-    e = same_version(l, version, parent, slab, manifest, manifest_len, n, sorted, s, doing);
-  else if (!e)
-    reset(s);
-  if (!e && !row) {
-    s = l->st[ST_VERSION_INSERT];
-    if (sqlite3_bind_int64(s, 1, version) || sqlite3_bind_int64(s, 2, parent) ||
-        sqlite3_bind_blob(s, 3, slab, LH_LEDGER_HASH_BYTES, SQLITE_STATIC) ||
-        sqlite3_bind_blob64(s, 4, manifest, manifest_len, SQLITE_STATIC) ||
-        sqlite3_bind_int64(s, 5, now_ms))
-      e = bind_fail(l, s, doing);
-    else
-      e = run(l, s, doing);
-  }
-  for (int i = 0; i < n && !e && !row; i++) {
-    s = l->st[ST_BLOB_INSERT];
-    if (sqlite3_bind_int64(s, 1, version) ||
-        sqlite3_bind_blob(s, 2, sorted[i].hash, LH_LEDGER_HASH_BYTES, SQLITE_STATIC) ||
-        sqlite3_bind_int(s, 3, sorted[i].kind) ||
-        sqlite3_bind_int64(s, 4, sorted[i].from_version) ||
-        sqlite3_bind_int64(s, 5, (int64_t)sorted[i].size))
-      e = bind_fail(l, s, doing);
-    else
-      e = run(l, s, doing);
-  }
-  return finish(l, e, doing);
-}
-
-lh_err lh_ledger_version_put(lh_ledger *l, int64_t version, int64_t parent,
-                             const uint8_t slab_hash[LH_LEDGER_HASH_BYTES], const void *manifest,
-                             size_t manifest_len, int64_t now_ms, int n_blobs,
-                             const lh_ledger_blob *blobs) {
-  pthread_mutex_lock(&l->mu);
-  lh_err e =
-      version_put(l, version, parent, slab_hash, manifest, manifest_len, now_ms, n_blobs, blobs);
-  pthread_mutex_unlock(&l->mu);
-  maybe_checkpoint(l);
-  return e;
+  lh_err e = check_blobs(l, version, n_blobs, blobs, sorted, doing);
+  return e ? e : submit(l, &r);
 }
 
 lh_err lh_ledger_version_get(lh_ledger *l, int64_t version, char **manifest, size_t *len) {

@@ -8,7 +8,10 @@
 # none was trained twice, the ledger committed each accepted group once (group commits hold
 # the concurrent repeats once), the repeats were answered as repeats, the replay table refused
 # nothing but the probe's requests (no honest request under load is refused, none answered
-# 503), and serve still answers. Speed is not asserted (that is `make bench-serve-load`).
+# 503), and serve still answers. Then the open loop (--rate) for 2 s, 16 new clients at 400
+# groups/s offered in all on evenly spaced timetables: exactly 800 submissions fall due, each is
+# sent or counted as unsent, every one sent is answered 202, and no latency from the due time is
+# below its service time. Speed is not asserted (that is `make bench-serve-load`).
 # Usage: serve_load.sh LONGHAUL_BIN SOURCE_DIR
 set -euo pipefail
 BIN=$1
@@ -30,6 +33,9 @@ timeout 120 "$GEN" --server "$URL" --clients 64 --seconds "${LOAD_SECONDS:-4}" -
   --json load.json --ids ids.txt --probe >load.txt 2>load.err ||
   fail "serve_load: $(cat load.txt load.err)"
 cat load.txt
+timeout 60 "$GEN" --server "$URL" --clients 16 --seconds 2 --rate 400 --json open.json \
+  --ids ids-open.txt >open.txt 2>open.err || fail "serve_load --rate: $(cat open.txt open.err)"
+cat open.txt
 
 # serve still answers, and its counters
 curl -sf -m 10 "$URL/v1/status" >status.json || fail "/v1/status did not answer after the load"
@@ -44,8 +50,9 @@ wait "$SERVE" || rc=$?
 /usr/bin/python3 - <<'PY' || fail "the ledger does not match the answers"
 import json, sqlite3, sys
 load = json.load(open("load.json"))
-ids = [int(l) for l in open("ids.txt")]
+ids = [int(l) for l in open("ids.txt")] + [int(l) for l in open("ids-open.txt")]
 answered = set(ids)
+opened = json.load(open("open.json"))
 metrics = {}
 for line in open("metrics.txt"):
     if line and not line.startswith("#"):
@@ -59,6 +66,14 @@ n202 = load["rollouts"].get("202", 0)
 check(n202 > 0 and set(load["rollouts"]) == {"202"},
       f"every submission is answered 202 (valid groups of their leases): {load['rollouts']}")
 check(len(ids) == len(answered), "the generator lists each accepted group once")
+sent = sum(opened["rollouts"].values())
+check(opened["offered"] == 800 and sent + opened["unsent"] == 800,
+      f"open loop: 800 due in 2 s at 400/s, {opened['offered']} due, {sent} sent, "
+      f"{opened['unsent']} unsent")
+check(set(opened["rollouts"]) == {"202"}, f"open loop answers: {opened['rollouts']}")
+check(opened["p99_ms"] >= opened["service_p99_ms"] and opened["p50_ms"] >= opened["service_p50_ms"],
+      f"open loop: latency from the due time {opened['p50_ms']:.2f}/{opened['p99_ms']:.2f} ms "
+      f"below the service time {opened['service_p50_ms']:.2f}/{opened['service_p99_ms']:.2f}")
 db = sqlite3.connect("file:run/ledger.sqlite?mode=ro", uri=True)
 settled = {r[0] for r in db.execute("SELECT id FROM groups WHERE state IN (1, 3, 4)")}
 check(not (answered - settled),
@@ -85,8 +100,9 @@ check(accepts == len(answered),
       f"the ledger committed {accepts:.0f} accepts for {len(answered)} accepted groups")
 check(0 < commits <= accepts, f"{commits:.0f} group commits for {accepts:.0f} accepts")
 repeats = metrics.get("longhaul_repeats_total", -1)
-check(repeats == n202 - len(answered) and repeats > 0,
-      f"{repeats:.0f} repeats answered, {n202 - len(answered)} duplicate submissions answered 202")
+check(repeats == n202 + opened["rollouts"].get("202", 0) - len(answered) and repeats > 0,
+      f"{repeats:.0f} repeats answered, {n202 + opened['rollouts'].get('202', 0) - len(answered)} "
+      f"duplicate submissions answered 202")
 nonce = {v: metrics.get(f'longhaul_signed_requests_total{{nonce="{v}"}}', -1)
          for v in ("fresh", "replayed", "stale_time", "forgotten")}
 check(nonce["replayed"] == 1 and nonce["stale_time"] == 2 and nonce["forgotten"] == 0

@@ -1177,6 +1177,15 @@ static void test_audit(void **state) {
 
 #define THREAD_GROUPS 200
 
+/* Runs fa and fb on two threads at once, on the same ledger; their results in *ra and *rb. */
+static void run_both(void *(*fa)(void *), void *(*fb)(void *), lh_ledger *l, void **ra, void **rb) {
+  pthread_t a, b;
+  assert_int_equal(pthread_create(&a, NULL, fa, l), 0);
+  assert_int_equal(pthread_create(&b, NULL, fb, l), 0);
+  pthread_join(a, ra);
+  pthread_join(b, rb);
+}
+
 static void *accept_thread(void *arg) {
   lh_ledger *l = arg;
   for (int i = 1; i <= THREAD_GROUPS; i++) {
@@ -1236,12 +1245,8 @@ static void test_threads(void **state) {
   int64_t ids[THREAD_GROUPS], lease = 0;
   OK(lh_ledger_lease(l, key, 0, 1000, THREAD_GROUPS, specs, &lease, ids));
   assert_int_equal(ids[THREAD_GROUPS - 1], THREAD_GROUPS);
-  pthread_t a, t;
-  assert_int_equal(pthread_create(&a, NULL, accept_thread, l), 0);
-  assert_int_equal(pthread_create(&t, NULL, train_thread, l), 0);
   void *ra = NULL, *rt = NULL;
-  pthread_join(a, &ra);
-  pthread_join(t, &rt);
+  run_both(accept_thread, train_thread, l, &ra, &rt);
   if (ra) fail_msg("accepting: %s", (const char *)ra);
   if (rt) fail_msg("training: %s", (const char *)rt);
   lh_ledger_audit_result r;
@@ -1262,6 +1267,94 @@ static void test_threads(void **state) {
     assert_int_equal(log[i].what, log[i].group % 3 == 0 ? LH_GROUP_DROPPED : LH_GROUP_TRAINED);
   }
   free(log);
+  lh_ledger_close(l);
+}
+
+/* An update and a pruning longer than one part (LH_LEDGER_TRAIN_PART marks, LH_LEDGER_PRUNE_PART
+ * bodies per group commit): a call refused for an id of its last part changes nothing; one that
+ * succeeds marks every group once, in the order given; the pruning deletes every body, and
+ * rewinds below it are refused. */
+#define PART_GROUPS (2 * LH_LEDGER_TRAIN_PART + 9)
+_Static_assert(PART_GROUPS > LH_LEDGER_PRUNE_PART, "pruning in two parts at least");
+
+static void test_parts(void **state) {
+  (void)state;
+  lh_ledger *l = NULL;
+  OK(lh_ledger_open(path_of("parts.db"), &l));
+  int64_t ids[PART_GROUPS + 1];
+  for (int at = 0; at <= PART_GROUPS; at += 64)
+    lease_n(l, 1, PART_GROUPS + 1 - at < 64 ? PART_GROUPS + 1 - at : 64, 1000, 2000, ids + at);
+  for (int i = 0; i < PART_GROUPS; i++)
+    accept_body(l, ids[i], 0);
+  /* the offender (a leased group) is the last id: nothing of the earlier parts is written */
+  expect_err(lh_ledger_train(l, 1, ids, PART_GROUPS + 1, NULL, 0), LH_ERR_INVAL,
+             "is leased, expected accepted");
+  lh_ledger_log_entry *log = NULL;
+  int n = -1;
+  OK(lh_ledger_log(l, &log, &n));
+  assert_int_equal(n, 0);
+  lh_ledger_stats_result st;
+  OK(lh_ledger_stats(l, &st));
+  assert_int_equal(st.groups[LH_GROUP_ACCEPTED], PART_GROUPS);
+  /* trained, then dropped, every one once and in order */
+  int n_drop = LH_LEDGER_TRAIN_PART + 3;
+  OK(lh_ledger_train(l, 1, ids, PART_GROUPS - n_drop, ids + PART_GROUPS - n_drop, n_drop));
+  OK(lh_ledger_log(l, &log, &n));
+  assert_int_equal(n, PART_GROUPS);
+  for (int i = 0; i < n; i++) {
+    assert_int_equal(log[i].group, ids[i]);
+    assert_int_equal(log[i].version, 1);
+    assert_int_equal(log[i].what, i < PART_GROUPS - n_drop ? LH_GROUP_TRAINED : LH_GROUP_DROPPED);
+  }
+  free(log);
+  put_version(l, 1);
+  lh_ledger_audit_result r;
+  OK(lh_ledger_audit(l, &r));
+  assert_int_equal(r.groups[LH_GROUP_TRAINED], PART_GROUPS - n_drop);
+  assert_int_equal(r.groups[LH_GROUP_DROPPED], n_drop);
+  int64_t gone = -1;
+  OK(lh_ledger_prune_bodies(l, 1, &gone));
+  assert_int_equal(gone, PART_GROUPS);
+  OK(lh_ledger_stats(l, &st));
+  assert_int_equal(st.body_bytes, 0);
+  expect_err(lh_ledger_rewind(l, 0, NULL), LH_ERR_INVAL, "pruned");
+  OK(lh_ledger_audit(l, &r));
+  lh_ledger_close(l);
+}
+
+/* Two threads accept the same groups at once: their accepts meet in group commits, and each
+ * group is accepted once, the other accept of it refused alone (the commit goes on). */
+static void *accept_again_thread(void *arg) {
+  lh_ledger *l = arg;
+  intptr_t refused = 0;
+  for (int i = 1; i <= THREAD_GROUPS; i++) {
+    char body[32];
+    snprintf(body, sizeof body, "rollout %d", i);
+    lh_err e = lh_ledger_group_accept(l, i, 0, body, strlen(body), NULL, i);
+    if (e && (e != LH_ERR_INVAL || !strstr(lh_last_error(), "the group is accepted")))
+      return (void *)-1;
+    refused += e != LH_ERR_OK;
+  }
+  return (void *)refused;
+}
+
+static void test_accept_race(void **state) {
+  (void)state;
+  lh_ledger *l = NULL;
+  OK(lh_ledger_open(path_of("race.db"), &l));
+  int64_t ids[64];
+  for (int at = 0; at < THREAD_GROUPS; at += 64)
+    lease_n(l, 1, THREAD_GROUPS - at < 64 ? THREAD_GROUPS - at : 64, 1000, 2000, ids);
+  void *ra = NULL, *rb = NULL;
+  run_both(accept_again_thread, accept_again_thread, l, &ra, &rb);
+  assert_true((intptr_t)ra >= 0 && (intptr_t)rb >= 0);
+  assert_int_equal((intptr_t)ra + (intptr_t)rb, THREAD_GROUPS);
+  lh_ledger_audit_result r;
+  OK(lh_ledger_audit(l, &r));
+  assert_int_equal(r.groups[LH_GROUP_ACCEPTED], THREAD_GROUPS);
+  int64_t commits = 0, accepts = 0;
+  lh_ledger_accept_stats(l, &commits, &accepts);
+  assert_int_equal(accepts, THREAD_GROUPS);
   lh_ledger_close(l);
 }
 
@@ -1366,6 +1459,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_versions, setup, teardown),
       cmocka_unit_test_setup_teardown(test_audit, setup, teardown),
       cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_parts, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_accept_race, setup, teardown),
       cmocka_unit_test_setup_teardown(test_kill9, setup, teardown),
       cmocka_unit_test_setup_teardown(test_busy, setup, teardown),
   };
