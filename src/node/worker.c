@@ -56,8 +56,10 @@ typedef struct worker {
   lh_worker_result *res;
   lh_sync_secret_key sk;
   lh_sync_public_key trust;
-  lh_http_client *http;       /* the policy thread's */
-  lh_http_client *lease_http; /* the lease thread's */
+  lh_http_client *http;            /* the policy thread's: blobs, and a chain when it must */
+  lh_http_client *poll_http;       /* the poll thread's: the long poll for new manifests */
+  lh_http_client *fetch[PREFETCH]; /* the policy thread's, for blobs fetched at once (kept open) */
+  lh_http_client *lease_http;      /* the lease thread's */
   char *blob_dir, *pending_dir, *policy_dir;
   int64_t clock_offset_ms; /* server - local, learned from stale_time answers */
 
@@ -81,7 +83,13 @@ typedef struct worker {
   int sending;       /* groups a submitting thread holds */
   int64_t generated; /* groups generated since the start */
   bool lease_wait;   /* the last lease had nothing: wait for a new version before the next */
-  uint8_t *replay;   /* --adversary replay: the first body, sent again for every group */
+  /* the manifests the poll thread has seen that are newer than the policy thread's version,
+   * consecutive, the newest last (at most CHAIN_MAX) */
+  lh_sync_manifest *known;
+  int n_known;
+  double rtt_s;    /* a request's round trip, measured (leases), smoothed; 0: not yet */
+  double rate_bps; /* the download rate of a sync's blobs together, smoothed; 0: not yet */
+  uint8_t *replay; /* --adversary replay: the first body, sent again for every group */
   size_t replay_len;
   done_group held; /* --adversary selective: the best of the groups generated since the last */
   double held_entropy;
@@ -233,35 +241,35 @@ static lh_err fetch_blob(worker *w, const uint8_t hash[LH_HASH_BYTES], uint64_t 
   return e;
 }
 
-/* Downloads one blob into the store with a connection of its own (a prefetching thread). */
+/* Downloads one blob into the store on one of the kept connections (a prefetching thread). */
 typedef struct prefetch {
   worker *w;
+  lh_http_client **c; /* the connection, made on its first use */
   const lh_sync_blob_ref *b;
   lh_err e;
 } prefetch;
 
 static void *prefetch_one(void *ud) {
   prefetch *p = ud;
-  lh_http_client *c = NULL;
   char hx[2 * LH_HASH_BYTES + 1], path[128];
   lh_hash_hex(p->b->hash, hx);
   snprintf(path, sizeof path, "/v1/blobs/%s", hx);
   char *dest = lh_sync_blob_path(p->w->blob_dir, p->b->hash);
-  if (!(p->e = lh_http_client_create(p->w->c->server, &c)))
-    p->e = lh_http_client_download(c, path, dest, p->b->size, TIMEOUT_MS, NULL);
+  p->e = *p->c ? LH_ERR_OK : lh_http_client_create(p->w->c->server, p->c);
+  if (!p->e) p->e = lh_http_client_download(*p->c, path, dest, p->b->size, TIMEOUT_MS, NULL);
   if (!p->e) {
     pthread_mutex_lock(&p->w->mu);
     p->w->res->bytes_downloaded += p->b->size;
     pthread_mutex_unlock(&p->w->mu);
   }
   free(dest);
-  lh_http_client_free(c);
   return NULL;
 }
 
-/* The blobs of a route that are not in the store yet, downloaded at once (PREFETCH at a time):
- * a chain of patches costs one round trip, not one per patch. Failures are left to the
- * sequential fetch that follows (which retries and reports them). */
+/* The blobs of a route that are not in the store yet, downloaded at once (PREFETCH at a time, on
+ * connections kept open between syncs): a chain of patches costs one round trip, not one per
+ * patch, and no connection is opened anew. Failures are left to the sequential fetch that
+ * follows (which retries and reports them). */
 static void prefetch_route(worker *w, const lh_sync_manifest *ms, const lh_sync_route *route) {
   prefetch jobs[PREFETCH];
   pthread_t th[PREFETCH];
@@ -271,7 +279,7 @@ static void prefetch_route(worker *w, const lh_sync_manifest *ms, const lh_sync_
     for (; i < route->n && k < PREFETCH; i++) {
       const lh_sync_blob_ref *b = &ms[route->steps[i].manifest].blobs[route->steps[i].blob];
       if (lh_sync_blob_has(w->blob_dir, b->hash)) continue;
-      jobs[k] = (prefetch){w, b, LH_ERR_OK};
+      jobs[k] = (prefetch){w, &w->fetch[k], b, LH_ERR_OK};
       if (pthread_create(&th[k], NULL, prefetch_one, &jobs[k])) {
         ok = false; /* no thread: the sequential fetch does the rest */
         break;
@@ -310,16 +318,17 @@ static lh_err fetch_model_files(worker *w, const lh_sync_manifest *m) {
   return e;
 }
 
-/* The manifests after `have` in one round trip (GET /v1/policy?chain=1: from the newest keyframe
- * on at most, one per line, the newest last), each verified. LH_ERR_NOTFOUND: nothing newer
- * within wait_s. */
-static lh_err get_chain(worker *w, int64_t have, double wait_s, lh_sync_manifest **out, int *n) {
+/* The manifests after `have` in one round trip on connection c (GET /v1/policy?chain=1: all of
+ * them up to 64, or from the newest keyframe on, one per line, the newest last), each verified.
+ * LH_ERR_NOTFOUND: nothing newer within wait_s. */
+static lh_err get_chain(worker *w, lh_http_client *c, int64_t have, double wait_s,
+                        lh_sync_manifest **out, int *n) {
   *out = NULL;
   *n = 0;
   char path[96];
   snprintf(path, sizeof path, "/v1/policy?after=%lld&wait=%.1f&chain=1", (long long)have, wait_s);
   lh_http_reply r;
-  lh_err e = lh_http_client_request(w->http, "GET", path, NULL, 0, NULL, 0,
+  lh_err e = lh_http_client_request(c, "GET", path, NULL, 0, NULL, 0,
                                     (size_t)CHAIN_MAX * LH_SYNC_MANIFEST_MAX_BYTES, TIMEOUT_MS, &r);
   if (e) return e;
   if (r.status == 204) {
@@ -333,22 +342,60 @@ static lh_err get_chain(worker *w, int64_t have, double wait_s, lh_sync_manifest
   return e;
 }
 
+/* What one sync did (the worker's debug log and its totals). */
+typedef struct sync_stats {
+  int steps, fetched, snapshots; /* blobs of the route, those downloaded, snapshots among them */
+  uint64_t bytes;                /* downloaded */
+  double plan_s;                 /* the planner's estimate */
+  double blobs_s;                /* downloading */
+} sync_stats;
+
+/* Folds a sync's download into the measured rate: only a download that took more than twice
+ * its round trips says something about the rate (a patch that fits the link's window takes one
+ * round trip whatever its size). */
+static void measure_rate(worker *w, const sync_stats *st) {
+  pthread_mutex_lock(&w->mu);
+  double rounds = (double)((st->fetched + PREFETCH - 1) / PREFETCH), rtt = w->rtt_s;
+  if (st->fetched > 0 && st->blobs_s > 2.0 * rounds * rtt && st->bytes >= 65536) {
+    double r = (double)st->bytes / (st->blobs_s - rounds * rtt);
+    w->rate_bps = w->rate_bps > 0 ? 0.7 * w->rate_bps + 0.3 * r : r;
+  }
+  pthread_mutex_unlock(&w->mu);
+}
+
 /* Brings *slab (version *have, -1: none; hash: its BLAKE2b-256 as verified when it was made) to
- * the newest published version: the chain of manifests since the version held (or since the
- * newest keyframe), the cheapest route through them, every blob checked, and the result checked
- * against the manifest's slab hash. A slab's hash is computed once per version at most: a patch
- * is given its parent's verified hash, and its child hash, which apply verified, is the next. */
-static lh_err sync_policy(worker *w, uint16_t **slab, int64_t *have, uint8_t hash[LH_HASH_BYTES],
-                          double wait_s) {
-  lh_sync_manifest *ms = NULL;
-  int n = 0;
-  lh_err e = get_chain(w, *have, wait_s, &ms, &n);
-  if (e) return e;
-  lh_sync_manifest newest = ms[n - 1];
-  if (!w->have_cfg && (e = fetch_model_files(w, &newest))) goto out;
+ * the newest of the manifests ms[0..n) (consecutive versions after *have, or from a keyframe
+ * on): the fastest route through them by the measured round trip and rate (the fewest bytes
+ * until a rate is measured), every blob checked, and the result checked against the manifest's
+ * slab hash. A slab's hash is computed once per version at most: a patch is given its parent's
+ * verified hash, and its child hash, which apply verified, is the next. LH_ERR_NOTFOUND: no
+ * route through these manifests (the caller asks for the chain since *have). */
+static lh_err sync_policy(worker *w, const lh_sync_manifest *ms, int n, uint16_t **slab,
+                          int64_t *have, uint8_t hash[LH_HASH_BYTES], sync_stats *st) {
+  memset(st, 0, sizeof *st);
+  lh_err e;
+  const lh_sync_manifest *newest = &ms[n - 1];
+  if (!w->have_cfg && (e = fetch_model_files(w, newest))) return e;
   lh_sync_route route = {0};
-  if ((e = lh_sync_plan(ms, n, *have >= 0 ? *have : LH_SYNC_NONE, newest.version, &route)))
-    goto out;
+  pthread_mutex_lock(&w->mu);
+  lh_sync_cost cost = {w->rtt_s, w->rate_bps, PREFETCH};
+  pthread_mutex_unlock(&w->mu);
+  int64_t from = *have >= 0 ? *have : LH_SYNC_NONE;
+  if (cost.bytes_per_s > 0)
+    e = lh_sync_plan_time(ms, n, from, newest->version, &cost, &route);
+  else
+    e = lh_sync_plan(ms, n, from, newest->version, &route);
+  if (e) return e;
+  st->steps = route.n;
+  st->plan_s = route.seconds;
+  double t0 = lh_time_now();
+  for (int i = 0; i < route.n; i++) {
+    const lh_sync_blob_ref *b = &ms[route.steps[i].manifest].blobs[route.steps[i].blob];
+    if (lh_sync_blob_has(w->blob_dir, b->hash)) continue;
+    st->fetched++;
+    st->bytes += b->size;
+    st->snapshots += b->kind == LH_SYNC_SNAPSHOT;
+  }
   if (route.n > 1) prefetch_route(w, ms, &route);
   uint16_t *cur = *slab;
   uint8_t known[LH_HASH_BYTES]; /* the hash of cur, when known_ok */
@@ -360,9 +407,10 @@ static lh_err sync_policy(worker *w, uint16_t **slab, int64_t *have, uint8_t has
     uint8_t *data = NULL;
     size_t len = 0, cnt = 0;
     if ((e = fetch_blob(w, b->hash, b->size, &data, &len))) break;
+    if (i == route.n - 1) st->blobs_s = lh_time_now() - t0;
     if (b->kind == LH_SYNC_SNAPSHOT) {
       uint16_t *fresh = NULL;
-      if (!(e = lh_sync_snapshot_decode(data, len, (size_t)newest.elements, "snapshot", &fresh,
+      if (!(e = lh_sync_snapshot_decode(data, len, (size_t)newest->elements, "snapshot", &fresh,
                                         &cnt))) {
         free(cur);
         cur = fresh;
@@ -372,7 +420,7 @@ static lh_err sync_policy(worker *w, uint16_t **slab, int64_t *have, uint8_t has
       e = lh_errorf(LH_ERR_FORMAT, "a patch before any snapshot");
     } else {
       lh_patch_info info = {0};
-      e = lh_patch_apply(cur, newest.elements, data, len, known_ok ? known : NULL);
+      e = lh_patch_apply(cur, newest->elements, data, len, known_ok ? known : NULL);
       if (!e && !(e = lh_patch_read_info(data, len, &info))) {
         memcpy(known, info.child_hash, LH_HASH_BYTES);
         known_ok = true;
@@ -389,10 +437,11 @@ static lh_err sync_policy(worker *w, uint16_t **slab, int64_t *have, uint8_t has
   }
   lh_sync_route_free(&route);
   if (!e) {
-    if (!known_ok) lh_sync_slab_hash(cur, (size_t)newest.elements, known);
-    if (memcmp(known, newest.slab, LH_HASH_BYTES)) {
+    measure_rate(w, st);
+    if (!known_ok) lh_sync_slab_hash(cur, (size_t)newest->elements, known);
+    if (memcmp(known, newest->slab, LH_HASH_BYTES)) {
       e = lh_errorf(LH_ERR_MISMATCH, "version %lld: the weights do not hash to the manifest's",
-                    (long long)newest.version);
+                    (long long)newest->version);
       free(cur); /* weights of no published version: the next sync starts from a snapshot */
       cur = NULL;
       reached = *have = -1;
@@ -400,15 +449,18 @@ static lh_err sync_policy(worker *w, uint16_t **slab, int64_t *have, uint8_t has
   }
   *slab = cur;
   if (!e) {
-    *have = newest.version;
-    memcpy(hash, newest.slab, LH_HASH_BYTES);
+    *have = newest->version;
+    memcpy(hash, newest->slab, LH_HASH_BYTES);
   } else if (reached != *have) { /* part of the route applied: the next sync goes on from there */
-    if (!known_ok) lh_sync_slab_hash(cur, (size_t)newest.elements, known);
+    if (!known_ok) lh_sync_slab_hash(cur, (size_t)newest->elements, known);
     *have = reached;
     memcpy(hash, known, LH_HASH_BYTES);
   }
-out:
-  free(ms);
+  if (e == LH_ERR_NOTFOUND) { /* a blob the server does not have (404): not the planner's */
+    char why[512];
+    snprintf(why, sizeof why, "%s", lh_last_error());
+    e = lh_errorf(LH_ERR_IO, "%s", why);
+  }
   return e;
 }
 
@@ -603,15 +655,45 @@ static void wait_cv(worker *w, long ms) {
   pthread_cond_timedwait(&w->cv, &w->mu, &ts);
 }
 
-/* The policy thread: long-polls for a newer version and stages it for the generator. */
-static void *policy_thread(void *ud) {
+/* Drops the known manifests not newer than the policy thread's version, and the oldest beyond
+ * CHAIN_MAX. Caller holds mu. */
+static void known_trim(worker *w) {
+  int drop = 0;
+  while (drop < w->n_known && w->known[drop].version <= w->staged_version)
+    drop++;
+  if (w->n_known - drop > CHAIN_MAX) drop = w->n_known - CHAIN_MAX;
+  memmove(w->known, w->known + drop, (size_t)(w->n_known - drop) * sizeof *w->known);
+  w->n_known -= drop;
+}
+
+/* Adds the manifests ms[0..n) that the poll thread received to w->known: after those known when
+ * they follow on, else in their place; those not newer than the policy thread's version are
+ * dropped, and the oldest beyond CHAIN_MAX. Caller holds mu. */
+static void known_add(worker *w, const lh_sync_manifest *ms, int n) {
+  int keep = 0; /* known manifests older than ms[0] that stay */
+  if (w->n_known > 0 && w->known[0].version < ms[0].version &&
+      ms[0].version <= w->known[w->n_known - 1].version + 1)
+    keep = (int)(ms[0].version - w->known[0].version);
+  w->known = lh_xrealloc(w->known, (size_t)(keep + n) * sizeof *w->known);
+  memcpy(w->known + keep, ms, (size_t)n * sizeof *ms);
+  w->n_known = keep + n;
+  known_trim(w);
+  pthread_cond_broadcast(&w->cv);
+}
+
+/* The poll thread: keeps a long poll for newer manifests in flight on its own connection, so
+ * that a new version is known half a round trip after it is published, also while the policy
+ * thread downloads the last one. */
+static void *poll_thread(void *ud) {
   worker *w = ud;
-  uint16_t *slab = NULL; /* this thread's copy of the newest version */
-  int64_t have = -1;
-  uint8_t hash[LH_HASH_BYTES] = {0}; /* of slab, once have >= 0 */
   int fails = 0;
   while (!stopping(w)) {
-    lh_err e = sync_policy(w, &slab, &have, hash, have >= 0 ? 5.0 : 0.0);
+    pthread_mutex_lock(&w->mu);
+    int64_t after = w->n_known > 0 ? w->known[w->n_known - 1].version : w->staged_version;
+    pthread_mutex_unlock(&w->mu);
+    lh_sync_manifest *ms = NULL;
+    int n = 0;
+    lh_err e = get_chain(w, w->poll_http, after, 5.0, &ms, &n);
     if (e == LH_ERR_NOTFOUND) continue; /* nothing newer within the poll */
     if (e) {
       failed(w, e, &fails);
@@ -619,13 +701,81 @@ static void *policy_thread(void *ud) {
     }
     fails = 0;
     pthread_mutex_lock(&w->mu);
+    known_add(w, ms, n);
+    pthread_mutex_unlock(&w->mu);
+    free(ms);
+  }
+  return NULL;
+}
+
+/* The policy thread: brings its copy of the policy to the newest version the poll thread knows
+ * of, and stages it for the generator. */
+static void *policy_thread(void *ud) {
+  worker *w = ud;
+  uint16_t *slab = NULL; /* this thread's copy of the newest version */
+  int64_t have = -1;
+  uint8_t hash[LH_HASH_BYTES] = {0}; /* of slab, once have >= 0 */
+  int fails = 0;
+  while (!stopping(w)) {
+    pthread_mutex_lock(&w->mu);
+    while (!w->stop && (w->n_known == 0 || w->known[w->n_known - 1].version <= have))
+      wait_cv(w, 100);
+    int n = 0;
+    lh_sync_manifest *ms = NULL;
+    if (!w->stop) {
+      int first = 0;
+      while (w->known[first].version <= have)
+        first++;
+      n = w->n_known - first;
+      ms = lh_xmalloc((size_t)n * sizeof *ms);
+      memcpy(ms, w->known + first, (size_t)n * sizeof *ms);
+    }
+    pthread_mutex_unlock(&w->mu);
+    if (!ms) break;
+    int64_t from = have;
+    double t0 = lh_time_now();
+    sync_stats st;
+    lh_err e = sync_policy(w, ms, n, &slab, &have, hash, &st);
+    if (e == LH_ERR_NOTFOUND) { /* no route through what is known: the chain since `have` */
+      free(ms);
+      ms = NULL;
+      if (!(e = get_chain(w, w->http, have, 0.0, &ms, &n))) {
+        pthread_mutex_lock(&w->mu);
+        known_add(w, ms, n);
+        pthread_mutex_unlock(&w->mu);
+        e = sync_policy(w, ms, n, &slab, &have, hash, &st);
+      }
+    }
+    free(ms);
+    if (e) {
+      failed(w, e, &fails);
+      continue;
+    }
+    fails = 0;
+    double took = lh_time_now() - t0;
+    pthread_mutex_lock(&w->mu);
     w->lease_wait = false;
     w->n = (size_t)lh_config_n_params(&w->cfg);
     w->staged = lh_xrealloc(w->staged, w->n * sizeof *w->staged);
     memcpy(w->staged, slab, w->n * sizeof *w->staged);
     w->staged_version = have;
+    known_trim(w);
+    int64_t newer = w->n_known > 0 ? w->known[w->n_known - 1].version - have : 0;
+    lh_worker_result *r = w->res;
+    r->syncs++;
+    r->sync_versions += have - (from >= 0 ? from : -1);
+    r->sync_s += took;
+    r->sync_behind += newer;
+    r->snapshots_fetched += st.snapshots;
+    double rtt_ms = 1e3 * w->rtt_s, rate_kbps = w->rate_bps / 1e3;
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
+    lh_log(LH_LOG_DEBUG,
+           "worker: sync %lld -> %lld: %d blobs (%d fetched, %d snapshots, %.0f kB) in %.3f s "
+           "(blobs %.3f s, planned %.3f s at %.0f ms and %.0f kB/s); %lld newer known; at %lld",
+           (long long)from, (long long)have, st.steps, st.fetched, st.snapshots,
+           (double)st.bytes / 1e3, took, st.blobs_s, st.plan_s, rtt_ms, rate_kbps, (long long)newer,
+           (long long)now_ms(w));
     write_version(w, have, hash);
   }
   free(slab);
@@ -666,7 +816,12 @@ static void *lease_thread(void *ud) {
     double t0 = lh_time_now();
     e = lease(w, want, have);
     double dt = lh_time_now() - t0;
-    if (e != LH_ERR_IO) rtt = rtt > 0 ? 0.7 * rtt + 0.3 * dt : dt;
+    if (e != LH_ERR_IO) {
+      rtt = rtt > 0 ? 0.7 * rtt + 0.3 * dt : dt;
+      pthread_mutex_lock(&w->mu);
+      w->rtt_s = rtt; /* the policy thread plans with it */
+      pthread_mutex_unlock(&w->mu);
+    }
     if (e == LH_ERR_LIMIT) { /* the trainer has enough for now */
       pthread_mutex_lock(&w->mu);
       wait_cv(w, 200);
@@ -835,8 +990,8 @@ lh_err lh_worker_run(const lh_worker_config *c, lh_worker_result *res) {
   lh_infer *inf = NULL;
   lh_generator *gen = NULL;
   lh__slowloris *loris = NULL;
-  pthread_t net, leaser, senders[SUBMITTERS];
-  bool net_started = false, leaser_started = false;
+  pthread_t net, poller, leaser, senders[SUBMITTERS];
+  bool net_started = false, poll_started = false, leaser_started = false;
   int n_senders = 0;
   lh_err e;
   struct stat st;
@@ -862,6 +1017,12 @@ lh_err lh_worker_run(const lh_worker_config *c, lh_worker_result *res) {
   if (c->adversary == LH_ADV_SLOWLORIS) loris = lh__adv_slowloris_start(c->server, 32);
   if ((e = lh_http_client_create(c->server, &w->http))) goto out;
   if ((e = lh_http_client_create(c->server, &w->lease_http))) goto out;
+  if ((e = lh_http_client_create(c->server, &w->poll_http))) goto out;
+  if (pthread_create(&poller, NULL, poll_thread, w)) {
+    e = lh_errorf(LH_ERR_NOMEM, "worker: cannot start the poll thread");
+    goto out;
+  }
+  poll_started = true;
   if (pthread_create(&net, NULL, policy_thread, w)) {
     e = lh_errorf(LH_ERR_NOMEM, "worker: cannot start the network thread");
     goto out;
@@ -1013,6 +1174,7 @@ out:
   pthread_cond_broadcast(&w->cv);
   pthread_mutex_unlock(&w->mu);
   if (net_started) pthread_join(net, NULL);
+  if (poll_started) pthread_join(poller, NULL);
   if (leaser_started) pthread_join(leaser, NULL);
   for (int i = 0; i < n_senders; i++)
     pthread_join(senders[i], NULL);
@@ -1021,6 +1183,10 @@ out:
   lh_infer_free(inf);
   lh_http_client_free(w->http);
   lh_http_client_free(w->lease_http);
+  lh_http_client_free(w->poll_http);
+  for (int i = 0; i < PREFETCH; i++)
+    lh_http_client_free(w->fetch[i]);
+  free(w->known);
   for (int i = 0; i < w->n_ready; i++)
     lh_node_group_clear(&w->ready[i].g);
   free(w->ready);
