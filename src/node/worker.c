@@ -36,7 +36,8 @@
 #define BACKOFF_MAX_S    10.0
 #define MAX_BATCH_GROUPS 64 /* groups generated together at most */
 #define SUBMITTERS       16 /* submissions in flight at once */
-#define PREFETCH         8  /* blobs of a route downloaded at once */
+#define PREFETCH         8  /* blobs (or pieces of one) of a route downloaded at once */
+#define PIECE_MIN        ((uint64_t)256 << 10) /* a larger blob may come in pieces */
 #define CHAIN_MAX        64 /* manifests of one chain answer at most (as the server) */
 
 typedef struct done_group {
@@ -241,54 +242,123 @@ static lh_err fetch_blob(worker *w, const uint8_t hash[LH_HASH_BYTES], uint64_t 
   return e;
 }
 
-/* Downloads one blob into the store on one of the kept connections (a prefetching thread). */
+/* One download of a prefetching thread, on one of the kept connections: a whole blob into the
+ * store, or (buf) the bytes [off, off + len) of a large one into buf + off, with a Range. */
 typedef struct prefetch {
   worker *w;
   lh_http_client **c; /* the connection, made on its first use */
   const lh_sync_blob_ref *b;
+  uint8_t *buf;
+  uint64_t off, len;
   lh_err e;
 } prefetch;
+
+/* The piece [p->off, p->off + p->len) of p->b into p->buf: a 206 of exactly those bytes. */
+static lh_err fetch_piece(prefetch *p, const char *path) {
+  char range[64];
+  snprintf(range, sizeof range, "bytes=%llu-%llu", (unsigned long long)p->off,
+           (unsigned long long)(p->off + p->len - 1));
+  lh_http_header h = {"Range", range};
+  lh_http_reply r;
+  lh_err e =
+      lh_http_client_request(*p->c, "GET", path, &h, 1, NULL, 0, (size_t)p->len, TIMEOUT_MS, &r);
+  if (e) return e;
+  const char *cr = lh_http_reply_header(&r, "Content-Range");
+  uint64_t start = 0, end = 0, total = 0;
+  if (r.status != 206 || !cr || lh_http_parse_content_range(cr, &start, &end, &total) ||
+      start != p->off || end != p->off + p->len - 1 || total != p->b->size || r.len != p->len)
+    e = lh_errorf(LH_ERR_IO, "GET %s (%s): HTTP %ld, %zu bytes, expected 206 of %llu bytes", path,
+                  range, r.status, r.len, (unsigned long long)p->len);
+  else
+    memcpy(p->buf + p->off, r.body, r.len);
+  lh_http_reply_free(&r);
+  return e;
+}
 
 static void *prefetch_one(void *ud) {
   prefetch *p = ud;
   char hx[2 * LH_HASH_BYTES + 1], path[128];
   lh_hash_hex(p->b->hash, hx);
   snprintf(path, sizeof path, "/v1/blobs/%s", hx);
-  char *dest = lh_sync_blob_path(p->w->blob_dir, p->b->hash);
   p->e = *p->c ? LH_ERR_OK : lh_http_client_create(p->w->c->server, p->c);
-  if (!p->e) p->e = lh_http_client_download(*p->c, path, dest, p->b->size, TIMEOUT_MS, NULL);
+  if (!p->e && p->buf) {
+    p->e = fetch_piece(p, path);
+  } else if (!p->e) {
+    char *dest = lh_sync_blob_path(p->w->blob_dir, p->b->hash);
+    p->e = lh_http_client_download(*p->c, path, dest, p->b->size, TIMEOUT_MS, NULL);
+    free(dest);
+  }
   if (!p->e) {
     pthread_mutex_lock(&p->w->mu);
-    p->w->res->bytes_downloaded += p->b->size;
+    p->w->res->bytes_downloaded += p->len;
     pthread_mutex_unlock(&p->w->mu);
   }
-  free(dest);
   return NULL;
 }
 
-/* The blobs of a route that are not in the store yet, downloaded at once (PREFETCH at a time, on
- * connections kept open between syncs): a chain of patches costs one round trip, not one per
- * patch, and no connection is opened anew. Failures are left to the sequential fetch that
- * follows (which retries and reports them). */
+/* The blobs of a route that are not in the store yet, downloaded PREFETCH at a time on
+ * connections kept open between syncs, so that a chain of patches costs one round trip, not one
+ * per patch, and no connection is opened anew. A blob larger than PIECE_MIN is fetched in
+ * pieces (Range) on several connections at once: a link's window (TCP's, or netem's) bounds
+ * each connection's rate, so a lone snapshot would otherwise take several round trips on one.
+ * Pieces are put together, hashed and stored only when the whole blob hashes right. Failures
+ * are left to the sequential fetch that follows (which retries and reports them). */
 static void prefetch_route(worker *w, const lh_sync_manifest *ms, const lh_sync_route *route) {
-  prefetch jobs[PREFETCH];
+  prefetch *jobs = NULL;
+  uint8_t **bufs = lh_xcalloc((size_t)route->n, sizeof *bufs);
+  int n_jobs = 0, cap = 0, n_new = 0;
+  for (int i = 0; i < route->n; i++)
+    n_new += !lh_sync_blob_has(w->blob_dir,
+                               ms[route->steps[i].manifest].blobs[route->steps[i].blob].hash);
+  for (int i = 0; i < route->n; i++) {
+    const lh_sync_blob_ref *b = &ms[route->steps[i].manifest].blobs[route->steps[i].blob];
+    if (lh_sync_blob_has(w->blob_dir, b->hash)) continue;
+    /* a large blob goes in pieces over the connections the other blobs leave */
+    uint64_t pieces = 1;
+    if (b->size > PIECE_MIN && n_new < PREFETCH) {
+      pieces = (uint64_t)(PREFETCH - n_new + 1);
+      if (pieces > b->size / (PIECE_MIN / 2)) pieces = b->size / (PIECE_MIN / 2);
+      bufs[i] = lh_xmalloc((size_t)b->size);
+    }
+    for (uint64_t k = 0; k < pieces; k++) {
+      if (n_jobs == cap)
+        jobs = lh_xrealloc(jobs, (size_t)(cap = cap ? 2 * cap : 16) * sizeof *jobs);
+      uint64_t off = b->size * k / pieces, end = b->size * (k + 1) / pieces;
+      jobs[n_jobs++] = (prefetch){w, NULL, b, bufs[i], off, end - off, LH_ERR_OK};
+    }
+  }
   pthread_t th[PREFETCH];
   bool ok = true;
-  for (int i = 0; ok && i < route->n;) {
+  for (int i = 0; ok && i < n_jobs;) {
     int k = 0;
-    for (; i < route->n && k < PREFETCH; i++) {
-      const lh_sync_blob_ref *b = &ms[route->steps[i].manifest].blobs[route->steps[i].blob];
-      if (lh_sync_blob_has(w->blob_dir, b->hash)) continue;
-      jobs[k] = (prefetch){w, &w->fetch[k], b, LH_ERR_OK};
-      if (pthread_create(&th[k], NULL, prefetch_one, &jobs[k])) {
+    for (; i < n_jobs && k < PREFETCH; i++, k++) {
+      jobs[i].c = &w->fetch[k];
+      if (pthread_create(&th[k], NULL, prefetch_one, &jobs[i])) {
         ok = false; /* no thread: the sequential fetch does the rest */
+        jobs[i].e = LH_ERR_NOMEM;
         break;
       }
-      k++;
     }
     for (int j = 0; j < k; j++)
       pthread_join(th[j], NULL);
   }
+  for (int i = 0, j = 0; i < route->n; i++) { /* the pieces of each large blob, in order */
+    if (!bufs[i]) continue;
+    const lh_sync_blob_ref *b = &ms[route->steps[i].manifest].blobs[route->steps[i].blob];
+    while (j < n_jobs && jobs[j].b != b)
+      j++;
+    bool whole = true;
+    for (; j < n_jobs && jobs[j].b == b; j++)
+      whole = whole && !jobs[j].e;
+    uint8_t h[LH_HASH_BYTES];
+    if (whole) lh_hash256(bufs[i], (size_t)b->size, h);
+    if (whole && !memcmp(h, b->hash, LH_HASH_BYTES) &&
+        lh_sync_blob_put(w->blob_dir, bufs[i], (size_t)b->size, h))
+      lh_log(LH_LOG_DEBUG, "worker: %s", lh_last_error());
+    free(bufs[i]);
+  }
+  free(bufs);
+  free(jobs);
 }
 
 /* The model files of the first manifest: config.json (and generation_config.json's eos ids) into
@@ -396,7 +466,7 @@ static lh_err sync_policy(worker *w, const lh_sync_manifest *ms, int n, uint16_t
     st->bytes += b->size;
     st->snapshots += b->kind == LH_SYNC_SNAPSHOT;
   }
-  if (route.n > 1) prefetch_route(w, ms, &route);
+  if (st->fetched > 1 || st->bytes > PIECE_MIN) prefetch_route(w, ms, &route);
   uint16_t *cur = *slab;
   uint8_t known[LH_HASH_BYTES]; /* the hash of cur, when known_ok */
   bool known_ok = cur && *have >= 0;

@@ -127,10 +127,11 @@ holds() { # worker: ok when DIR/version's hash is the ledger's for that version
 for w in wa wb; do holds $w || fail "$w: $(cat $w/version 2>/dev/null) is not a published version"; done
 
 # a late worker: starts from nothing and catches up through a keyframe (every 4 versions),
-# behind a link that resets every connection after 400 kB: its first download of the ~1.1 MB
-# snapshot is cut, and it resumes it (Range) on the next connection
+# behind a link that resets every connection after 100 kB: the pieces of the ~1.1 MB snapshot
+# that it fetches at once (8 connections, ~140 kB each) are cut, and it resumes the snapshot
+# (Range) on its own connection, 100 kB a try
 start_serve 1000
-"$BIN" netem --listen 127.0.0.1:0 --upstream "127.0.0.1:$PORT" --reset-after 400000 \
+"$BIN" netem --listen 127.0.0.1:0 --upstream "127.0.0.1:$PORT" --reset-after 100000 \
   >netem-reset.out 2>netem-reset.log &
 RESET_NETEM=$!
 PIDS+=("$RESET_NETEM")
