@@ -324,7 +324,7 @@ static void prefetch_route(worker *w, const lh_sync_manifest *ms, const lh_sync_
       if (n_jobs == cap)
         jobs = lh_xrealloc(jobs, (size_t)(cap = cap ? 2 * cap : 16) * sizeof *jobs);
       uint64_t off = b->size * k / pieces, end = b->size * (k + 1) / pieces;
-      jobs[n_jobs++] = (prefetch){w, NULL, b, bufs[i], off, end - off, LH_ERR_OK};
+      jobs[n_jobs++] = (prefetch){w, NULL, b, bufs[i], off, end - off, LH_ERR_IO}; /* not run */
     }
   }
   pthread_t th[PREFETCH];
@@ -817,6 +817,14 @@ static void *policy_thread(void *ud) {
       }
     }
     free(ms);
+    if (e == LH_ERR_NOTFOUND) { /* the server has nothing newer after all (it restarted from an
+                                 * older checkpoint): forget what the poll thread had seen */
+      pthread_mutex_lock(&w->mu);
+      w->n_known = 0;
+      wait_cv(w, 200);
+      pthread_mutex_unlock(&w->mu);
+      continue;
+    }
     if (e) {
       failed(w, e, &fails);
       continue;
