@@ -39,6 +39,7 @@
 #define PREFETCH         8  /* blobs (or pieces of one) of a route downloaded at once */
 #define PIECE_MIN        ((uint64_t)256 << 10) /* a larger blob may come in pieces */
 #define CHAIN_MAX        64 /* manifests of one chain answer at most (as the server) */
+#define AHEAD_MAX        8  /* patches queued for the fetch-ahead thread at most */
 
 typedef struct done_group {
   int64_t lease, group;
@@ -88,6 +89,15 @@ typedef struct worker {
    * consecutive, the newest last (at most CHAIN_MAX) */
   lh_sync_manifest *known;
   int n_known;
+  /* the fetch-ahead thread's queue: the patch of each new version from its parent, fetched as
+   * soon as its manifest is known, while the policy thread still applies the one before */
+  lh_sync_blob_ref ahead[AHEAD_MAX];
+  int n_ahead;
+  bool ahead_busy; /* ahead_hash is being downloaded (the policy thread waits for it) */
+  uint8_t ahead_hash[LH_HASH_BYTES];
+  lh_http_client *ahead_http;        /* the fetch-ahead thread's */
+  uint8_t (*claimed)[LH_HASH_BYTES]; /* the blobs of the policy thread's sync: never ahead */
+  int n_claimed;
   double rtt_s;    /* a request's round trip, measured (leases), smoothed; 0: not yet */
   double rate_bps; /* the download rate of a sync's blobs together, smoothed; 0: not yet */
   uint8_t *replay; /* --adversary replay: the first body, sent again for every group */
@@ -96,6 +106,8 @@ typedef struct worker {
   double held_entropy;
   int held_n; /* groups generated since the last one kept */
 } worker;
+
+static void wait_cv(worker *w, long ms);
 
 static int64_t now_ms(const worker *w) {
   struct timespec ts;
@@ -388,6 +400,84 @@ static lh_err fetch_model_files(worker *w, const lh_sync_manifest *m) {
   return e;
 }
 
+/* Takes the route's blobs from the fetch-ahead queue (this thread fetches them now), and waits
+ * while the fetch-ahead thread downloads one of them: a blob is downloaded by one thread at a
+ * time, so no two write its part file. */
+static void claim_route(worker *w, const lh_sync_manifest *ms, const lh_sync_route *route) {
+  pthread_mutex_lock(&w->mu);
+  w->claimed = lh_xrealloc(w->claimed, (size_t)(route->n + 1) * sizeof *w->claimed);
+  w->n_claimed = route->n;
+  for (int i = 0; i < route->n; i++) {
+    const lh_sync_blob_ref *b = &ms[route->steps[i].manifest].blobs[route->steps[i].blob];
+    memcpy(w->claimed[i], b->hash, LH_HASH_BYTES);
+    for (int k = 0; k < w->n_ahead;) {
+      if (!memcmp(w->ahead[k].hash, b->hash, LH_HASH_BYTES)) {
+        memmove(w->ahead + k, w->ahead + k + 1, (size_t)(w->n_ahead - k - 1) * sizeof *w->ahead);
+        w->n_ahead--;
+      } else {
+        k++;
+      }
+    }
+    while (w->ahead_busy && !w->stop && !memcmp(w->ahead_hash, b->hash, LH_HASH_BYTES))
+      wait_cv(w, 100);
+  }
+  pthread_mutex_unlock(&w->mu);
+}
+
+/* Queues the patch of each of the new manifests ms[0..n) from its parent for the fetch-ahead
+ * thread (the blob the policy thread will need next, in the common case of one new version at
+ * a time); when the queue is full the oldest give way. Caller holds mu. */
+static void ahead_add(worker *w, const lh_sync_manifest *ms, int n) {
+  for (int i = 0; i < n; i++) {
+    if (ms[i].version <= w->staged_version) continue;
+    for (int k = 0; k < ms[i].n_blobs; k++) {
+      const lh_sync_blob_ref *b = &ms[i].blobs[k];
+      if (b->kind != LH_SYNC_PATCH || b->from != ms[i].version - 1) continue;
+      if (w->n_ahead == AHEAD_MAX) {
+        memmove(w->ahead, w->ahead + 1, (size_t)(AHEAD_MAX - 1) * sizeof *w->ahead);
+        w->n_ahead--;
+      }
+      w->ahead[w->n_ahead++] = *b;
+    }
+  }
+  pthread_cond_broadcast(&w->cv);
+}
+
+/* The fetch-ahead thread: downloads the queued patches into the store, oldest first, on its own
+ * connection. A failure is left to the policy thread, which fetches what is missing. */
+static void *ahead_thread(void *ud) {
+  worker *w = ud;
+  pthread_mutex_lock(&w->mu);
+  while (!w->stop) {
+    if (w->n_ahead == 0) {
+      wait_cv(w, 100);
+      continue;
+    }
+    lh_sync_blob_ref b = w->ahead[0];
+    memmove(w->ahead, w->ahead + 1, (size_t)(w->n_ahead - 1) * sizeof *w->ahead);
+    w->n_ahead--;
+    bool claimed = false;
+    for (int k = 0; k < w->n_claimed && !claimed; k++)
+      claimed = !memcmp(w->claimed[k], b.hash, LH_HASH_BYTES);
+    if (claimed || lh_sync_blob_has(w->blob_dir, b.hash)) continue;
+    w->ahead_busy = true;
+    memcpy(w->ahead_hash, b.hash, LH_HASH_BYTES);
+    pthread_mutex_unlock(&w->mu);
+    char hx[2 * LH_HASH_BYTES + 1], path[128];
+    lh_hash_hex(b.hash, hx);
+    snprintf(path, sizeof path, "/v1/blobs/%s", hx);
+    char *dest = lh_sync_blob_path(w->blob_dir, b.hash);
+    lh_err e = lh_http_client_download(w->ahead_http, path, dest, b.size, TIMEOUT_MS, NULL);
+    free(dest);
+    pthread_mutex_lock(&w->mu);
+    if (!e) w->res->bytes_downloaded += b.size;
+    w->ahead_busy = false;
+    pthread_cond_broadcast(&w->cv);
+  }
+  pthread_mutex_unlock(&w->mu);
+  return NULL;
+}
+
 /* The manifests after `have` in one round trip on connection c (GET /v1/policy?chain=1: all of
  * them up to 64, or from the newest keyframe on, one per line, the newest last), each verified.
  * LH_ERR_NOTFOUND: nothing newer within wait_s. */
@@ -459,6 +549,7 @@ static lh_err sync_policy(worker *w, const lh_sync_manifest *ms, int n, uint16_t
   st->steps = route.n;
   st->plan_s = route.seconds;
   double t0 = lh_time_now();
+  claim_route(w, ms, &route);
   for (int i = 0; i < route.n; i++) {
     const lh_sync_blob_ref *b = &ms[route.steps[i].manifest].blobs[route.steps[i].blob];
     if (lh_sync_blob_has(w->blob_dir, b->hash)) continue;
@@ -505,6 +596,9 @@ static lh_err sync_policy(worker *w, const lh_sync_manifest *ms, int n, uint16_t
       pthread_mutex_unlock(&w->mu);
     }
   }
+  pthread_mutex_lock(&w->mu);
+  w->n_claimed = 0;
+  pthread_mutex_unlock(&w->mu);
   lh_sync_route_free(&route);
   if (!e) {
     measure_rate(w, st);
@@ -772,6 +866,7 @@ static void *poll_thread(void *ud) {
     fails = 0;
     pthread_mutex_lock(&w->mu);
     known_add(w, ms, n);
+    if (w->staged_version >= 0) ahead_add(w, ms, n);
     pthread_mutex_unlock(&w->mu);
     free(ms);
   }
@@ -1068,8 +1163,8 @@ lh_err lh_worker_run(const lh_worker_config *c, lh_worker_result *res) {
   lh_infer *inf = NULL;
   lh_generator *gen = NULL;
   lh__slowloris *loris = NULL;
-  pthread_t net, poller, leaser, senders[SUBMITTERS];
-  bool net_started = false, poll_started = false, leaser_started = false;
+  pthread_t net, poller, aheader, leaser, senders[SUBMITTERS];
+  bool net_started = false, poll_started = false, ahead_started = false, leaser_started = false;
   int n_senders = 0;
   lh_err e;
   struct stat st;
@@ -1101,6 +1196,12 @@ lh_err lh_worker_run(const lh_worker_config *c, lh_worker_result *res) {
     goto out;
   }
   poll_started = true;
+  if ((e = lh_http_client_create(c->server, &w->ahead_http))) goto out;
+  if (pthread_create(&aheader, NULL, ahead_thread, w)) {
+    e = lh_errorf(LH_ERR_NOMEM, "worker: cannot start the fetch-ahead thread");
+    goto out;
+  }
+  ahead_started = true;
   if (pthread_create(&net, NULL, policy_thread, w)) {
     e = lh_errorf(LH_ERR_NOMEM, "worker: cannot start the network thread");
     goto out;
@@ -1253,6 +1354,7 @@ out:
   pthread_mutex_unlock(&w->mu);
   if (net_started) pthread_join(net, NULL);
   if (poll_started) pthread_join(poller, NULL);
+  if (ahead_started) pthread_join(aheader, NULL);
   if (leaser_started) pthread_join(leaser, NULL);
   for (int i = 0; i < n_senders; i++)
     pthread_join(senders[i], NULL);
@@ -1262,9 +1364,11 @@ out:
   lh_http_client_free(w->http);
   lh_http_client_free(w->lease_http);
   lh_http_client_free(w->poll_http);
+  lh_http_client_free(w->ahead_http);
   for (int i = 0; i < PREFETCH; i++)
     lh_http_client_free(w->fetch[i]);
   free(w->known);
+  free(w->claimed);
   for (int i = 0; i < w->n_ready; i++)
     lh_node_group_clear(&w->ready[i].g);
   free(w->ready);
