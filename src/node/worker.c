@@ -407,7 +407,7 @@ static void claim_route(worker *w, const lh_sync_manifest *ms, const lh_sync_rou
   pthread_mutex_lock(&w->mu);
   w->claimed = lh_xrealloc(w->claimed, (size_t)(route->n + 1) * sizeof *w->claimed);
   w->n_claimed = route->n;
-  for (int i = 0; i < route->n; i++) {
+  for (int i = 0; i < route->n; i++) { /* all of them first, then wait */
     const lh_sync_blob_ref *b = &ms[route->steps[i].manifest].blobs[route->steps[i].blob];
     memcpy(w->claimed[i], b->hash, LH_HASH_BYTES);
     for (int k = 0; k < w->n_ahead;) {
@@ -418,9 +418,10 @@ static void claim_route(worker *w, const lh_sync_manifest *ms, const lh_sync_rou
         k++;
       }
     }
-    while (w->ahead_busy && !w->stop && !memcmp(w->ahead_hash, b->hash, LH_HASH_BYTES))
-      wait_cv(w, 100);
   }
+  for (int i = 0; i < route->n; i++)
+    while (w->ahead_busy && !w->stop && !memcmp(w->ahead_hash, w->claimed[i], LH_HASH_BYTES))
+      wait_cv(w, 100);
   pthread_mutex_unlock(&w->mu);
 }
 
