@@ -34,7 +34,9 @@ int lh__cmd_worker(int argc, char **argv) {
                          "patches, snapshots), leases prompt groups, generates and submits them. "
                          "SIGINT or SIGTERM stops it; generated groups not yet answered are kept "
                          "in DIR/pending and sent on the next start. At exit it prints what it "
-                         "submitted and the round trips of its submissions (p50, p90, max).",
+                         "submitted, its policy syncs (how many, versions and seconds each, how "
+                         "far behind they ended, snapshots fetched) and the round trips of its "
+                         "submissions (p50, p90, max); LONGHAUL_LOG=debug logs every sync.",
                 .flags = flags,
                 .n_flags = sizeof flags / sizeof flags[0]};
   int rc = lh__args_parse(&a, argc, argv);

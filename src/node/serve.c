@@ -1881,7 +1881,7 @@ lh_err lh_serve_run(const lh_serve_config *c) {
     hc.host = host;
     hc.port = port;
     hc.max_body = max_body;
-    hc.max_connections = 1024; /* a worker holds up to 18 (node.h, worker) */
+    hc.max_connections = 1024; /* a worker holds up to 28 (worker.c) */
     hc.max_per_ip = 0;
     hc.timeout_s = 30;
     hc.handler = handler;
