@@ -460,18 +460,22 @@ static void *ahead_thread(void *ud) {
     bool claimed = false;
     for (int k = 0; k < w->n_claimed && !claimed; k++)
       claimed = !memcmp(w->claimed[k], b.hash, LH_HASH_BYTES);
-    if (claimed || lh_sync_blob_has(w->blob_dir, b.hash)) continue;
+    if (claimed) continue;
     w->ahead_busy = true;
     memcpy(w->ahead_hash, b.hash, LH_HASH_BYTES);
     pthread_mutex_unlock(&w->mu);
-    char hx[2 * LH_HASH_BYTES + 1], path[128];
-    lh_hash_hex(b.hash, hx);
-    snprintf(path, sizeof path, "/v1/blobs/%s", hx);
-    char *dest = lh_sync_blob_path(w->blob_dir, b.hash);
-    lh_err e = lh_http_client_download(w->ahead_http, path, dest, b.size, TIMEOUT_MS, NULL);
-    free(dest);
+    lh_err e = LH_ERR_OK;
+    bool fetch = !lh_sync_blob_has(w->blob_dir, b.hash);
+    if (fetch) {
+      char hx[2 * LH_HASH_BYTES + 1], path[128];
+      lh_hash_hex(b.hash, hx);
+      snprintf(path, sizeof path, "/v1/blobs/%s", hx);
+      char *dest = lh_sync_blob_path(w->blob_dir, b.hash);
+      e = lh_http_client_download(w->ahead_http, path, dest, b.size, TIMEOUT_MS, NULL);
+      free(dest);
+    }
     pthread_mutex_lock(&w->mu);
-    if (!e) w->res->bytes_downloaded += b.size;
+    if (fetch && !e) w->res->bytes_downloaded += b.size;
     w->ahead_busy = false;
     pthread_cond_broadcast(&w->cv);
   }
