@@ -1,9 +1,11 @@
 /* `longhaul worker` (node.h): syncs the policy from the server's signed manifests and blobs,
  * leases prompt groups ahead, generates them with the rollout engine and submits them. Threads,
- * each with its own connection so no round trip waits on another: the policy thread (long
- * polls for new versions, downloads and checks them), the lease thread, SUBMITTERS submitting
- * threads (all with backoff through server restarts and dropped connections), and the calling
- * thread, which generates. A generated group
+ * each with its own connection so no round trip waits on another: the poll thread (keeps a long
+ * poll for new manifests in flight), the fetch-ahead thread (downloads each new version's patch
+ * as soon as its manifest is known), the policy thread (plans the fastest route to the newest
+ * manifest known, downloads, applies and checks it, and stages the version), the lease thread,
+ * SUBMITTERS submitting threads (all with backoff through server restarts and dropped
+ * connections), and the calling thread, which generates. A generated group
  * is written to DIR/pending before it is submitted and removed only once the server has given
  * its final answer, so a group is never lost (a restarted worker submits it again) and never
  * trained twice (the server answers a repeat as before). The worker only dials out. */
