@@ -8,7 +8,8 @@
 # updates over the wall time), per mode the throughput at each round trip over its own 0 ms
 # throughput, the staleness of the trained groups, the groups dropped as too stale, the lease
 # window, and from the ledger where a trained group's time went (publication of its version
-# to arrival, lease to arrival, arrival to training). BENCH_K sets --max-staleness (default
+# to arrival, lease to arrival, arrival to training), and from the workers' debug logs how long
+# a version took from its publication to each worker (its policy sync). BENCH_K sets --max-staleness (default
 # 16, serve's), BENCH_MODES (async sync) and BENCH_RTTS (0 150 300) choose the runs.
 # The trainer runs on CPU 0 and the workers and links on the others (taskset), as if they were
 # other machines: on a shared 2-core machine, workers generating ahead would otherwise take
@@ -65,7 +66,7 @@ one_run() { # mode rtt_ms
     for _ in $(seq 1 100); do grep -qs listening "$name-n$i.out" && break; sleep 0.05; done
     local np
     np=$(sed -n 's/.*127\.0\.0\.1:\([0-9]*\) ->.*/\1/p' "$name-n$i.out")
-    $PIN_WORKERS "$BIN" worker --server "http://127.0.0.1:$np" --key "$name-w$i.key" \
+    LONGHAUL_LOG=debug $PIN_WORKERS "$BIN" worker --server "http://127.0.0.1:$np" --key "$name-w$i.key" \
       --trust-key trainer.key.pub --dir "$name-w$i" --threads 1 --slots 32 >"$name-w$i.log" 2>&1 &
     PIDS+=("$!")
   done
@@ -92,6 +93,20 @@ pipe = db.execute(
     " FROM groups g JOIN leases l ON l.id = g.lease"
     " JOIN versions vu ON vu.version = g.version_used"
     " JOIN versions vt ON vt.version = g.trained_at WHERE g.state = 3").fetchone()
+# the workers' policy sync: from a version's publication to the worker holding it (its debug
+# log's "sync A -> B: ... at MS" lines, the server's clock; none from builds without them)
+import re
+pub = dict(db.execute("SELECT version, published_ms FROM versions").fetchall())
+lags = []
+for w in (0, 1):
+    try:
+        for line in open(f"{name}-w{w}.log"):
+            m = re.search(r"sync (-?\d+) -> (\d+):.* at (\d+)$", line)
+            if m and int(m.group(1)) >= 0 and int(m.group(2)) in pub:
+                lags.append(int(m.group(3)) - pub[int(m.group(2))])
+    except OSError:
+        pass
+lags.sort()
 print(json.dumps({"name": name, "mode": mode, "rtt_ms": rtt, "k": k, "wall_s": wall,
                   "updates": len(lines), "groups": groups, "groups_per_s": groups / wall,
                   "busy": busy / wall,
@@ -100,7 +115,9 @@ print(json.dumps({"name": name, "mode": mode, "rtt_ms": rtt, "k": k, "wall_s": w
                   "version_to_arrival_ms": pipe[0], "lease_to_arrival_ms": pipe[1],
                   "arrival_to_trained_ms": pipe[2], "staleness_max": pipe[3],
                   "s_per_version": wall / max(len(lines), 1),
-                  "lease_window_mean": sum(window) / len(window) if window else None}))
+                  "lease_window_mean": sum(window) / len(window) if window else None,
+                  "sync_ms_median": lags[len(lags) // 2] if lags else None,
+                  "sync_ms_p90": lags[int(len(lags) * 0.9)] if lags else None}))
 PY
 }
 
@@ -116,7 +133,7 @@ for r in rows:
     r.setdefault("k", 16)
 base = {(r["mode"], r["k"]): r["groups_per_s"] for r in rows if r["rtt_ms"] == 0}
 print(f"{'mode':<6} {'K':>3} {'rtt ms':>6} {'updates':>7} {'groups/s':>8} {'vs 0 ms':>7} {'busy':>5} "
-      f"{'stale':>5} {'max':>3} {'dropped':>7} {'v->arr':>6} {'lease':>6} {'arr->tr':>7}")
+      f"{'stale':>5} {'max':>3} {'dropped':>7} {'v->arr':>6} {'lease':>6} {'arr->tr':>7} {'sync':>5} {'p90':>5}")
 num = lambda x, f: format(x, f) if x is not None else "-"
 for r in sorted(rows, key=lambda r: (r["mode"], r["k"], r["rtt_ms"])):
     b = base.get((r["mode"], r["k"]))
@@ -125,11 +142,14 @@ for r in sorted(rows, key=lambda r: (r["mode"], r["k"], r["rtt_ms"])):
           f"{ratio:>7.2f} {r['busy']:>5.2f} {num(r['staleness_mean'], '.2f'):>5} "
           f"{num(r.get('staleness_max'), 'd'):>3} {r['dropped']:>7} "
           f"{num(r.get('version_to_arrival_ms'), '.0f'):>6} {num(r.get('lease_to_arrival_ms'), '.0f'):>6} "
-          f"{num(r.get('arrival_to_trained_ms'), '.0f'):>7}")
+          f"{num(r.get('arrival_to_trained_ms'), '.0f'):>7} {num(r.get('sync_ms_median'), 'd'):>5} "
+          f"{num(r.get('sync_ms_p90'), 'd'):>5}")
 print("groups/s: groups trained per second of wall time; vs 0 ms: over the same mode at 0 ms; "
       "busy: the training thread's time in updates over the wall time; stale, max: mean and "
       "largest staleness of the trained groups (versions); dropped: groups the ledger recorded "
       "as too stale; v->arr, lease, arr->tr: mean ms of a trained group from the publication of "
       "the version it was generated with to its arrival, from its lease to its arrival, and from "
-      "its arrival to the publication of the version trained on it")
+      "its arrival to the publication of the version trained on it; sync, p90: median and 90th "
+      "percentile ms from a version's publication to a worker holding it (from the workers' "
+      "debug log; - for builds that do not log it)")
 PY

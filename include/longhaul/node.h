@@ -251,6 +251,11 @@ typedef struct lh_worker_result {
   int64_t groups_submitted, groups_refused;
   int64_t versions_applied;
   uint64_t bytes_downloaded;
+  /* policy syncs: how many, the versions they advanced, their seconds (from the manifests known
+   * to the version staged), the versions newer than the one staged that were known as each
+   * ended (how far behind the worker stayed), and the snapshots they fetched */
+  int64_t syncs, sync_versions, sync_behind, snapshots_fetched;
+  double sync_s;
   /* round trips of the submissions the server answered for good (202 or a refusal): bucket k
    * counts those of [2^(k/4) - 1, 2^((k+1)/4) - 1) ms, the last one the rest */
   int64_t submit_rtt[LH_WORKER_RTT_BUCKETS];

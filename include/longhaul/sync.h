@@ -212,6 +212,7 @@ typedef struct lh_sync_step {
 typedef struct lh_sync_route {
   int n;               /* steps, in the order to apply them; 0 when nothing is needed */
   uint64_t bytes;      /* their total size */
+  double seconds;      /* lh_sync_plan_time's estimate of fetching them; 0 from lh_sync_plan */
   lh_sync_step *steps; /* (n) malloc'd; NULL when n is 0 */
 } lh_sync_route;
 
@@ -226,6 +227,29 @@ typedef struct lh_sync_route {
 lh_err lh_sync_plan(const lh_sync_manifest *versions, int n, int64_t from, int64_t to,
                     lh_sync_route *route);
 void lh_sync_route_free(lh_sync_route *route);
+/* What fetching blobs costs a worker, as it measured it: a request's round trip, the download
+ * rate of its connections together, and how many blobs it fetches at once (each on its own
+ * connection, kept open). */
+typedef struct lh_sync_cost {
+  double rtt_s;       /* seconds, >= 0 */
+  double bytes_per_s; /* > 0 */
+  int parallel;       /* >= 1 */
+} lh_sync_cost;
+
+#define LH_SYNC_PLAN_MAX_STEPS 64 /* lh_sync_plan_time looks at routes of at most this many blobs  \
+                                   */
+
+/* The estimated seconds of fetching `steps` blobs of `bytes` in all: bytes / bytes_per_s, plus a
+ * round trip for each `parallel` blobs (ceil(steps / parallel) round trips). */
+double lh_sync_route_seconds(const lh_sync_cost *c, uint64_t bytes, int steps);
+/* The fastest route, by lh_sync_route_seconds, from `from` to `to` (the same inputs, rules and
+ * errors as lh_sync_plan; also LH_ERR_INVAL for a cost out of range). Far behind, one snapshot
+ * may beat a chain of patches of fewer bytes (the chain's round trips); over a fast link the
+ * fewest bytes win. Ties: fewer bytes, then fewer steps, then lh_sync_plan's rules.
+ * route->seconds is the estimate. Time and memory grow as n x min(n, LH_SYNC_PLAN_MAX_STEPS):
+ * meant for a worker's chain of manifests (at most 64). */
+lh_err lh_sync_plan_time(const lh_sync_manifest *versions, int n, int64_t from, int64_t to,
+                         const lh_sync_cost *cost, lh_sync_route *route);
 
 /* The publisher's keyframe rule: whether version `version` must also be published as a snapshot.
  * last_keyframe is the newest version published as a snapshot (LH_SYNC_NONE: none yet);

@@ -34,7 +34,9 @@ int lh__cmd_worker(int argc, char **argv) {
                          "patches, snapshots), leases prompt groups, generates and submits them. "
                          "SIGINT or SIGTERM stops it; generated groups not yet answered are kept "
                          "in DIR/pending and sent on the next start. At exit it prints what it "
-                         "submitted and the round trips of its submissions (p50, p90, max).",
+                         "submitted, its policy syncs (how many, versions and seconds each, how "
+                         "far behind they ended, snapshots fetched) and the round trips of its "
+                         "submissions (p50, p90, max); LONGHAUL_LOG=debug logs every sync.",
                 .flags = flags,
                 .n_flags = sizeof flags / sizeof flags[0]};
   int rc = lh__args_parse(&a, argc, argv);
@@ -70,6 +72,13 @@ int lh__cmd_worker(int argc, char **argv) {
           "downloaded\n",
           (long long)res.groups_submitted, (long long)res.groups_refused,
           (long long)res.versions_applied, (double)res.bytes_downloaded / 1e6);
+  if (res.syncs > 0)
+    fprintf(stderr,
+            "worker: %lld policy syncs, %.1f versions and %.2f s each on average, %.2f newer "
+            "versions known as each ended, %lld snapshots\n",
+            (long long)res.syncs, (double)res.sync_versions / (double)res.syncs,
+            res.sync_s / (double)res.syncs, (double)res.sync_behind / (double)res.syncs,
+            (long long)res.snapshots_fetched);
   if (res.groups_submitted + res.groups_refused > 0)
     fprintf(stderr, "worker: submission round trip p50 %.0f ms, p90 %.0f ms, max %.0f ms\n",
             lh_worker_rtt_quantile(&res, 0.5), lh_worker_rtt_quantile(&res, 0.9),

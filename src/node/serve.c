@@ -109,7 +109,7 @@ typedef struct server {
   char *manifest;  /* its signed manifest */
   size_t manifest_len;
   int64_t last_keyframe;   /* the newest snapshot made (the training thread's) */
-  int64_t served_keyframe; /* the newest snapshot published (what chain=1 starts from) */
+  int64_t served_keyframe; /* the newest snapshot published (where chain=1 may start) */
   uint64_t snapshot_bytes, chain_bytes; /* the last snapshot's size; patches since it */
   kept *kept;
   int n_kept;
@@ -936,8 +936,13 @@ static void h_policy(server *s, const lh_http_request *req, lh_http_response *re
   }
   pthread_mutex_unlock(&s->mu);
   if (!newer || !chain) return;
-  /* chain=1: the manifests after `after`, from the newest keyframe on at most, one per line */
-  int64_t first = after + 1 > keyframe ? after + 1 : keyframe;
+  /* chain=1: the manifests after `after`, one per line. All of them when they are at most
+   * CHAIN_MAX and the worker holds a version, so that it may choose the patches from its own
+   * version over the newest keyframe (one version behind a keyframe, a patch is a sixth of a
+   * snapshot); otherwise from the newest keyframe on (CHAIN_MAX at most). */
+  int64_t first = after + 1;
+  if (after < 0 || newest - first + 1 > CHAIN_MAX)
+    first = after + 1 > keyframe ? after + 1 : keyframe;
   if (newest - first + 1 > CHAIN_MAX) first = newest - CHAIN_MAX + 1;
   size_t cap = 0, len = 0;
   char *body = NULL;
@@ -1848,7 +1853,7 @@ lh_err lh_serve_run(const lh_serve_config *c) {
     hc.host = host;
     hc.port = port;
     hc.max_body = max_body;
-    hc.max_connections = 1024; /* a worker holds up to 18 (node.h, worker) */
+    hc.max_connections = 1024; /* a worker holds up to 28 (worker.c) */
     hc.max_per_ip = 0;
     hc.timeout_s = 30;
     hc.handler = handler;

@@ -1,9 +1,11 @@
 /* `longhaul worker` (node.h): syncs the policy from the server's signed manifests and blobs,
  * leases prompt groups ahead, generates them with the rollout engine and submits them. Threads,
- * each with its own connection so no round trip waits on another: the policy thread (long
- * polls for new versions, downloads and checks them), the lease thread, SUBMITTERS submitting
- * threads (all with backoff through server restarts and dropped connections), and the calling
- * thread, which generates. A generated group
+ * each with its own connection so no round trip waits on another: the poll thread (keeps a long
+ * poll for new manifests in flight), the fetch-ahead thread (downloads each new version's patch
+ * as soon as its manifest is known), the policy thread (plans the fastest route to the newest
+ * manifest known, downloads, applies and checks it, and stages the version), the lease thread,
+ * SUBMITTERS submitting threads (all with backoff through server restarts and dropped
+ * connections), and the calling thread, which generates. A generated group
  * is written to DIR/pending before it is submitted and removed only once the server has given
  * its final answer, so a group is never lost (a restarted worker submits it again) and never
  * trained twice (the server answers a repeat as before). The worker only dials out. */
@@ -36,8 +38,10 @@
 #define BACKOFF_MAX_S    10.0
 #define MAX_BATCH_GROUPS 64 /* groups generated together at most */
 #define SUBMITTERS       16 /* submissions in flight at once */
-#define PREFETCH         8  /* blobs of a route downloaded at once */
+#define PREFETCH         8  /* blobs (or pieces of one) of a route downloaded at once */
+#define PIECE_MIN        ((uint64_t)256 << 10) /* a larger blob may come in pieces */
 #define CHAIN_MAX        64 /* manifests of one chain answer at most (as the server) */
+#define AHEAD_MAX        8  /* patches queued for the fetch-ahead thread at most */
 
 typedef struct done_group {
   int64_t lease, group;
@@ -56,8 +60,10 @@ typedef struct worker {
   lh_worker_result *res;
   lh_sync_secret_key sk;
   lh_sync_public_key trust;
-  lh_http_client *http;       /* the policy thread's */
-  lh_http_client *lease_http; /* the lease thread's */
+  lh_http_client *http;            /* the policy thread's: blobs, and a chain when it must */
+  lh_http_client *poll_http;       /* the poll thread's: the long poll for new manifests */
+  lh_http_client *fetch[PREFETCH]; /* the policy thread's, for blobs fetched at once (kept open) */
+  lh_http_client *lease_http;      /* the lease thread's */
   char *blob_dir, *pending_dir, *policy_dir;
   int64_t clock_offset_ms; /* server - local, learned from stale_time answers */
 
@@ -81,12 +87,29 @@ typedef struct worker {
   int sending;       /* groups a submitting thread holds */
   int64_t generated; /* groups generated since the start */
   bool lease_wait;   /* the last lease had nothing: wait for a new version before the next */
-  uint8_t *replay;   /* --adversary replay: the first body, sent again for every group */
+  /* the manifests the poll thread has seen that are newer than the policy thread's version,
+   * consecutive, the newest last (at most CHAIN_MAX) */
+  lh_sync_manifest *known;
+  int n_known;
+  /* the fetch-ahead thread's queue: the patch of each new version from its parent, fetched as
+   * soon as its manifest is known, while the policy thread still applies the one before */
+  lh_sync_blob_ref ahead[AHEAD_MAX];
+  int n_ahead;
+  bool ahead_busy; /* ahead_hash is being downloaded (the policy thread waits for it) */
+  uint8_t ahead_hash[LH_HASH_BYTES];
+  lh_http_client *ahead_http;        /* the fetch-ahead thread's */
+  uint8_t (*claimed)[LH_HASH_BYTES]; /* the blobs of the policy thread's sync: never ahead */
+  int n_claimed;
+  double rtt_s;    /* a request's round trip, measured (leases), smoothed; 0: not yet */
+  double rate_bps; /* the download rate of a sync's blobs together, smoothed; 0: not yet */
+  uint8_t *replay; /* --adversary replay: the first body, sent again for every group */
   size_t replay_len;
   done_group held; /* --adversary selective: the best of the groups generated since the last */
   double held_entropy;
   int held_n; /* groups generated since the last one kept */
 } worker;
+
+static void wait_cv(worker *w, long ms);
 
 static int64_t now_ms(const worker *w) {
   struct timespec ts;
@@ -233,54 +256,123 @@ static lh_err fetch_blob(worker *w, const uint8_t hash[LH_HASH_BYTES], uint64_t 
   return e;
 }
 
-/* Downloads one blob into the store with a connection of its own (a prefetching thread). */
+/* One download of a prefetching thread, on one of the kept connections: a whole blob into the
+ * store, or (buf) the bytes [off, off + len) of a large one into buf + off, with a Range. */
 typedef struct prefetch {
   worker *w;
+  lh_http_client **c; /* the connection, made on its first use */
   const lh_sync_blob_ref *b;
+  uint8_t *buf;
+  uint64_t off, len;
   lh_err e;
 } prefetch;
 
+/* The piece [p->off, p->off + p->len) of p->b into p->buf: a 206 of exactly those bytes. */
+static lh_err fetch_piece(prefetch *p, const char *path) {
+  char range[64];
+  snprintf(range, sizeof range, "bytes=%llu-%llu", (unsigned long long)p->off,
+           (unsigned long long)(p->off + p->len - 1));
+  lh_http_header h = {"Range", range};
+  lh_http_reply r;
+  lh_err e =
+      lh_http_client_request(*p->c, "GET", path, &h, 1, NULL, 0, (size_t)p->len, TIMEOUT_MS, &r);
+  if (e) return e;
+  const char *cr = lh_http_reply_header(&r, "Content-Range");
+  uint64_t start = 0, end = 0, total = 0;
+  if (r.status != 206 || !cr || lh_http_parse_content_range(cr, &start, &end, &total) ||
+      start != p->off || end != p->off + p->len - 1 || total != p->b->size || r.len != p->len)
+    e = lh_errorf(LH_ERR_IO, "GET %s (%s): HTTP %ld, %zu bytes, expected 206 of %llu bytes", path,
+                  range, r.status, r.len, (unsigned long long)p->len);
+  else
+    memcpy(p->buf + p->off, r.body, r.len);
+  lh_http_reply_free(&r);
+  return e;
+}
+
 static void *prefetch_one(void *ud) {
   prefetch *p = ud;
-  lh_http_client *c = NULL;
   char hx[2 * LH_HASH_BYTES + 1], path[128];
   lh_hash_hex(p->b->hash, hx);
   snprintf(path, sizeof path, "/v1/blobs/%s", hx);
-  char *dest = lh_sync_blob_path(p->w->blob_dir, p->b->hash);
-  if (!(p->e = lh_http_client_create(p->w->c->server, &c)))
-    p->e = lh_http_client_download(c, path, dest, p->b->size, TIMEOUT_MS, NULL);
+  p->e = *p->c ? LH_ERR_OK : lh_http_client_create(p->w->c->server, p->c);
+  if (!p->e && p->buf) {
+    p->e = fetch_piece(p, path);
+  } else if (!p->e) {
+    char *dest = lh_sync_blob_path(p->w->blob_dir, p->b->hash);
+    p->e = lh_http_client_download(*p->c, path, dest, p->b->size, TIMEOUT_MS, NULL);
+    free(dest);
+  }
   if (!p->e) {
     pthread_mutex_lock(&p->w->mu);
-    p->w->res->bytes_downloaded += p->b->size;
+    p->w->res->bytes_downloaded += p->len;
     pthread_mutex_unlock(&p->w->mu);
   }
-  free(dest);
-  lh_http_client_free(c);
   return NULL;
 }
 
-/* The blobs of a route that are not in the store yet, downloaded at once (PREFETCH at a time):
- * a chain of patches costs one round trip, not one per patch. Failures are left to the
- * sequential fetch that follows (which retries and reports them). */
+/* The blobs of a route that are not in the store yet, downloaded PREFETCH at a time on
+ * connections kept open between syncs, so that a chain of patches costs one round trip, not one
+ * per patch, and no connection is opened anew. A blob larger than PIECE_MIN is fetched in
+ * pieces (Range) on several connections at once: a link's window (TCP's, or netem's) bounds
+ * each connection's rate, so a lone snapshot would otherwise take several round trips on one.
+ * Pieces are put together, hashed and stored only when the whole blob hashes right. Failures
+ * are left to the sequential fetch that follows (which retries and reports them). */
 static void prefetch_route(worker *w, const lh_sync_manifest *ms, const lh_sync_route *route) {
-  prefetch jobs[PREFETCH];
+  prefetch *jobs = NULL;
+  uint8_t **bufs = lh_xcalloc((size_t)route->n, sizeof *bufs);
+  int n_jobs = 0, cap = 0, n_new = 0;
+  for (int i = 0; i < route->n; i++)
+    n_new += !lh_sync_blob_has(w->blob_dir,
+                               ms[route->steps[i].manifest].blobs[route->steps[i].blob].hash);
+  for (int i = 0; i < route->n; i++) {
+    const lh_sync_blob_ref *b = &ms[route->steps[i].manifest].blobs[route->steps[i].blob];
+    if (lh_sync_blob_has(w->blob_dir, b->hash)) continue;
+    /* a large blob goes in pieces over the connections the other blobs leave */
+    uint64_t pieces = 1;
+    if (b->size > PIECE_MIN && n_new < PREFETCH) {
+      pieces = (uint64_t)(PREFETCH - n_new + 1);
+      if (pieces > b->size / (PIECE_MIN / 2)) pieces = b->size / (PIECE_MIN / 2);
+      bufs[i] = lh_xmalloc((size_t)b->size);
+    }
+    for (uint64_t k = 0; k < pieces; k++) {
+      if (n_jobs == cap)
+        jobs = lh_xrealloc(jobs, (size_t)(cap = cap ? 2 * cap : 16) * sizeof *jobs);
+      uint64_t off = b->size * k / pieces, end = b->size * (k + 1) / pieces;
+      jobs[n_jobs++] = (prefetch){w, NULL, b, bufs[i], off, end - off, LH_ERR_IO}; /* not run */
+    }
+  }
   pthread_t th[PREFETCH];
   bool ok = true;
-  for (int i = 0; ok && i < route->n;) {
+  for (int i = 0; ok && i < n_jobs;) {
     int k = 0;
-    for (; i < route->n && k < PREFETCH; i++) {
-      const lh_sync_blob_ref *b = &ms[route->steps[i].manifest].blobs[route->steps[i].blob];
-      if (lh_sync_blob_has(w->blob_dir, b->hash)) continue;
-      jobs[k] = (prefetch){w, b, LH_ERR_OK};
-      if (pthread_create(&th[k], NULL, prefetch_one, &jobs[k])) {
+    for (; i < n_jobs && k < PREFETCH; i++, k++) {
+      jobs[i].c = &w->fetch[k];
+      if (pthread_create(&th[k], NULL, prefetch_one, &jobs[i])) {
         ok = false; /* no thread: the sequential fetch does the rest */
+        jobs[i].e = LH_ERR_NOMEM;
         break;
       }
-      k++;
     }
     for (int j = 0; j < k; j++)
       pthread_join(th[j], NULL);
   }
+  for (int i = 0, j = 0; i < route->n; i++) { /* the pieces of each large blob, in order */
+    if (!bufs[i]) continue;
+    const lh_sync_blob_ref *b = &ms[route->steps[i].manifest].blobs[route->steps[i].blob];
+    while (j < n_jobs && jobs[j].b != b)
+      j++;
+    bool whole = true;
+    for (; j < n_jobs && jobs[j].b == b; j++)
+      whole = whole && !jobs[j].e;
+    uint8_t h[LH_HASH_BYTES];
+    if (whole) lh_hash256(bufs[i], (size_t)b->size, h);
+    if (whole && !memcmp(h, b->hash, LH_HASH_BYTES) &&
+        lh_sync_blob_put(w->blob_dir, bufs[i], (size_t)b->size, h))
+      lh_log(LH_LOG_DEBUG, "worker: %s", lh_last_error());
+    free(bufs[i]);
+  }
+  free(bufs);
+  free(jobs);
 }
 
 /* The model files of the first manifest: config.json (and generation_config.json's eos ids) into
@@ -310,16 +402,100 @@ static lh_err fetch_model_files(worker *w, const lh_sync_manifest *m) {
   return e;
 }
 
-/* The manifests after `have` in one round trip (GET /v1/policy?chain=1: from the newest keyframe
- * on at most, one per line, the newest last), each verified. LH_ERR_NOTFOUND: nothing newer
- * within wait_s. */
-static lh_err get_chain(worker *w, int64_t have, double wait_s, lh_sync_manifest **out, int *n) {
+/* Takes the route's blobs from the fetch-ahead queue (this thread fetches them now), and waits
+ * while the fetch-ahead thread downloads one of them: a blob is downloaded by one thread at a
+ * time, so no two write its part file. */
+static void claim_route(worker *w, const lh_sync_manifest *ms, const lh_sync_route *route) {
+  pthread_mutex_lock(&w->mu);
+  w->claimed = lh_xrealloc(w->claimed, (size_t)(route->n + 1) * sizeof *w->claimed);
+  w->n_claimed = route->n;
+  for (int i = 0; i < route->n; i++) { /* all of them first, then wait */
+    const lh_sync_blob_ref *b = &ms[route->steps[i].manifest].blobs[route->steps[i].blob];
+    memcpy(w->claimed[i], b->hash, LH_HASH_BYTES);
+    for (int k = 0; k < w->n_ahead;) {
+      if (!memcmp(w->ahead[k].hash, b->hash, LH_HASH_BYTES)) {
+        memmove(w->ahead + k, w->ahead + k + 1, (size_t)(w->n_ahead - k - 1) * sizeof *w->ahead);
+        w->n_ahead--;
+      } else {
+        k++;
+      }
+    }
+  }
+  for (int i = 0; i < route->n; i++)
+    while (w->ahead_busy && !w->stop && !memcmp(w->ahead_hash, w->claimed[i], LH_HASH_BYTES))
+      wait_cv(w, 100);
+  pthread_mutex_unlock(&w->mu);
+}
+
+/* Queues the patch of each of the new manifests ms[0..n) from its parent for the fetch-ahead
+ * thread (the blob the policy thread will need next, in the common case of one new version at
+ * a time); when the queue is full the oldest give way. Caller holds mu. */
+static void ahead_add(worker *w, const lh_sync_manifest *ms, int n) {
+  for (int i = 0; i < n; i++) {
+    if (ms[i].version <= w->staged_version) continue;
+    for (int k = 0; k < ms[i].n_blobs; k++) {
+      const lh_sync_blob_ref *b = &ms[i].blobs[k];
+      if (b->kind != LH_SYNC_PATCH || b->from != ms[i].version - 1) continue;
+      if (w->n_ahead == AHEAD_MAX) {
+        memmove(w->ahead, w->ahead + 1, (size_t)(AHEAD_MAX - 1) * sizeof *w->ahead);
+        w->n_ahead--;
+      }
+      w->ahead[w->n_ahead++] = *b;
+    }
+  }
+  pthread_cond_broadcast(&w->cv);
+}
+
+/* The fetch-ahead thread: downloads the queued patches into the store, oldest first, on its own
+ * connection. A failure is left to the policy thread, which fetches what is missing. */
+static void *ahead_thread(void *ud) {
+  worker *w = ud;
+  pthread_mutex_lock(&w->mu);
+  while (!w->stop) {
+    if (w->n_ahead == 0) {
+      wait_cv(w, 100);
+      continue;
+    }
+    lh_sync_blob_ref b = w->ahead[0];
+    memmove(w->ahead, w->ahead + 1, (size_t)(w->n_ahead - 1) * sizeof *w->ahead);
+    w->n_ahead--;
+    bool claimed = false;
+    for (int k = 0; k < w->n_claimed && !claimed; k++)
+      claimed = !memcmp(w->claimed[k], b.hash, LH_HASH_BYTES);
+    if (claimed) continue;
+    w->ahead_busy = true;
+    memcpy(w->ahead_hash, b.hash, LH_HASH_BYTES);
+    pthread_mutex_unlock(&w->mu);
+    lh_err e = LH_ERR_OK;
+    bool fetch = !lh_sync_blob_has(w->blob_dir, b.hash);
+    if (fetch) {
+      char hx[2 * LH_HASH_BYTES + 1], path[128];
+      lh_hash_hex(b.hash, hx);
+      snprintf(path, sizeof path, "/v1/blobs/%s", hx);
+      char *dest = lh_sync_blob_path(w->blob_dir, b.hash);
+      e = lh_http_client_download(w->ahead_http, path, dest, b.size, TIMEOUT_MS, NULL);
+      free(dest);
+    }
+    pthread_mutex_lock(&w->mu);
+    if (fetch && !e) w->res->bytes_downloaded += b.size;
+    w->ahead_busy = false;
+    pthread_cond_broadcast(&w->cv);
+  }
+  pthread_mutex_unlock(&w->mu);
+  return NULL;
+}
+
+/* The manifests after `have` in one round trip on connection c (GET /v1/policy?chain=1: all of
+ * them up to 64, or from the newest keyframe on, one per line, the newest last), each verified.
+ * LH_ERR_NOTFOUND: nothing newer within wait_s. */
+static lh_err get_chain(worker *w, lh_http_client *c, int64_t have, double wait_s,
+                        lh_sync_manifest **out, int *n) {
   *out = NULL;
   *n = 0;
   char path[96];
   snprintf(path, sizeof path, "/v1/policy?after=%lld&wait=%.1f&chain=1", (long long)have, wait_s);
   lh_http_reply r;
-  lh_err e = lh_http_client_request(w->http, "GET", path, NULL, 0, NULL, 0,
+  lh_err e = lh_http_client_request(c, "GET", path, NULL, 0, NULL, 0,
                                     (size_t)CHAIN_MAX * LH_SYNC_MANIFEST_MAX_BYTES, TIMEOUT_MS, &r);
   if (e) return e;
   if (r.status == 204) {
@@ -333,23 +509,62 @@ static lh_err get_chain(worker *w, int64_t have, double wait_s, lh_sync_manifest
   return e;
 }
 
+/* What one sync did (the worker's debug log and its totals). */
+typedef struct sync_stats {
+  int steps, fetched, snapshots; /* blobs of the route, those downloaded, snapshots among them */
+  uint64_t bytes;                /* downloaded */
+  double plan_s;                 /* the planner's estimate */
+  double blobs_s;                /* downloading */
+} sync_stats;
+
+/* Folds a sync's download into the measured rate: only a download that took more than twice
+ * its round trips says something about the rate (a patch that fits the link's window takes one
+ * round trip whatever its size). */
+static void measure_rate(worker *w, const sync_stats *st) {
+  pthread_mutex_lock(&w->mu);
+  double rounds = (double)((st->fetched + PREFETCH - 1) / PREFETCH), rtt = w->rtt_s;
+  if (st->fetched > 0 && st->blobs_s > 2.0 * rounds * rtt && st->bytes >= 65536) {
+    double r = (double)st->bytes / (st->blobs_s - rounds * rtt);
+    w->rate_bps = w->rate_bps > 0 ? 0.7 * w->rate_bps + 0.3 * r : r;
+  }
+  pthread_mutex_unlock(&w->mu);
+}
+
 /* Brings *slab (version *have, -1: none; hash: its BLAKE2b-256 as verified when it was made) to
- * the newest published version: the chain of manifests since the version held (or since the
- * newest keyframe), the cheapest route through them, every blob checked, and the result checked
- * against the manifest's slab hash. A slab's hash is computed once per version at most: a patch
- * is given its parent's verified hash, and its child hash, which apply verified, is the next. */
-static lh_err sync_policy(worker *w, uint16_t **slab, int64_t *have, uint8_t hash[LH_HASH_BYTES],
-                          double wait_s) {
-  lh_sync_manifest *ms = NULL;
-  int n = 0;
-  lh_err e = get_chain(w, *have, wait_s, &ms, &n);
-  if (e) return e;
-  lh_sync_manifest newest = ms[n - 1];
-  if (!w->have_cfg && (e = fetch_model_files(w, &newest))) goto out;
+ * the newest of the manifests ms[0..n) (consecutive versions after *have, or from a keyframe
+ * on): the fastest route through them by the measured round trip and rate (the fewest bytes
+ * until a rate is measured), every blob checked, and the result checked against the manifest's
+ * slab hash. A slab's hash is computed once per version at most: a patch is given its parent's
+ * verified hash, and its child hash, which apply verified, is the next. LH_ERR_NOTFOUND: no
+ * route through these manifests (the caller asks for the chain since *have). */
+static lh_err sync_policy(worker *w, const lh_sync_manifest *ms, int n, uint16_t **slab,
+                          int64_t *have, uint8_t hash[LH_HASH_BYTES], sync_stats *st) {
+  memset(st, 0, sizeof *st);
+  lh_err e;
+  const lh_sync_manifest *newest = &ms[n - 1];
+  if (!w->have_cfg && (e = fetch_model_files(w, newest))) return e;
   lh_sync_route route = {0};
-  if ((e = lh_sync_plan(ms, n, *have >= 0 ? *have : LH_SYNC_NONE, newest.version, &route)))
-    goto out;
-  if (route.n > 1) prefetch_route(w, ms, &route);
+  pthread_mutex_lock(&w->mu);
+  lh_sync_cost cost = {w->rtt_s, w->rate_bps, PREFETCH};
+  pthread_mutex_unlock(&w->mu);
+  int64_t from = *have >= 0 ? *have : LH_SYNC_NONE;
+  if (cost.bytes_per_s > 0)
+    e = lh_sync_plan_time(ms, n, from, newest->version, &cost, &route);
+  else
+    e = lh_sync_plan(ms, n, from, newest->version, &route);
+  if (e) return e;
+  st->steps = route.n;
+  st->plan_s = route.seconds;
+  double t0 = lh_time_now();
+  claim_route(w, ms, &route);
+  for (int i = 0; i < route.n; i++) {
+    const lh_sync_blob_ref *b = &ms[route.steps[i].manifest].blobs[route.steps[i].blob];
+    if (lh_sync_blob_has(w->blob_dir, b->hash)) continue;
+    st->fetched++;
+    st->bytes += b->size;
+    st->snapshots += b->kind == LH_SYNC_SNAPSHOT;
+  }
+  if (st->fetched > 1 || st->bytes > PIECE_MIN) prefetch_route(w, ms, &route);
   uint16_t *cur = *slab;
   uint8_t known[LH_HASH_BYTES]; /* the hash of cur, when known_ok */
   bool known_ok = cur && *have >= 0;
@@ -360,9 +575,10 @@ static lh_err sync_policy(worker *w, uint16_t **slab, int64_t *have, uint8_t has
     uint8_t *data = NULL;
     size_t len = 0, cnt = 0;
     if ((e = fetch_blob(w, b->hash, b->size, &data, &len))) break;
+    if (i == route.n - 1) st->blobs_s = lh_time_now() - t0;
     if (b->kind == LH_SYNC_SNAPSHOT) {
       uint16_t *fresh = NULL;
-      if (!(e = lh_sync_snapshot_decode(data, len, (size_t)newest.elements, "snapshot", &fresh,
+      if (!(e = lh_sync_snapshot_decode(data, len, (size_t)newest->elements, "snapshot", &fresh,
                                         &cnt))) {
         free(cur);
         cur = fresh;
@@ -372,7 +588,7 @@ static lh_err sync_policy(worker *w, uint16_t **slab, int64_t *have, uint8_t has
       e = lh_errorf(LH_ERR_FORMAT, "a patch before any snapshot");
     } else {
       lh_patch_info info = {0};
-      e = lh_patch_apply(cur, newest.elements, data, len, known_ok ? known : NULL);
+      e = lh_patch_apply(cur, newest->elements, data, len, known_ok ? known : NULL);
       if (!e && !(e = lh_patch_read_info(data, len, &info))) {
         memcpy(known, info.child_hash, LH_HASH_BYTES);
         known_ok = true;
@@ -387,12 +603,16 @@ static lh_err sync_policy(worker *w, uint16_t **slab, int64_t *have, uint8_t has
       pthread_mutex_unlock(&w->mu);
     }
   }
+  pthread_mutex_lock(&w->mu);
+  w->n_claimed = 0;
+  pthread_mutex_unlock(&w->mu);
   lh_sync_route_free(&route);
   if (!e) {
-    if (!known_ok) lh_sync_slab_hash(cur, (size_t)newest.elements, known);
-    if (memcmp(known, newest.slab, LH_HASH_BYTES)) {
+    measure_rate(w, st);
+    if (!known_ok) lh_sync_slab_hash(cur, (size_t)newest->elements, known);
+    if (memcmp(known, newest->slab, LH_HASH_BYTES)) {
       e = lh_errorf(LH_ERR_MISMATCH, "version %lld: the weights do not hash to the manifest's",
-                    (long long)newest.version);
+                    (long long)newest->version);
       free(cur); /* weights of no published version: the next sync starts from a snapshot */
       cur = NULL;
       reached = *have = -1;
@@ -400,15 +620,18 @@ static lh_err sync_policy(worker *w, uint16_t **slab, int64_t *have, uint8_t has
   }
   *slab = cur;
   if (!e) {
-    *have = newest.version;
-    memcpy(hash, newest.slab, LH_HASH_BYTES);
+    *have = newest->version;
+    memcpy(hash, newest->slab, LH_HASH_BYTES);
   } else if (reached != *have) { /* part of the route applied: the next sync goes on from there */
-    if (!known_ok) lh_sync_slab_hash(cur, (size_t)newest.elements, known);
+    if (!known_ok) lh_sync_slab_hash(cur, (size_t)newest->elements, known);
     *have = reached;
     memcpy(hash, known, LH_HASH_BYTES);
   }
-out:
-  free(ms);
+  if (e == LH_ERR_NOTFOUND) { /* a blob the server does not have (404): not the planner's */
+    char why[512];
+    snprintf(why, sizeof why, "%s", lh_last_error());
+    e = lh_errorf(LH_ERR_IO, "%s", why);
+  }
   return e;
 }
 
@@ -603,15 +826,45 @@ static void wait_cv(worker *w, long ms) {
   pthread_cond_timedwait(&w->cv, &w->mu, &ts);
 }
 
-/* The policy thread: long-polls for a newer version and stages it for the generator. */
-static void *policy_thread(void *ud) {
+/* Drops the known manifests not newer than the policy thread's version, and the oldest beyond
+ * CHAIN_MAX. Caller holds mu. */
+static void known_trim(worker *w) {
+  int drop = 0;
+  while (drop < w->n_known && w->known[drop].version <= w->staged_version)
+    drop++;
+  if (w->n_known - drop > CHAIN_MAX) drop = w->n_known - CHAIN_MAX;
+  memmove(w->known, w->known + drop, (size_t)(w->n_known - drop) * sizeof *w->known);
+  w->n_known -= drop;
+}
+
+/* Adds the manifests ms[0..n) that the poll thread received to w->known: after those known when
+ * they follow on, else in their place; those not newer than the policy thread's version are
+ * dropped, and the oldest beyond CHAIN_MAX. Caller holds mu. */
+static void known_add(worker *w, const lh_sync_manifest *ms, int n) {
+  int keep = 0; /* known manifests older than ms[0] that stay */
+  if (w->n_known > 0 && w->known[0].version < ms[0].version &&
+      ms[0].version <= w->known[w->n_known - 1].version + 1)
+    keep = (int)(ms[0].version - w->known[0].version);
+  w->known = lh_xrealloc(w->known, (size_t)(keep + n) * sizeof *w->known);
+  memcpy(w->known + keep, ms, (size_t)n * sizeof *ms);
+  w->n_known = keep + n;
+  known_trim(w);
+  pthread_cond_broadcast(&w->cv);
+}
+
+/* The poll thread: keeps a long poll for newer manifests in flight on its own connection, so
+ * that a new version is known half a round trip after it is published, also while the policy
+ * thread downloads the last one. */
+static void *poll_thread(void *ud) {
   worker *w = ud;
-  uint16_t *slab = NULL; /* this thread's copy of the newest version */
-  int64_t have = -1;
-  uint8_t hash[LH_HASH_BYTES] = {0}; /* of slab, once have >= 0 */
   int fails = 0;
   while (!stopping(w)) {
-    lh_err e = sync_policy(w, &slab, &have, hash, have >= 0 ? 5.0 : 0.0);
+    pthread_mutex_lock(&w->mu);
+    int64_t after = w->n_known > 0 ? w->known[w->n_known - 1].version : w->staged_version;
+    pthread_mutex_unlock(&w->mu);
+    lh_sync_manifest *ms = NULL;
+    int n = 0;
+    lh_err e = get_chain(w, w->poll_http, after, 5.0, &ms, &n);
     if (e == LH_ERR_NOTFOUND) continue; /* nothing newer within the poll */
     if (e) {
       failed(w, e, &fails);
@@ -619,13 +872,90 @@ static void *policy_thread(void *ud) {
     }
     fails = 0;
     pthread_mutex_lock(&w->mu);
+    known_add(w, ms, n);
+    if (w->staged_version >= 0) ahead_add(w, ms, n);
+    pthread_mutex_unlock(&w->mu);
+    free(ms);
+  }
+  return NULL;
+}
+
+/* The policy thread: brings its copy of the policy to the newest version the poll thread knows
+ * of, and stages it for the generator. */
+static void *policy_thread(void *ud) {
+  worker *w = ud;
+  uint16_t *slab = NULL; /* this thread's copy of the newest version */
+  int64_t have = -1;
+  uint8_t hash[LH_HASH_BYTES] = {0}; /* of slab, once have >= 0 */
+  int fails = 0;
+  while (!stopping(w)) {
+    pthread_mutex_lock(&w->mu);
+    while (!w->stop && (w->n_known == 0 || w->known[w->n_known - 1].version <= have))
+      wait_cv(w, 100);
+    int n = 0;
+    lh_sync_manifest *ms = NULL;
+    if (!w->stop) {
+      int first = 0;
+      while (w->known[first].version <= have)
+        first++;
+      n = w->n_known - first;
+      ms = lh_xmalloc((size_t)n * sizeof *ms);
+      memcpy(ms, w->known + first, (size_t)n * sizeof *ms);
+    }
+    pthread_mutex_unlock(&w->mu);
+    if (!ms) break;
+    int64_t from = have;
+    double t0 = lh_time_now();
+    sync_stats st;
+    lh_err e = sync_policy(w, ms, n, &slab, &have, hash, &st);
+    if (e == LH_ERR_NOTFOUND) { /* no route through what is known: the chain since `have` */
+      free(ms);
+      ms = NULL;
+      if (!(e = get_chain(w, w->http, have, 0.0, &ms, &n))) {
+        pthread_mutex_lock(&w->mu);
+        known_add(w, ms, n);
+        pthread_mutex_unlock(&w->mu);
+        e = sync_policy(w, ms, n, &slab, &have, hash, &st);
+      }
+    }
+    free(ms);
+    if (e == LH_ERR_NOTFOUND) { /* the server has nothing newer after all (it restarted from an
+                                 * older checkpoint): forget what the poll thread had seen */
+      pthread_mutex_lock(&w->mu);
+      w->n_known = 0;
+      wait_cv(w, 200);
+      pthread_mutex_unlock(&w->mu);
+      continue;
+    }
+    if (e) {
+      failed(w, e, &fails);
+      continue;
+    }
+    fails = 0;
+    double took = lh_time_now() - t0;
+    pthread_mutex_lock(&w->mu);
     w->lease_wait = false;
     w->n = (size_t)lh_config_n_params(&w->cfg);
     w->staged = lh_xrealloc(w->staged, w->n * sizeof *w->staged);
     memcpy(w->staged, slab, w->n * sizeof *w->staged);
     w->staged_version = have;
+    known_trim(w);
+    int64_t newer = w->n_known > 0 ? w->known[w->n_known - 1].version - have : 0;
+    lh_worker_result *r = w->res;
+    r->syncs++;
+    r->sync_versions += have - (from >= 0 ? from : -1);
+    r->sync_s += took;
+    r->sync_behind += newer;
+    r->snapshots_fetched += st.snapshots;
+    double rtt_ms = 1e3 * w->rtt_s, rate_kbps = w->rate_bps / 1e3;
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
+    lh_log(LH_LOG_DEBUG,
+           "worker: sync %lld -> %lld: %d blobs (%d fetched, %d snapshots, %.0f kB) in %.3f s "
+           "(blobs %.3f s, planned %.3f s at %.0f ms and %.0f kB/s); %lld newer known; at %lld",
+           (long long)from, (long long)have, st.steps, st.fetched, st.snapshots,
+           (double)st.bytes / 1e3, took, st.blobs_s, st.plan_s, rtt_ms, rate_kbps, (long long)newer,
+           (long long)now_ms(w));
     write_version(w, have, hash);
   }
   free(slab);
@@ -666,7 +996,12 @@ static void *lease_thread(void *ud) {
     double t0 = lh_time_now();
     e = lease(w, want, have);
     double dt = lh_time_now() - t0;
-    if (e != LH_ERR_IO) rtt = rtt > 0 ? 0.7 * rtt + 0.3 * dt : dt;
+    if (e != LH_ERR_IO) {
+      rtt = rtt > 0 ? 0.7 * rtt + 0.3 * dt : dt;
+      pthread_mutex_lock(&w->mu);
+      w->rtt_s = rtt; /* the policy thread plans with it */
+      pthread_mutex_unlock(&w->mu);
+    }
     if (e == LH_ERR_LIMIT) { /* the trainer has enough for now */
       pthread_mutex_lock(&w->mu);
       wait_cv(w, 200);
@@ -835,8 +1170,8 @@ lh_err lh_worker_run(const lh_worker_config *c, lh_worker_result *res) {
   lh_infer *inf = NULL;
   lh_generator *gen = NULL;
   lh__slowloris *loris = NULL;
-  pthread_t net, leaser, senders[SUBMITTERS];
-  bool net_started = false, leaser_started = false;
+  pthread_t net, poller, aheader, leaser, senders[SUBMITTERS];
+  bool net_started = false, poll_started = false, ahead_started = false, leaser_started = false;
   int n_senders = 0;
   lh_err e;
   struct stat st;
@@ -862,6 +1197,18 @@ lh_err lh_worker_run(const lh_worker_config *c, lh_worker_result *res) {
   if (c->adversary == LH_ADV_SLOWLORIS) loris = lh__adv_slowloris_start(c->server, 32);
   if ((e = lh_http_client_create(c->server, &w->http))) goto out;
   if ((e = lh_http_client_create(c->server, &w->lease_http))) goto out;
+  if ((e = lh_http_client_create(c->server, &w->poll_http))) goto out;
+  if (pthread_create(&poller, NULL, poll_thread, w)) {
+    e = lh_errorf(LH_ERR_NOMEM, "worker: cannot start the poll thread");
+    goto out;
+  }
+  poll_started = true;
+  if ((e = lh_http_client_create(c->server, &w->ahead_http))) goto out;
+  if (pthread_create(&aheader, NULL, ahead_thread, w)) {
+    e = lh_errorf(LH_ERR_NOMEM, "worker: cannot start the fetch-ahead thread");
+    goto out;
+  }
+  ahead_started = true;
   if (pthread_create(&net, NULL, policy_thread, w)) {
     e = lh_errorf(LH_ERR_NOMEM, "worker: cannot start the network thread");
     goto out;
@@ -1013,6 +1360,8 @@ out:
   pthread_cond_broadcast(&w->cv);
   pthread_mutex_unlock(&w->mu);
   if (net_started) pthread_join(net, NULL);
+  if (poll_started) pthread_join(poller, NULL);
+  if (ahead_started) pthread_join(aheader, NULL);
   if (leaser_started) pthread_join(leaser, NULL);
   for (int i = 0; i < n_senders; i++)
     pthread_join(senders[i], NULL);
@@ -1021,6 +1370,12 @@ out:
   lh_infer_free(inf);
   lh_http_client_free(w->http);
   lh_http_client_free(w->lease_http);
+  lh_http_client_free(w->poll_http);
+  lh_http_client_free(w->ahead_http);
+  for (int i = 0; i < PREFETCH; i++)
+    lh_http_client_free(w->fetch[i]);
+  free(w->known);
+  free(w->claimed);
   for (int i = 0; i < w->n_ready; i++)
     lh_node_group_clear(&w->ready[i].g);
   free(w->ready);

@@ -103,10 +103,11 @@ holds() { # worker: ok when DIR/version's hash is the ledger's for that version
 for w in wa wb; do holds $w || fail "$w: $(cat $w/version 2>/dev/null) is not a published version"; done
 
 # a late worker: starts from nothing and catches up through a keyframe (every 4 versions),
-# behind a link that resets every connection after 400 kB: its first download of the ~1.1 MB
-# snapshot is cut, and it resumes it (Range) on the next connection
+# behind a link that resets every connection after 100 kB: the pieces of the ~1.1 MB snapshot
+# that it fetches at once (8 connections, ~140 kB each) are cut, and it resumes the snapshot
+# (Range) on its own connection, 100 kB a try
 start_serve 1000
-lh_netem netem-reset "$PORT" --reset-after 400000
+lh_netem netem-reset "$PORT" --reset-after 100000
 RESET_NETEM=$NETEM
 start_worker wc "$NETEM_PORT"
 for _ in $(seq 1 300); do
@@ -122,6 +123,19 @@ for h in $(sqlite3 run/ledger.sqlite "SELECT lower(hex(hash)) FROM blobs WHERE k
   [ -f "wc/blobs/$h" ] && kf=1
 done
 [ "$kf" = 1 ] || fail "the late worker did not start from a keyframe after version 0"
+# chain=1 from a version two before a keyframe starts right after it, not at the keyframe (a
+# worker one version behind a keyframe takes the patch from its version, not the snapshot);
+# with nothing held, it starts at the newest keyframe
+k=$(sqlite3 run/ledger.sqlite "SELECT max(version) FROM blobs WHERE kind = 0 AND version >= 2")
+curl -s "http://127.0.0.1:$PORT/v1/policy?after=$((k - 2))&chain=1" >chain.txt
+first=$(head -1 chain.txt | /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["version"])')
+[ "$first" = $((k - 1)) ] || fail "chain=1 after $((k - 2)) began at version $first, expected $((k - 1))"
+kf_before=$(sqlite3 run/ledger.sqlite "SELECT max(version) FROM blobs WHERE kind = 0")
+curl -s "http://127.0.0.1:$PORT/v1/policy?after=-1&chain=1" >chain.txt
+first=$(head -1 chain.txt | /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["version"])')
+kf_after=$(sqlite3 run/ledger.sqlite "SELECT max(version) FROM blobs WHERE kind = 0")
+[ "$first" = "$kf_before" ] || [ "$first" = "$kf_after" ] ||
+  fail "chain=1 with nothing held began at $first, not the newest keyframe ($kf_before..$kf_after)"
 kill -TERM "$RESET_NETEM"
 wait "$RESET_NETEM" 2>/dev/null || true
 grep -q 'reset=[1-9]' netem-reset.log || fail "the late worker's link reset nothing: $(tail -1 netem-reset.log)"

@@ -6,6 +6,7 @@
  * corrupted, oversized, repaired by put) and planning (hand-built graphs and a brute-force check
  * of optimality on random ones) with the keyframe rule, and rebuilding a range of versions from a
  * blob store in one pass (no blob read twice). */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -1070,6 +1071,149 @@ static void test_plan_random(void **state) {
 #undef RND
 }
 
+/* Plans by time and checks the route's steps (to, from) and its estimate. */
+static void expect_timed(const edge *edges, int n_edges, int64_t from, int64_t to, lh_sync_cost c,
+                         double seconds, const int64_t (*steps)[2], int n_steps) {
+  lh_sync_manifest *v = calloc((size_t)n_edges + 1, sizeof *v);
+  int n = build(edges, n_edges, v);
+  lh_sync_route r;
+  lh_err e = lh_sync_plan_time(v, n, from, to, &c, &r);
+  if (e) fail_msg("plan %lld -> %lld: %s", (long long)from, (long long)to, lh_last_error());
+  if (fabs(r.seconds - seconds) > 1e-9)
+    fail_msg("plan %lld -> %lld: %.6f s, expected %.6f", (long long)from, (long long)to, r.seconds,
+             seconds);
+  assert_int_equal(r.n, n_steps);
+  for (int i = 0; i < n_steps; i++) {
+    const lh_sync_manifest *m = &v[r.steps[i].manifest];
+    const lh_sync_blob_ref *b = &m->blobs[r.steps[i].blob];
+    if (m->version != steps[i][0] || b->from != steps[i][1])
+      fail_msg("step %d: %lld from %lld, expected %lld from %lld", i, (long long)m->version,
+               (long long)b->from, (long long)steps[i][0], (long long)steps[i][1]);
+  }
+  lh_sync_route_free(&r);
+  free(v);
+}
+
+static void test_plan_time(void **state) {
+  (void)state;
+  /* the demo's shape: a keyframe of 1140 kB every 7 versions, patches of 180 kB between */
+  const edge kf[] = {{0, N, 1140}, {1, 0, 180}, {2, 1, 180}, {3, 2, 180},
+                     {4, 3, 180},  {5, 4, 180}, {6, 5, 180}, {6, N, 1140}};
+  const int64_t chain6[][2] = {{1, 0}, {2, 1}, {3, 2}, {4, 3}, {5, 4}, {6, 5}};
+  const int64_t snap6[][2] = {{6, N}};
+  const int64_t one[][2] = {{6, 5}};
+  /* kB and kB/s: 300 ms round trips at 1000 kB/s */
+  lh_sync_cost serial = {0.3, 1000, 1}, wide = {0.3, 1000, 8}, near = {0, 1000, 1};
+  /* 6 behind, one blob at a time: the chain's 6 round trips lose to one snapshot (fewer bytes
+   * notwithstanding: lh_sync_plan takes the chain) */
+  expect_timed(kf, COUNT(kf), 0, 6, serial, 1.14 + 0.3, snap6, 1);
+  expect_route(kf, COUNT(kf), 0, 6, 1080, chain6, 6);
+  /* 8 blobs at once: the chain costs one round trip, and its fewer bytes win */
+  expect_timed(kf, COUNT(kf), 0, 6, wide, 1.08 + 0.3, chain6, 6);
+  /* no round trip to speak of: the fewest bytes */
+  expect_timed(kf, COUNT(kf), 0, 6, near, 1.08, chain6, 6);
+  /* one behind: the patch, however the link */
+  expect_timed(kf, COUNT(kf), 5, 6, serial, 0.18 + 0.3, one, 1);
+  /* nothing held: the newest snapshot */
+  expect_timed(kf, COUNT(kf), N, 6, wide, 1.14 + 0.3, snap6, 1);
+  /* a held version with no manifest of its own, a patch from it */
+  const edge held[] = {{4, 3, 7}, {4, N, 100}};
+  const int64_t s_held[][2] = {{4, 3}};
+  expect_timed(held, COUNT(held), 3, 4, serial, 0.007 + 0.3, s_held, 1);
+  /* ties of time: fewer bytes (3 blobs, 2 round trips against 2 blobs of more bytes, 1 round
+   * trip, 2 at once) */
+  const edge tie[] = {{0, N, 100}, {1, 0, 10}, {2, 1, 10}, {3, 2, 10}, {3, 1, 30}};
+  const int64_t s_tie[][2] = {{1, 0}, {2, 1}, {3, 2}};
+  lh_sync_cost two = {1.0, 10, 2};
+  expect_timed(tie, COUNT(tie), 0, 3, two, 3.0 + 2.0, s_tie, 3);
+  expect_timed(tie, COUNT(tie), 0, 3, serial, 0.04 + 0.6, (const int64_t[][2]){{1, 0}, {3, 1}}, 2);
+  /* errors: a bad cost, and what lh_sync_plan refuses */
+  lh_sync_manifest v[COUNT(kf)];
+  int n = build(kf, COUNT(kf), v);
+  lh_sync_route r;
+  lh_sync_cost bad[] = {{-1, 1, 1}, {0, 0, 1}, {0, 1, 0}, {NAN, 1, 1}, {0, INFINITY, 1}};
+  for (int i = 0; i < COUNT(bad); i++) {
+    expect_err(lh_sync_plan_time(v, n, 0, 6, &bad[i], &r), LH_ERR_INVAL, "expected a round trip");
+    assert_null(r.steps);
+  }
+  expect_err(lh_sync_plan_time(v, n, 0, 9, &serial, &r), LH_ERR_NOTFOUND, "not published");
+  const edge patches[] = {{4, 3, 10}, {5, 4, 10}};
+  n = build(patches, COUNT(patches), v);
+  expect_err(lh_sync_plan_time(v, n, 2, 5, &serial, &r), LH_ERR_NOTFOUND, "no published blobs");
+  v[1] = v[0];
+  expect_err(lh_sync_plan_time(v, 2, N, 4, &serial, &r), LH_ERR_INVAL, "listed twice");
+  /* from == to: nothing to fetch */
+  n = build(kf, COUNT(kf), v);
+  assert_int_equal(lh_sync_plan_time(v, n, 3, 3, &serial, &r), LH_ERR_OK);
+  assert_int_equal(r.n, 0);
+}
+
+/* The fastest time of any route from `at` (N: nothing) to `to`, by exhaustive search. */
+static void brute_time(const edge *e, int ne, int64_t at, int64_t to, uint64_t bytes, int steps,
+                       const lh_sync_cost *c, double *best) {
+  if (at == to && at != N) {
+    double x = lh_sync_route_seconds(c, bytes, steps);
+    if (x < *best) *best = x;
+    return;
+  }
+  if (steps > 8) return;
+  for (int i = 0; i < ne; i++) {
+    if (e[i].from != N && e[i].from != at) continue;
+    if (e[i].from == N && e[i].to == at) continue;
+    if (e[i].from != N && e[i].to <= at) continue;
+    brute_time(e, ne, e[i].to, to, bytes + e[i].size, steps + 1, c, best);
+  }
+}
+
+static void test_plan_time_random(void **state) {
+  (void)state;
+  uint32_t x = 777;
+#define RND() (x = x * 1103515245u + 12345u, (x >> 16) & 0x7fff)
+  for (int round = 0; round < 400; round++) {
+    edge e[40];
+    int ne = 0, nv = 2 + (int)(RND() % 6);
+    for (int v = 0; v < nv; v++) {
+      if (RND() % 3 == 0) e[ne++] = (edge){v, N, 50 + RND() % 100};
+      for (int u = 0; u < v; u++)
+        if (RND() % 3 == 0) e[ne++] = (edge){v, u, 1 + RND() % 60};
+    }
+    if (ne == 0) continue;
+    lh_sync_manifest v[8];
+    int n = build(e, ne, v);
+    lh_sync_cost c = {(double)(RND() % 50), 1.0 + RND() % 4, 1 + (int)(RND() % 3)};
+    for (int q = 0; q < 6; q++) {
+      int64_t from = (int64_t)(RND() % (unsigned)(nv + 1)) - 1, to = v[RND() % (unsigned)n].version;
+      double best = INFINITY;
+      if (from == to)
+        best = 0;
+      else
+        brute_time(e, ne, from, to, 0, 0, &c, &best);
+      lh_sync_route r;
+      lh_err err = lh_sync_plan_time(v, n, from, to, &c, &r);
+      if (best == INFINITY) {
+        assert_int_equal(err, LH_ERR_NOTFOUND);
+        continue;
+      }
+      assert_int_equal(err, LH_ERR_OK);
+      if (fabs(r.seconds - best) > 1e-9) fail_msg("%.6f s, the fastest %.6f", r.seconds, best);
+      /* the route is applicable and its estimate is its own */
+      int64_t have = from;
+      uint64_t sum = 0;
+      for (int i = 0; i < r.n; i++) {
+        const lh_sync_blob_ref *b = &v[r.steps[i].manifest].blobs[r.steps[i].blob];
+        if (b->kind == LH_SYNC_PATCH) assert_int_equal(b->from, have);
+        have = v[r.steps[i].manifest].version;
+        sum += b->size;
+      }
+      assert_int_equal(have, to);
+      assert_int_equal(sum, r.bytes);
+      if (r.n) assert_true(fabs(lh_sync_route_seconds(&c, r.bytes, r.n) - r.seconds) < 1e-12);
+      lh_sync_route_free(&r);
+    }
+  }
+#undef RND
+}
+
 static void test_keyframe_rule(void **state) {
   (void)state;
   assert_true(lh_sync_keyframe_due(4, 0, N, 0, 1000));      /* no keyframe yet */
@@ -1249,6 +1393,8 @@ int main(void) {
       cmocka_unit_test(test_blob_store),
       cmocka_unit_test(test_plan_graphs),
       cmocka_unit_test(test_plan_random),
+      cmocka_unit_test(test_plan_time),
+      cmocka_unit_test(test_plan_time_random),
       cmocka_unit_test(test_keyframe_rule),
       cmocka_unit_test(test_rebuild),
   };
