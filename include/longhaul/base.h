@@ -180,6 +180,19 @@ void lh_set_threads(int n);
 /* Index of the calling thread in the current OpenMP team, in [0, lh_threads()); 0 outside. */
 int lh_thread_id(void);
 
+/* A barrier for the threads of one team (an OpenMP parallel region, or pthreads) that runs many
+ * short steps one after the other, as an inference forward does: a thread that arrives early
+ * spins for up to about LH_BARRIER_SPIN_US microseconds, then sleeps (a futex on Linux, else it
+ * yields), so a gap of a few microseconds between two steps costs no wake-up and a long one no
+ * CPU. Zero-initialise it ({0}) before the team starts; every thread of a team of n calls
+ * lh_barrier_wait(b, n), all with the same n; none returns before all n have called it, and what
+ * each thread wrote before the call is visible to every thread after it. Reusable at once. */
+#define LH_BARRIER_SPIN_US 100
+typedef struct lh_barrier {
+  _Atomic unsigned arrived, phase, sleepers; /* private */
+} lh_barrier;
+void lh_barrier_wait(lh_barrier *b, int n);
+
 /* The JSON type of a jansson value in words ("integer", "string", ...), for error messages
  * such as "field num_heads: expected an integer, found string". */
 struct json_t;

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -743,6 +744,65 @@ int lh_thread_id(void) {
 #else
   return 0;
 #endif
+}
+
+#ifdef __linux__
+#include <linux/futex.h>
+#include <sys/syscall.h>
+static void phase_sleep(_Atomic unsigned *phase, unsigned seen) {
+  syscall(SYS_futex, (unsigned *)phase, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
+}
+static void phase_wake(_Atomic unsigned *phase) {
+  syscall(SYS_futex, (unsigned *)phase, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
+}
+#else
+static void phase_sleep(_Atomic unsigned *phase, unsigned seen) {
+  (void)phase;
+  (void)seen;
+  sched_yield();
+}
+static void phase_wake(_Atomic unsigned *phase) {
+  (void)phase;
+}
+#endif
+
+static inline void spin_pause(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+/* The last thread to arrive resets the count and moves the phase on; the others wait for the
+ * phase to move. A sleeper counts itself in `sleepers` before it checks the phase one last time
+ * and the last arrival reads `sleepers` after moving the phase (all sequentially consistent), so
+ * either the sleeper sees the new phase or the last arrival sees the sleeper and wakes it. */
+void lh_barrier_wait(lh_barrier *b, int n) {
+  if (n <= 1) return;
+  unsigned seen = atomic_load(&b->phase);
+  if (atomic_fetch_add(&b->arrived, 1) == (unsigned)n - 1) {
+    atomic_store(&b->arrived, 0);
+    atomic_fetch_add(&b->phase, 1);
+    if (atomic_load(&b->sleepers)) phase_wake(&b->phase);
+    return;
+  }
+  double until = 0;
+  for (unsigned i = 1;; i++) {
+    if (atomic_load_explicit(&b->phase, memory_order_acquire) != seen) return;
+    spin_pause();
+    if (i % 256 == 0) { /* the clock read is ~20 ns: 1 in 256 spins */
+      double now = lh_time_now();
+      if (until == 0)
+        until = now + LH_BARRIER_SPIN_US * 1e-6;
+      else if (now > until)
+        break;
+    }
+  }
+  atomic_fetch_add(&b->sleepers, 1);
+  while (atomic_load(&b->phase) == seen)
+    phase_sleep(&b->phase, seen);
+  atomic_fetch_sub(&b->sleepers, 1);
 }
 
 void lh_set_threads(int n) {
