@@ -80,7 +80,7 @@ static void compute_offsets(const lh_config *c, weight_offsets *o) {
 
 lh_err lh_infer_from_model(const lh_model *src, lh_infer **out) {
   *out = NULL;
-  uint16_t *w = lh_try_malloc_aligned(src->n_params * sizeof(uint16_t), "infer: bf16 weights");
+  uint16_t *w = lh_try_malloc_huge(src->n_params * sizeof(uint16_t), "infer: bf16 weights");
   if (!w) return LH_ERR_NOMEM;
   lh_infer *m = lh_xcalloc(1, sizeof *m);
   m->cfg = src->cfg;
