@@ -80,7 +80,11 @@ int main(int argc, char **argv) {
     maxw = w > maxw ? w : maxw;
     maxo = o > maxo ? o : maxo;
   }
-  uint16_t *w = lh_xmalloc_aligned(maxw * sizeof *w);
+  uint16_t *w = lh_try_malloc_huge(maxw * sizeof *w, "bf16mm_bench: weights"); /* as infer's */
+  if (!w) {
+    fprintf(stderr, "bf16mm_bench: %s\n", lh_last_error());
+    return 1;
+  }
   float *w32 = with_sgemm ? lh_xmalloc_aligned(maxw * sizeof *w32) : NULL;
   float *out = lh_xmalloc_aligned(maxo * 4);
   float *x = lh_xmalloc_aligned((size_t)M * 4864 * sizeof *x);

@@ -2,7 +2,8 @@
  * decode step reads all the weights once). Sums a buffer larger than any cache with OpenMP, read
  * as fp32 and read as bf16 widened to fp32 (what the bf16 decode kernels do); best of R passes
  * after a warmup. Prints one JSON line; bench/generate.sh divides longhaul's decode weight
- * traffic by it.
+ * traffic by it. The buffer is allocated as longhaul allocates the weights (lh_try_malloc_huge:
+ * transparent huge pages where the kernel gives them), so both stream through the same pages.
  *   membw [--threads K] [--mib M] [--reps R] */
 #include <stdint.h>
 #include <stdio.h>
@@ -108,7 +109,12 @@ int main(int argc, char **argv) {
   }
   lh_set_threads(threads);
   size_t bytes = (size_t)mib << 20, n_chunks = bytes / CHUNK;
-  uint32_t *buf = lh_xmalloc_aligned(bytes);
+  /* in huge pages where the kernel gives them, as longhaul holds the weights */
+  uint32_t *buf = lh_try_malloc_huge(bytes, "membw: the buffer");
+  if (!buf) {
+    fprintf(stderr, "membw: %s\n", lh_last_error());
+    return 1;
+  }
   fill(buf, bytes / 4);
 
   double best_f32 = 1e30, best_bf16 = 1e30, check = 0;

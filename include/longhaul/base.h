@@ -68,6 +68,11 @@ char *lh_xstrdup(const char *s);
  * LH_ERR_NOMEM's message set to "WHAT: cannot allocate N bytes (G GiB)". n == SIZE_MAX (what
  * lh_size_mul saturates to) always fails. */
 void *lh_try_malloc_aligned(size_t n, const char *what);
+/* The same for a large buffer that is streamed through again and again (a model's weights):
+ * aligned to 2 MiB and, on Linux, marked for transparent huge pages (madvise MADV_HUGEPAGE)
+ * before any of it is touched, so the kernel backs it with 2 MiB pages where it can: one TLB
+ * entry and one page fault per 2 MiB instead of per 4 KiB. Released with free(). */
+void *lh_try_malloc_huge(size_t n, const char *what);
 /* a * b, or SIZE_MAX when the product does not fit: chains of products that saturate. */
 size_t lh_size_mul(size_t a, size_t b);
 
@@ -179,6 +184,23 @@ int lh_threads(void);
 void lh_set_threads(int n);
 /* Index of the calling thread in the current OpenMP team, in [0, lh_threads()); 0 outside. */
 int lh_thread_id(void);
+
+/* A barrier for the threads of one team (an OpenMP parallel region, or pthreads) that runs many
+ * short steps one after the other, as an inference forward does: a thread that arrives early
+ * spins for a while, then sleeps (a futex on Linux, else it yields), so a gap of a few
+ * microseconds between two steps costs no wake-up and a long one no CPU. How long it spins
+ * adapts, process-wide, to how waits end: it halves after a wait that had to sleep and grows
+ * back (up to 100 us) after waits that did not, so on a machine whose cores are busy with other
+ * work, where the thread waited for is often descheduled and spinning only burns the time it
+ * needs, the waiting threads soon sleep at once. LH_SPIN_US=N in the environment fixes it at N
+ * microseconds instead (0: always sleep at once). Zero-initialise the barrier ({0}) before the
+ * team starts; every thread of a team of n calls lh_barrier_wait(b, n), all with the same n;
+ * none returns before all n have called it, and what each thread wrote before the call is
+ * visible to every thread after it. Reusable at once. */
+typedef struct lh_barrier {
+  _Atomic unsigned arrived, phase, sleepers; /* private */
+} lh_barrier;
+void lh_barrier_wait(lh_barrier *b, int n);
 
 /* The JSON type of a jansson value in words ("integer", "string", ...), for error messages
  * such as "field num_heads: expected an integer, found string". */

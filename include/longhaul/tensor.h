@@ -59,6 +59,15 @@ static inline float lh_bf16f(uint16_t b) {
  * thread count (OpenMP over output columns, static chunks). Allocates nothing on the heap (each
  * thread permutes activations into 34 KiB of its stack). */
 void lh_bf16mm(float *out, const float *x, const uint16_t *W, int M, int K, int N, bool accumulate);
+/* The same product split by hand, for a team of threads that is already running (one parallel
+ * region over a whole forward, lh_barrier between its steps): thread t of T computes the output
+ * columns [*n0, *n1) that lh_bf16mm_share gives it (static chunks of whole tiles; a product
+ * under 65536 multiply-adds goes whole to thread 0 and the others get an empty range), with
+ * lh_bf16mm_cols. Every column's sums are lh_bf16mm's, bit for bit. lh_bf16mm_cols writes
+ * columns [n0, n1) of out, whose rows are ldo floats apart, on the calling thread. */
+void lh_bf16mm_share(int M, int K, int N, int t, int T, int *n0, int *n1);
+void lh_bf16mm_cols(float *out, int ldo, const float *x, const uint16_t *W, int M, int K, int n0,
+                    int n1, bool accumulate);
 
 /* The kernel paths. Paths differ in the order of their fp32 sums (8 or 16 lanes), so their
  * results differ in the last bits (a verifier calibrates its logit tolerance across them). */
@@ -108,6 +117,9 @@ void lh_rope_apply(float *x, int n_heads, int hd, const float *cos_t, const floa
 /* SwiGLU over M rows: h (M, F) = silu(gu[:, :F]) * gu[:, F:], gu (M, 2F) holding the gate and
  * up projections side by side. */
 void lh_swiglu_forward(float *h, const float *gu, int M, int F);
+/* The same for the columns [j0, j1) of every row only, on the calling thread (each element as
+ * lh_swiglu_forward computes it): for a team whose threads each own some columns. */
+void lh_swiglu_cols(float *h, const float *gu, int M, int F, int j0, int j1);
 /* dgu (M, 2F) from dh (M, F) (overwrites). */
 void lh_swiglu_backward(float *dgu, const float *dh, const float *gu, int M, int F);
 

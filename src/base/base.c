@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -14,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -100,6 +102,18 @@ void *lh_try_malloc_aligned(size_t n, const char *what) {
       lh_errorf(LH_ERR_NOMEM, "%s: cannot allocate %zu bytes (%.1f GiB)", what, n,
                 (double)n / (double)(1u << 30));
   }
+  return p;
+}
+
+void *lh_try_malloc_huge(size_t n, const char *what) {
+  const size_t huge = (size_t)2 << 20;
+  if (n > SIZE_MAX - huge) return lh_try_malloc_aligned(SIZE_MAX, what); /* the same message */
+  size_t rounded = n ? (n + huge - 1) / huge * huge : huge;
+  void *p = aligned_alloc(huge, rounded);
+  if (!p) return lh_try_malloc_aligned(n, what); /* fails with its message, or gets 64 bytes */
+#ifdef MADV_HUGEPAGE
+  madvise(p, rounded, MADV_HUGEPAGE); /* a hint: without it the pages are 4 KiB, nothing else */
+#endif
   return p;
 }
 
@@ -743,6 +757,102 @@ int lh_thread_id(void) {
 #else
   return 0;
 #endif
+}
+
+#ifdef __linux__
+#include <linux/futex.h>
+#include <sys/syscall.h>
+static void phase_sleep(_Atomic unsigned *phase, unsigned seen) {
+  syscall(SYS_futex, (unsigned *)phase, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
+}
+static void phase_wake(_Atomic unsigned *phase) {
+  syscall(SYS_futex, (unsigned *)phase, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
+}
+#else
+static void phase_sleep(_Atomic unsigned *phase, unsigned seen) {
+  (void)phase;
+  (void)seen;
+  sched_yield();
+}
+static void phase_wake(_Atomic unsigned *phase) {
+  (void)phase;
+}
+#endif
+
+static inline void spin_pause(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+/* The spin budget in nanoseconds, shared by every barrier of the process: -1 until read from
+ * LH_SPIN_US; fixed when that is set, else adapted between SPIN_MIN_NS and SPIN_MAX_NS. */
+#define SPIN_MAX_NS 100000
+#define SPIN_MIN_NS 2000
+static _Atomic int spin_ns = -1;
+static atomic_bool spin_fixed;
+
+static int spin_budget(void) {
+  int ns = atomic_load_explicit(&spin_ns, memory_order_relaxed);
+  if (ns >= 0) return ns;
+  const char *e = getenv("LH_SPIN_US");
+  char *end = NULL;
+  long us = e && *e ? strtol(e, &end, 10) : -1;
+  if (e && *e && (*end || us < 0 || us > 1000000)) {
+    lh_log(LH_LOG_WARN, "LH_SPIN_US=%s: expected microseconds from 0 to 1000000; adapting", e);
+    us = -1;
+  }
+  if (us >= 0) atomic_store(&spin_fixed, true);
+  ns = us >= 0 ? (int)(us * 1000) : SPIN_MAX_NS / 2;
+  atomic_store_explicit(&spin_ns, ns, memory_order_relaxed);
+  return ns;
+}
+
+/* a wait that ended while spinning grows the budget by 1/16; one that slept halves it (racy
+ * updates lose a step now and then, which only delays the adaptation) */
+static void spin_adapt(int ns, bool slept) {
+  if (atomic_load_explicit(&spin_fixed, memory_order_relaxed)) return;
+  int next = slept ? ns / 2 : ns + ns / 16 + 100;
+  next = next < SPIN_MIN_NS ? SPIN_MIN_NS : next > SPIN_MAX_NS ? SPIN_MAX_NS : next;
+  if (next != ns) atomic_store_explicit(&spin_ns, next, memory_order_relaxed);
+}
+
+/* The last thread to arrive resets the count and moves the phase on; the others wait for the
+ * phase to move. A sleeper counts itself in `sleepers` before it checks the phase one last time
+ * and the last arrival reads `sleepers` after moving the phase (all sequentially consistent), so
+ * either the sleeper sees the new phase or the last arrival sees the sleeper and wakes it. */
+void lh_barrier_wait(lh_barrier *b, int n) {
+  if (n <= 1) return;
+  unsigned seen = atomic_load(&b->phase);
+  if (atomic_fetch_add(&b->arrived, 1) == (unsigned)n - 1) {
+    atomic_store(&b->arrived, 0);
+    atomic_fetch_add(&b->phase, 1);
+    if (atomic_load(&b->sleepers)) phase_wake(&b->phase);
+    return;
+  }
+  int budget = spin_budget();
+  double until = -1;
+  for (unsigned i = 0; budget > 0; i++) {
+    if (atomic_load_explicit(&b->phase, memory_order_acquire) != seen) {
+      spin_adapt(budget, false);
+      return;
+    }
+    spin_pause();
+    if (i % 64 == 0) { /* a clock read (~20 ns) every 64 pauses */
+      double now = lh_time_now();
+      if (until < 0)
+        until = now + budget * 1e-9;
+      else if (now > until)
+        break;
+    }
+  }
+  spin_adapt(budget, true);
+  atomic_fetch_add(&b->sleepers, 1);
+  while (atomic_load(&b->phase) == seen)
+    phase_sleep(&b->phase, seen);
+  atomic_fetch_sub(&b->sleepers, 1);
 }
 
 void lh_set_threads(int n) {

@@ -7,6 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "longhaul/infer.h"
 #include "longhaul/tensor.h"
@@ -31,12 +34,11 @@ struct lh_kv {
   int n_slots, max_seq, max_rows, n_threads;
   float *k, *v;               /* (L, n_slots, max_seq, KV*hd) */
   float *x;                   /* (R, C) residual stream */
-  float *xn;                  /* (R, C) normed */
+  float *xn;                  /* (n_threads, R, C) normed rows: each thread norms every row */
   float *qkv;                 /* (R, QKV) */
   float *att;                 /* (R, H*hd) */
   float *gu;                  /* (R, 2F) */
   float *h;                   /* (R, F) */
-  float *xl;                  /* (R, C) rows that want logits, normed */
   float *scores;              /* (n_threads, max_seq): n_threads = lh_threads() at creation */
   float *rope_cos, *rope_sin; /* (max_seq, hd/2) */
 };
@@ -78,7 +80,7 @@ static void compute_offsets(const lh_config *c, weight_offsets *o) {
 
 lh_err lh_infer_from_model(const lh_model *src, lh_infer **out) {
   *out = NULL;
-  uint16_t *w = lh_try_malloc_aligned(src->n_params * sizeof(uint16_t), "infer: bf16 weights");
+  uint16_t *w = lh_try_malloc_huge(src->n_params * sizeof(uint16_t), "infer: bf16 weights");
   if (!w) return LH_ERR_NOMEM;
   lh_infer *m = lh_xcalloc(1, sizeof *m);
   m->cfg = src->cfg;
@@ -182,12 +184,12 @@ lh_err lh_kv_create(const lh_infer *m, int n_slots, int max_seq, int max_rows, l
       {&kv->k, cache, what},
       {&kv->v, cache, "kv cache: values (as many bytes as the keys)"},
       {&kv->x, lh_size_mul(R, C * sizeof(float)), "kv cache: residual rows"},
-      {&kv->xn, lh_size_mul(R, C * sizeof(float)), "kv cache: normed rows"},
+      {&kv->xn, lh_size_mul(lh_size_mul((size_t)kv->n_threads, R), C * sizeof(float)),
+       "kv cache: normed rows (one copy per thread)"},
       {&kv->qkv, lh_size_mul(R, QKV * sizeof(float)), "kv cache: q/k/v rows"},
       {&kv->att, lh_size_mul(R, QD * sizeof(float)), "kv cache: attention rows"},
       {&kv->gu, lh_size_mul(R, 2 * F * sizeof(float)), "kv cache: gate/up rows"},
       {&kv->h, lh_size_mul(R, F * sizeof(float)), "kv cache: MLP rows"},
-      {&kv->xl, lh_size_mul(R, C * sizeof(float)), "kv cache: head rows"},
       {&kv->scores, lh_size_mul((size_t)kv->n_threads, S * sizeof(float)), "kv cache: scores"},
       {&kv->rope_cos, S * (hd / 2) * sizeof(float), "kv cache: RoPE table"},
       {&kv->rope_sin, S * (hd / 2) * sizeof(float), "kv cache: RoPE table"},
@@ -212,7 +214,6 @@ void lh_kv_free(lh_kv *kv) {
   free(kv->att);
   free(kv->gu);
   free(kv->h);
-  free(kv->xl);
   free(kv->scores);
   free(kv->rope_cos);
   free(kv->rope_sin);
@@ -223,11 +224,13 @@ int lh_kv_max_seq(const lh_kv *kv) {
   return kv->max_seq;
 }
 
-/* ---------------------------------------------------------------- kernels */
+/* ---------------------------------------------------------------- the forward */
 
-/* RMSNorm of rows with a bf16 weight. */
-static void rmsnorm_bf16(float *out, const float *x, const uint16_t *w, int M, int C, float eps) {
-#pragma omp parallel for schedule(static) if (M > 1)
+/* RMSNorm of rows with a bf16 weight, on the calling thread. Never inlined nor specialised
+ * (noipa): the compiler vectorises the sum of squares in another order where it knows M or C,
+ * and a row's bits must not depend on the call site. */
+static __attribute__((noipa)) void rmsnorm_bf16(float *out, const float *x, const uint16_t *w,
+                                                int M, int C, float eps) {
   for (int i = 0; i < M; i++) {
     const float *xi = x + (size_t)i * C;
     float *oi = out + (size_t)i * C, ss = 0.0f;
@@ -241,13 +244,140 @@ static void rmsnorm_bf16(float *out, const float *x, const uint16_t *w, int M, i
   }
 }
 
-lh_err lh_infer_forward(const lh_infer *m, lh_kv *kv, const lh_infer_row *rows, int n,
-                        float *logits) {
+/* One forward, shared by a team of T threads that stays up for all of it: each weight product
+ * is split by output columns (lh_bf16mm_share), and the steps in between by rows or heads; an
+ * lh_barrier separates a step from the next one that reads its output (6 per layer). What a
+ * thread needs whole and is cheap, the RMSNorm of every row (O(rows x C) against a product's
+ * O(rows x C x N)), it computes itself into its own copy instead of waiting for it. Every value
+ * is computed by one thread in an order that does not depend on T or on the other rows. */
+typedef struct {
+  const lh_infer *m;
+  lh_kv *kv;
+  const lh_infer_row *rows;
+  int n;
+  float *logits;
+  lh_barrier bar;
+} forward_job;
+
+/* [*a, *b): thread t's chunk of n units in T static chunks */
+static void chunk(int n, int t, int T, int *a, int *b) {
+  int per = (n + T - 1) / T;
+  *a = t * per < n ? t * per : n;
+  *b = (t + 1) * per < n ? (t + 1) * per : n;
+}
+
+/* thread t's share of out (M, N) (+)= x (M, K) @ Wt^T, plus the bf16 bias of its columns unless
+ * bias is NULL */
+static void product_cols(float *out, const float *x, const uint16_t *Wt, const uint16_t *bias,
+                         int M, int K, int N, bool accumulate, int t, int T) {
+  int a, b;
+  lh_bf16mm_share(M, K, N, t, T, &a, &b);
+  lh_bf16mm_cols(out, N, x, Wt, M, K, a, b, accumulate);
+  if (bias)
+    for (int r = 0; r < M; r++)
+      for (int j = a; j < b; j++)
+        out[(size_t)r * N + j] += lh_bf16f(bias[j]);
+}
+
+static void forward_thread(forward_job *f, int t, int T) {
+  const lh_infer *m = f->m;
+  lh_kv *kv = f->kv;
+  const lh_infer_row *rows = f->rows;
+  int n = f->n;
   const lh_config *c = &m->cfg;
   const weight_offsets *o = &m->o;
   int C = c->hidden_size, L = c->n_layers, H = c->n_heads, KV = c->n_kv_heads, hd = c->head_dim;
   int QD = H * hd, KD = KV * hd, QKV = QD + 2 * KD, F = c->intermediate_size;
   int V = c->vocab_size, G = H / KV, S = kv->max_seq;
+  const uint16_t *W = m->w;
+  float scale = 1.0f / sqrtf((float)hd), eps = c->rms_eps;
+  float *xn = kv->xn + (size_t)t * kv->max_rows * C; /* this thread's normed rows */
+  int a, b;
+
+  chunk(n, t, T, &a, &b);
+  for (int r = a; r < b; r++) {
+    const uint16_t *e = W + o->embed + (size_t)rows[r].token * C;
+    float *x = kv->x + (size_t)r * C;
+    for (int j = 0; j < C; j++)
+      x[j] = lh_bf16f(e[j]);
+  }
+  lh_barrier_wait(&f->bar, T);
+
+  for (int l = 0; l < L; l++) {
+    size_t lo = (size_t)l * o->layer_stride;
+    float *kc = kv->k + (size_t)l * kv->n_slots * S * KD;
+    float *vc = kv->v + (size_t)l * kv->n_slots * S * KD;
+    /* q/k/v and their bias */
+    rmsnorm_bf16(xn, kv->x, W + o->ln1 + lo, n, C, eps);
+    product_cols(kv->qkv, xn, W + o->wqkv + lo, o->has_bias ? W + o->bqkv + lo : NULL, n, C, QKV,
+                 false, t, T);
+    lh_barrier_wait(&f->bar, T);
+    /* per (row, q or k head): q/k norm and RoPE; a k head goes into the slot's cache with its
+     * v head */
+    chunk(n * (H + KV), t, T, &a, &b);
+    for (int u = a; u < b; u++) {
+      int r = u / (H + KV), j = u % (H + KV);
+      float *row = kv->qkv + (size_t)r * QKV, *p = row + (size_t)j * hd;
+      if (o->has_qk_norm) rmsnorm_bf16(p, p, W + (j < H ? o->q_norm : o->k_norm) + lo, 1, hd, eps);
+      lh_rope_apply(p, 1, hd, kv->rope_cos, kv->rope_sin, rows[r].pos, 0);
+      if (j >= H) {
+        size_t at = ((size_t)rows[r].slot * S + rows[r].pos) * KD + (size_t)(j - H) * hd;
+        memcpy(kc + at, p, (size_t)hd * sizeof(float));
+        memcpy(vc + at, row + QD + KD + (size_t)(j - H) * hd, (size_t)hd * sizeof(float));
+      }
+    }
+    lh_barrier_wait(&f->bar, T);
+    /* attention of each (row, head) over its slot's positions [0, pos] */
+    chunk(n * H, t, T, &a, &b);
+    for (int u = a; u < b; u++) {
+      int r = u / H, h = u % H;
+      const float *q = kv->qkv + (size_t)r * QKV + (size_t)h * hd;
+      int g = h / G, P = rows[r].pos + 1;
+      const float *ks = kc + (size_t)rows[r].slot * S * KD + (size_t)g * hd;
+      const float *vs = vc + (size_t)rows[r].slot * S * KD + (size_t)g * hd;
+      float *s = kv->scores + (size_t)t * S, mx = -INFINITY, sum = 0.0f;
+      /* s = scale * K[0:P] q and a = V[0:P]^T p: matrix-vector products over the cache
+       * (single-threaded inside the team) */
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, P, hd, scale, ks, KD, q, 1, 0.0f, s, 1);
+      for (int j = 0; j < P; j++)
+        mx = s[j] > mx ? s[j] : mx;
+#pragma omp simd reduction(+ : sum)
+      for (int j = 0; j < P; j++) {
+        s[j] = lh_expf(s[j] - mx);
+        sum += s[j];
+      }
+      float *att = kv->att + (size_t)r * QD + (size_t)h * hd;
+      cblas_sgemv(CblasRowMajor, CblasTrans, P, hd, 1.0f / sum, vs, KD, s, 1, 0.0f, att, 1);
+    }
+    lh_barrier_wait(&f->bar, T);
+    /* o and its bias, added to the residual */
+    product_cols(kv->x, kv->att, W + o->wo + lo, o->has_o_bias ? W + o->bo + lo : NULL, n, QD, C,
+                 true, t, T);
+    lh_barrier_wait(&f->bar, T);
+    /* gate and up of this thread's columns of the MLP, then their SwiGLU */
+    rmsnorm_bf16(xn, kv->x, W + o->ln2 + lo, n, C, eps);
+    lh_bf16mm_share(n, C, F, t, T, &a, &b);
+    lh_bf16mm_cols(kv->gu, 2 * F, xn, W + o->wgu + lo, n, C, a, b, false);
+    lh_bf16mm_cols(kv->gu + F, 2 * F, xn, W + o->wgu + lo + (size_t)F * C, n, C, a, b, false);
+    lh_swiglu_cols(kv->h, kv->gu, n, F, a, b);
+    lh_barrier_wait(&f->bar, T);
+    product_cols(kv->x, kv->h, W + o->wdown + lo, NULL, n, F, C, true, t, T);
+    lh_barrier_wait(&f->bar, T);
+  }
+
+  /* final norm and head, only for the rows that want logits */
+  int nl = 0;
+  for (int r = 0; r < n; r++)
+    if (rows[r].logits) {
+      rmsnorm_bf16(xn + (size_t)nl * C, kv->x + (size_t)r * C, W + o->norm, 1, C, eps);
+      nl++;
+    }
+  product_cols(f->logits, xn, W + o->lm_head, NULL, nl, C, V, false, t, T);
+}
+
+lh_err lh_infer_forward(const lh_infer *m, lh_kv *kv, const lh_infer_row *rows, int n,
+                        float *logits) {
+  int V = m->cfg.vocab_size, S = kv->max_seq;
   if (kv->m != m) return lh_errorf(LH_ERR_INVAL, "infer: the cache belongs to another model");
   if (n < 1 || n > kv->max_rows)
     return lh_errorf(LH_ERR_LIMIT, "infer: %d rows, the cache was sized for 1..%d", n,
@@ -260,93 +390,17 @@ lh_err lh_infer_forward(const lh_infer *m, lh_kv *kv, const lh_infer_row *rows, 
                        "infer: row %d: slot %d of %d, position %d of %d, token %d of %d", r,
                        row->slot, kv->n_slots, row->pos, S, row->token, V);
   }
-  const uint16_t *W = m->w;
-  float scale = 1.0f / sqrtf((float)hd);
-  long att_work = 0; /* multiply-adds of one layer's attention */
-  for (int r = 0; r < n; r++)
-    att_work += 2L * (rows[r].pos + 1) * QD;
-
-  for (int r = 0; r < n; r++) {
-    const uint16_t *e = W + o->embed + (size_t)rows[r].token * C;
-    float *x = kv->x + (size_t)r * C;
-    for (int j = 0; j < C; j++)
-      x[j] = lh_bf16f(e[j]);
+  forward_job f = {.m = m, .kv = kv, .rows = rows, .n = n, .logits = logits};
+  int T = lh_threads() < kv->n_threads ? lh_threads() : kv->n_threads;
+  (void)T; /* read only by the OpenMP pragma: unused in a build without OpenMP */
+#pragma omp parallel num_threads(T)
+  {
+    int t = 0, team = 1;
+#ifdef _OPENMP
+    t = omp_get_thread_num();
+    team = omp_get_num_threads();
+#endif
+    forward_thread(&f, t, team);
   }
-
-  for (int l = 0; l < L; l++) {
-    size_t lo = (size_t)l * o->layer_stride;
-    float *kc = kv->k + (size_t)l * kv->n_slots * S * KD;
-    float *vc = kv->v + (size_t)l * kv->n_slots * S * KD;
-    rmsnorm_bf16(kv->xn, kv->x, W + o->ln1 + lo, n, C, c->rms_eps);
-    lh_bf16mm(kv->qkv, kv->xn, W + o->wqkv + lo, n, C, QKV, false);
-    /* bias, q/k norm, RoPE, then K and V into the slot's cache */
-#pragma omp parallel for schedule(static) if (n > 1)
-    for (int r = 0; r < n; r++) {
-      float *q = kv->qkv + (size_t)r * QKV;
-      if (o->has_bias) {
-        const uint16_t *b = W + o->bqkv + lo;
-        for (int j = 0; j < QKV; j++)
-          q[j] += lh_bf16f(b[j]);
-      }
-      if (o->has_qk_norm) {
-        rmsnorm_bf16(q, q, W + o->q_norm + lo, H, hd, c->rms_eps);
-        rmsnorm_bf16(q + QD, q + QD, W + o->k_norm + lo, KV, hd, c->rms_eps);
-      }
-      lh_rope_apply(q, H + KV, hd, kv->rope_cos, kv->rope_sin, rows[r].pos, 0);
-      size_t at = ((size_t)rows[r].slot * S + rows[r].pos) * KD;
-      memcpy(kc + at, q + QD, (size_t)KD * sizeof(float));
-      memcpy(vc + at, q + QD + KD, (size_t)KD * sizeof(float));
-    }
-    /* attention of each (row, head) over its slot's positions [0, pos]; scores are per thread,
-     * sized for the thread count at lh_kv_create, so the team is never larger. A short one
-     * (batch-1 decode early in a sequence) stays on this thread: waking the team costs more */
-#pragma omp parallel for collapse(2) schedule(static)                                              \
-    num_threads(kv->n_threads) if (att_work >= 65536)
-    for (int r = 0; r < n; r++)
-      for (int h = 0; h < H; h++) {
-        const float *q = kv->qkv + (size_t)r * QKV + (size_t)h * hd;
-        int g = h / G, P = rows[r].pos + 1;
-        const float *ks = kc + (size_t)rows[r].slot * S * KD + (size_t)g * hd;
-        const float *vs = vc + (size_t)rows[r].slot * S * KD + (size_t)g * hd;
-        float *s = kv->scores + (size_t)lh_thread_id() * S, mx = -INFINITY, sum = 0.0f;
-        /* s = scale * K[0:P] q and a = V[0:P]^T p: matrix-vector products over the cache
-         * (single-threaded inside this loop) */
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, P, hd, scale, ks, KD, q, 1, 0.0f, s, 1);
-        for (int j = 0; j < P; j++)
-          mx = s[j] > mx ? s[j] : mx;
-#pragma omp simd reduction(+ : sum)
-        for (int j = 0; j < P; j++) {
-          s[j] = lh_expf(s[j] - mx);
-          sum += s[j];
-        }
-        float *a = kv->att + (size_t)r * QD + (size_t)h * hd;
-        cblas_sgemv(CblasRowMajor, CblasTrans, P, hd, 1.0f / sum, vs, KD, s, 1, 0.0f, a, 1);
-      }
-    lh_bf16mm(kv->x, kv->att, W + o->wo + lo, n, QD, C, true);
-    if (o->has_o_bias) {
-      const uint16_t *b = W + o->bo + lo;
-#pragma omp parallel for schedule(static) if (n > 1)
-      for (int r = 0; r < n; r++) {
-        float *x = kv->x + (size_t)r * C;
-        for (int j = 0; j < C; j++)
-          x[j] += lh_bf16f(b[j]);
-      }
-    }
-    rmsnorm_bf16(kv->xn, kv->x, W + o->ln2 + lo, n, C, c->rms_eps);
-    lh_bf16mm(kv->gu, kv->xn, W + o->wgu + lo, n, C, 2 * F, false);
-    lh_swiglu_forward(kv->h, kv->gu, n, F);
-    lh_bf16mm(kv->x, kv->h, W + o->wdown + lo, n, F, C, true);
-  }
-
-  /* final norm and head, only for the rows that want logits */
-  int nl = 0;
-  for (int r = 0; r < n; r++)
-    if (rows[r].logits) {
-      memcpy(kv->xn + (size_t)nl * C, kv->x + (size_t)r * C, (size_t)C * sizeof(float));
-      nl++;
-    }
-  if (nl == 0) return LH_ERR_OK;
-  rmsnorm_bf16(kv->xl, kv->xn, W + o->norm, nl, C, c->rms_eps);
-  lh_bf16mm(logits, kv->xl, W + o->lm_head, nl, C, V, false);
   return LH_ERR_OK;
 }

@@ -460,7 +460,7 @@ static lh_err load_dir(const char *dir, lh_model **out, uint16_t **bf16_slab, lh
     size_t n_params = lh_config_n_params(&cfg);
     char what[4200];
     snprintf(what, sizeof what, "%s: bf16 weights of %zu parameters", dir, n_params);
-    if (!(slab16 = lh_try_malloc_aligned(lh_size_mul(n_params, sizeof *slab16), what))) {
+    if (!(slab16 = lh_try_malloc_huge(lh_size_mul(n_params, sizeof *slab16), what))) {
       e = LH_ERR_NOMEM;
       goto out;
     }

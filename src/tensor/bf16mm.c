@@ -115,46 +115,70 @@ static void panel_scalar(float *out, const float *x, const uint16_t *W, int M, i
 
 /* ---------------------------------------------------------------- threading */
 
-void lh_bf16mm(float *out, const float *x, const uint16_t *W, int M, int K, int N,
-               bool accumulate) {
-  if (M <= 0 || N <= 0) return;
-  lh__bf16mm_panel_fn panel = panel_scalar;
-  int nr = 1;
+/* the chosen path's panel and its tile width */
+static lh__bf16mm_panel_fn chosen_panel(int *nr) {
   switch (lh_kernel_get()) {
 #ifdef LH__BF16MM_X86
   case LH_KERNEL_AVX2:
-    panel = lh__bf16mm_panel_avx2;
-    nr = LH__BF16MM_NR_AVX2;
-    break;
+    *nr = LH__BF16MM_NR_AVX2;
+    return lh__bf16mm_panel_avx2;
   case LH_KERNEL_AVX512:
-    panel = lh__bf16mm_panel_avx512;
-    nr = LH__BF16MM_NR_AVX512;
-    break;
+    *nr = LH__BF16MM_NR_AVX512;
+    return lh__bf16mm_panel_avx512;
 #endif
   default:
-    break;
+    *nr = 1;
+    return panel_scalar;
   }
+}
+
+/* fewer multiply-adds than this (a few microseconds of one thread's streaming) stay on one
+ * thread */
+#define SHARE_MIN 65536
+
+void lh_bf16mm_share(int M, int K, int N, int t, int T, int *n0, int *n1) {
+  int nr;
+  chosen_panel(&nr);
+  if ((size_t)(M > 0 ? M : 0) * (size_t)(K > 0 ? K : 0) * (size_t)(N > 0 ? N : 0) < SHARE_MIN)
+    T = 1;
+  if (t >= T || N <= 0) {
+    *n0 = *n1 = N > 0 ? N : 0;
+    return;
+  }
+  /* static chunks of whole tiles */
+  long tiles = (N + nr - 1) / nr, per = (tiles + T - 1) / T;
+  long a = (long)t * per * nr, b = (long)(t + 1) * per * nr;
+  *n0 = (int)(a < N ? a : N);
+  *n1 = (int)(b < N ? b : N);
+}
+
+void lh_bf16mm_cols(float *out, int ldo, const float *x, const uint16_t *W, int M, int K, int n0,
+                    int n1, bool accumulate) {
+  if (M <= 0 || n0 >= n1) return;
   if (K <= 0) { /* an empty sum */
     if (!accumulate)
       for (int m = 0; m < M; m++)
-        memset(out + (size_t)m * N, 0, (size_t)N * sizeof(float));
+        memset(out + (size_t)m * ldo + n0, 0, (size_t)(n1 - n0) * sizeof(float));
     return;
   }
-  /* static chunks of whole tiles; a small product (fewer weights than a thread can stream
-   * in a few microseconds) stays on the calling thread */
-  size_t work = (size_t)N * (size_t)K * (size_t)M;
+  int nr;
+  lh__bf16mm_panel_fn panel = chosen_panel(&nr);
+  panel(out, x, W, M, K, ldo, n0, n1, accumulate);
+}
+
+void lh_bf16mm(float *out, const float *x, const uint16_t *W, int M, int K, int N,
+               bool accumulate) {
+  if (M <= 0 || N <= 0) return;
+  size_t work = (size_t)N * (size_t)(K > 0 ? K : 0) * (size_t)M;
   (void)work; /* read only by the OpenMP pragma: unused in a build without OpenMP */
-  int tiles = (N + nr - 1) / nr;
-#pragma omp parallel if (work >= 65536)
+#pragma omp parallel if (work >= SHARE_MIN)
   {
-    int t = 0, T = 1;
+    int t = 0, T = 1, n0, n1;
 #ifdef _OPENMP
     t = omp_get_thread_num();
     T = omp_get_num_threads();
 #endif
-    int per = (tiles + T - 1) / T;
-    int n0 = t * per * nr, n1 = (t + 1) * per * nr;
-    if (n1 > N) n1 = N;
-    if (n0 < n1) panel(out, x, W, M, K, N, n0, n1, accumulate);
+    lh_bf16mm_share(M, K, N, t, T, &n0, &n1);
+    lh_bf16mm_cols(out, N, x, W, M, K, n0, n1, accumulate);
   }
 }

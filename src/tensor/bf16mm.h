@@ -1,5 +1,6 @@
 /* Internal to src/tensor: the per-path panels of lh_bf16mm. A panel computes the output columns
- * [n0, n1) of every row; lh_bf16mm hands each thread one panel. Every path sums K in blocks of
+ * [n0, n1) of every row (out's rows are N floats apart: N is a stride, not the weight count);
+ * lh_bf16mm_cols calls one on the calling thread. Every path sums K in blocks of
  * LH__BF16MM_KC: within a block, LANES fp32 sums where lane l takes k = 2l, then 2l + 1, of
  * every group of 2 * LANES k in order (the last group padded with zero products), then a fixed
  * horizontal sum, added to the output; so a row's result depends on K and the path only. */

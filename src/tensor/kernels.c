@@ -119,14 +119,25 @@ void lh_rope_apply(float *x, int n_heads, int hd, const float *cos_t, const floa
   }
 }
 
+/* h[j] = silu(gate[j]) * up[j], j in [j0, j1): one element's value whatever the range */
+static inline void swiglu_span(float *h, const float *gate, const float *up, int j0, int j1) {
+#pragma omp simd
+  for (int j = j0; j < j1; j++)
+    h[j] = gate[j] / (1.0f + lh_expf(-gate[j])) * up[j];
+}
+
 void lh_swiglu_forward(float *h, const float *gu, int M, int F) {
 #pragma omp parallel for schedule(static) if ((size_t)M * F >= 32768)
   for (int i = 0; i < M; i++) {
-    const float *gate = gu + (size_t)i * 2 * F, *up = gate + F;
-    float *hi = h + (size_t)i * F;
-#pragma omp simd
-    for (int j = 0; j < F; j++)
-      hi[j] = gate[j] / (1.0f + lh_expf(-gate[j])) * up[j];
+    const float *gate = gu + (size_t)i * 2 * F;
+    swiglu_span(h + (size_t)i * F, gate, gate + F, 0, F);
+  }
+}
+
+void lh_swiglu_cols(float *h, const float *gu, int M, int F, int j0, int j1) {
+  for (int i = 0; i < M; i++) {
+    const float *gate = gu + (size_t)i * 2 * F;
+    swiglu_span(h + (size_t)i * F, gate, gate + F, j0, j1);
   }
 }
 

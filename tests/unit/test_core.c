@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -284,6 +285,66 @@ static void test_size_checked_allocation(void **state) {
   assert_non_null(p);
   assert_true(((uintptr_t)p & 63) == 0);
   free(p);
+}
+
+/* lh_try_malloc_huge: 2 MiB aligned, usable to its last byte, the same message as
+ * lh_try_malloc_aligned when it cannot be had. */
+static void test_huge_allocation(void **state) {
+  size_t n = ((size_t)5 << 20) + 3;
+  unsigned char *p = lh_try_malloc_huge(n, "weights");
+  assert_non_null(p);
+  assert_true(((uintptr_t)p & (((uintptr_t)2 << 20) - 1)) == 0);
+  memset(p, 7, n);
+  assert_int_equal(p[n - 1], 7);
+  free(p);
+  assert_null(lh_try_malloc_huge(SIZE_MAX, "the slab"));
+  assert_non_null(strstr(lh_last_error(), "the slab: cannot allocate"));
+}
+
+/* lh_barrier: BAR_THREADS threads, each writes its slot with the round, waits, checks every
+ * slot, waits again (so no slot moves on while another thread reads it); in some rounds one
+ * thread arrives late, 2 ms after the others, so they spin out and sleep. A barrier that let a
+ * thread through early would show an old round in some slot. */
+enum { BAR_THREADS = 3, BAR_ROUNDS = 3000 };
+typedef struct {
+  lh_barrier bar;
+  _Atomic int slot[BAR_THREADS];
+  _Atomic int wrong;
+} bar_test;
+typedef struct {
+  bar_test *b;
+  int id;
+} bar_arg;
+
+static void *bar_thread(void *arg) {
+  bar_arg *a = arg;
+  bar_test *b = a->b;
+  for (int r = 1; r <= BAR_ROUNDS; r++) {
+    if (r % 500 == a->id) usleep(2000);
+    atomic_store_explicit(&b->slot[a->id], r, memory_order_relaxed);
+    lh_barrier_wait(&b->bar, BAR_THREADS);
+    for (int i = 0; i < BAR_THREADS; i++)
+      if (atomic_load_explicit(&b->slot[i], memory_order_relaxed) != r)
+        atomic_fetch_add(&b->wrong, 1);
+    lh_barrier_wait(&b->bar, BAR_THREADS);
+  }
+  return NULL;
+}
+
+static void test_barrier(void **state) {
+  bar_test b = {0};
+  bar_arg args[BAR_THREADS];
+  pthread_t th[BAR_THREADS];
+  for (int i = 0; i < BAR_THREADS; i++) {
+    args[i] = (bar_arg){&b, i};
+    assert_int_equal(pthread_create(&th[i], NULL, bar_thread, &args[i]), 0);
+  }
+  for (int i = 0; i < BAR_THREADS; i++)
+    pthread_join(th[i], NULL);
+  assert_int_equal(atomic_load(&b.wrong), 0);
+  for (int i = 0; i < BAR_THREADS; i++)
+    assert_int_equal(atomic_load(&b.slot[i]), BAR_ROUNDS);
+  lh_barrier_wait(&b.bar, 1); /* a team of one never waits */
 }
 
 typedef struct {
@@ -872,6 +933,8 @@ int main(void) {
       cmocka_unit_test(test_atomic_write_targets),
       cmocka_unit_test(test_clean_stale_tmp),
       cmocka_unit_test(test_getline_limit),
+      cmocka_unit_test(test_huge_allocation),
+      cmocka_unit_test(test_barrier),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
