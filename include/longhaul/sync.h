@@ -236,8 +236,9 @@ typedef struct lh_sync_cost {
   int parallel;       /* >= 1 */
 } lh_sync_cost;
 
-#define LH_SYNC_PLAN_MAX_STEPS 64 /* lh_sync_plan_time looks at routes of at most this many blobs  \
-                                   */
+#define LH_SYNC_PLAN_MAX_STEPS                                                                     \
+  64 /* lh_sync_plan_time looks at routes of at most this many blobs                               \
+      */
 
 /* The estimated seconds of fetching `steps` blobs of `bytes` in all: bytes / bytes_per_s, plus a
  * round trip for each `parallel` blobs (ceil(steps / parallel) round trips). */
