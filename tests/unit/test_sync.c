@@ -1005,12 +1005,13 @@ static void test_plan_graphs(void **state) {
   expect_err(lh_sync_plan(v, 2, -2, 2, &r), LH_ERR_INVAL, "from version -2");
 }
 
-/* The cheapest (bytes, steps) from `at` (N: nothing) to `to` by exhaustive search. */
-static void brute(const edge *e, int ne, int64_t at, int64_t to, uint64_t bytes, int steps,
-                  uint64_t *best, int *best_steps) {
+/* Every route from `at` (N: nothing) to `to` of at most 9 blobs, by exhaustive search: visit(ud,
+ * bytes, blobs) for each. */
+typedef void (*route_visit)(void *ud, uint64_t bytes, int steps);
+static void each_route(const edge *e, int ne, int64_t at, int64_t to, uint64_t bytes, int steps,
+                       route_visit visit, void *ud) {
   if (at == to && at != N) {
-    if (bytes < *best || (bytes == *best && steps < *best_steps))
-      *best = bytes, *best_steps = steps;
+    visit(ud, bytes, steps);
     return;
   }
   if (steps > 8) return;
@@ -1018,57 +1019,88 @@ static void brute(const edge *e, int ne, int64_t at, int64_t to, uint64_t bytes,
     if (e[i].from != N && e[i].from != at) continue;
     if (e[i].from == N && e[i].to == at) continue;
     if (e[i].from != N && e[i].to <= at) continue;
-    brute(e, ne, e[i].to, to, bytes + e[i].size, steps + 1, best, best_steps);
+    each_route(e, ne, e[i].to, to, bytes + e[i].size, steps + 1, visit, ud);
   }
+}
+
+/* The cheapest (bytes, then blobs) of the routes visited. */
+typedef struct fewest_bytes {
+  uint64_t bytes;
+  int steps;
+} fewest_bytes;
+static void visit_bytes(void *ud, uint64_t bytes, int steps) {
+  fewest_bytes *b = ud;
+  if (bytes < b->bytes || (bytes == b->bytes && steps < b->steps))
+    b->bytes = bytes, b->steps = steps;
+}
+
+/* The next of a small linear congruential sequence (0..32767). */
+static uint32_t lcg(uint32_t *x) {
+  *x = *x * 1103515245u + 12345u;
+  return (*x >> 16) & 0x7fff;
+}
+
+/* Random blob graphs of 2..7 versions: snapshots and patches from any earlier version; the
+ * number of edges (0: none this time). */
+static int random_edges(uint32_t *x, edge e[40], int *nv) {
+#define RND() lcg(x)
+  int ne = 0;
+  *nv = 2 + (int)(RND() % 6);
+  for (int v = 0; v < *nv; v++) {
+    if (RND() % 3 == 0) e[ne++] = (edge){v, N, 50 + RND() % 100};
+    for (int u = 0; u < v; u++)
+      if (RND() % 3 == 0) e[ne++] = (edge){v, u, 1 + RND() % 60};
+  }
+  return ne;
+#undef RND
+}
+
+/* Checks that route r applies from `from` (each patch starts where the previous blob left) and
+ * ends at `to`; returns its bytes. */
+static uint64_t route_walk(const lh_sync_manifest *v, const lh_sync_route *r, int64_t from,
+                           int64_t to) {
+  int64_t have = from;
+  uint64_t sum = 0;
+  for (int i = 0; i < r->n; i++) {
+    const lh_sync_blob_ref *b = &v[r->steps[i].manifest].blobs[r->steps[i].blob];
+    if (b->kind == LH_SYNC_PATCH) assert_int_equal(b->from, have);
+    have = v[r->steps[i].manifest].version;
+    sum += b->size;
+  }
+  assert_int_equal(have, to);
+  return sum;
 }
 
 static void test_plan_random(void **state) {
   (void)state;
   uint32_t x = 12345;
-#define RND() (x = x * 1103515245u + 12345u, (x >> 16) & 0x7fff)
   for (int round = 0; round < 400; round++) {
     edge e[40];
-    int ne = 0, nv = 2 + (int)(RND() % 6);
-    for (int v = 0; v < nv; v++) {
-      if (RND() % 3 == 0) e[ne++] = (edge){v, N, 50 + RND() % 100};
-      for (int u = 0; u < v; u++)
-        if (RND() % 3 == 0) e[ne++] = (edge){v, u, 1 + RND() % 60};
-    }
+    int nv, ne = random_edges(&x, e, &nv);
     if (ne == 0) continue;
     lh_sync_manifest v[8];
     int n = build(e, ne, v);
     for (int q = 0; q < 6; q++) {
-      int64_t from = (int64_t)(RND() % (unsigned)(nv + 1)) - 1, to = v[RND() % (unsigned)n].version;
-      uint64_t best = UINT64_MAX;
-      int best_steps = 0;
+      int64_t from = (int64_t)(lcg(&x) % (unsigned)(nv + 1)) - 1;
+      int64_t to = v[lcg(&x) % (unsigned)n].version;
+      fewest_bytes best = {UINT64_MAX, 0};
       if (from == to)
-        best = 0;
+        best.bytes = 0;
       else
-        brute(e, ne, from, to, 0, 0, &best, &best_steps);
+        each_route(e, ne, from, to, 0, 0, visit_bytes, &best);
       lh_sync_route r;
       lh_err err = lh_sync_plan(v, n, from, to, &r);
-      if (best == UINT64_MAX) {
+      if (best.bytes == UINT64_MAX) {
         assert_int_equal(err, LH_ERR_NOTFOUND);
         continue;
       }
       assert_int_equal(err, LH_ERR_OK);
-      assert_int_equal(r.bytes, best);
-      if (from != to) assert_int_equal(r.n, best_steps);
-      /* the route is applicable: each blob starts from what the previous one produced */
-      int64_t have = from;
-      uint64_t sum = 0;
-      for (int i = 0; i < r.n; i++) {
-        const lh_sync_blob_ref *b = &v[r.steps[i].manifest].blobs[r.steps[i].blob];
-        if (b->kind == LH_SYNC_PATCH) assert_int_equal(b->from, have);
-        have = v[r.steps[i].manifest].version;
-        sum += b->size;
-      }
-      assert_int_equal(have, to);
-      assert_int_equal(sum, r.bytes);
+      assert_int_equal(r.bytes, best.bytes);
+      if (from != to) assert_int_equal(r.n, best.steps);
+      assert_int_equal(route_walk(v, &r, from, to), r.bytes);
       lh_sync_route_free(&r);
     }
   }
-#undef RND
 }
 
 /* Plans by time and checks the route's steps (to, from) and its estimate. */
@@ -1148,70 +1180,53 @@ static void test_plan_time(void **state) {
   assert_int_equal(r.n, 0);
 }
 
-/* The fastest time of any route from `at` (N: nothing) to `to`, by exhaustive search. */
-static void brute_time(const edge *e, int ne, int64_t at, int64_t to, uint64_t bytes, int steps,
-                       const lh_sync_cost *c, double *best) {
-  if (at == to && at != N) {
-    double x = lh_sync_route_seconds(c, bytes, steps);
-    if (x < *best) *best = x;
-    return;
-  }
-  if (steps > 8) return;
-  for (int i = 0; i < ne; i++) {
-    if (e[i].from != N && e[i].from != at) continue;
-    if (e[i].from == N && e[i].to == at) continue;
-    if (e[i].from != N && e[i].to <= at) continue;
-    brute_time(e, ne, e[i].to, to, bytes + e[i].size, steps + 1, c, best);
-  }
+/* The fastest of the routes visited, in the cost's seconds. */
+typedef struct fastest {
+  const lh_sync_cost *c;
+  double seconds;
+} fastest;
+static void visit_time(void *ud, uint64_t bytes, int steps) {
+  fastest *f = ud;
+  double x = lh_sync_route_seconds(f->c, bytes, steps);
+  if (x < f->seconds) f->seconds = x;
 }
 
 static void test_plan_time_random(void **state) {
   (void)state;
   uint32_t x = 777;
-#define RND() (x = x * 1103515245u + 12345u, (x >> 16) & 0x7fff)
   for (int round = 0; round < 400; round++) {
     edge e[40];
-    int ne = 0, nv = 2 + (int)(RND() % 6);
-    for (int v = 0; v < nv; v++) {
-      if (RND() % 3 == 0) e[ne++] = (edge){v, N, 50 + RND() % 100};
-      for (int u = 0; u < v; u++)
-        if (RND() % 3 == 0) e[ne++] = (edge){v, u, 1 + RND() % 60};
-    }
+    int nv, ne = random_edges(&x, e, &nv);
     if (ne == 0) continue;
     lh_sync_manifest v[8];
     int n = build(e, ne, v);
-    lh_sync_cost c = {(double)(RND() % 50), 1.0 + RND() % 4, 1 + (int)(RND() % 3)};
+    lh_sync_cost c = {0};
+    c.rtt_s = lcg(&x) % 50;
+    c.bytes_per_s = 1.0 + lcg(&x) % 4;
+    c.parallel = 1 + (int)(lcg(&x) % 3);
     for (int q = 0; q < 6; q++) {
-      int64_t from = (int64_t)(RND() % (unsigned)(nv + 1)) - 1, to = v[RND() % (unsigned)n].version;
-      double best = INFINITY;
+      int64_t from = (int64_t)(lcg(&x) % (unsigned)(nv + 1)) - 1;
+      int64_t to = v[lcg(&x) % (unsigned)n].version;
+      fastest best = {&c, INFINITY};
       if (from == to)
-        best = 0;
+        best.seconds = 0;
       else
-        brute_time(e, ne, from, to, 0, 0, &c, &best);
+        each_route(e, ne, from, to, 0, 0, visit_time, &best);
       lh_sync_route r;
       lh_err err = lh_sync_plan_time(v, n, from, to, &c, &r);
-      if (best == INFINITY) {
+      if (best.seconds == INFINITY) {
         assert_int_equal(err, LH_ERR_NOTFOUND);
         continue;
       }
       assert_int_equal(err, LH_ERR_OK);
-      if (fabs(r.seconds - best) > 1e-9) fail_msg("%.6f s, the fastest %.6f", r.seconds, best);
+      if (fabs(r.seconds - best.seconds) > 1e-9)
+        fail_msg("%.6f s, the fastest %.6f", r.seconds, best.seconds);
       /* the route is applicable and its estimate is its own */
-      int64_t have = from;
-      uint64_t sum = 0;
-      for (int i = 0; i < r.n; i++) {
-        const lh_sync_blob_ref *b = &v[r.steps[i].manifest].blobs[r.steps[i].blob];
-        if (b->kind == LH_SYNC_PATCH) assert_int_equal(b->from, have);
-        have = v[r.steps[i].manifest].version;
-        sum += b->size;
-      }
-      assert_int_equal(have, to);
-      assert_int_equal(sum, r.bytes);
+      assert_int_equal(route_walk(v, &r, from, to), r.bytes);
       if (r.n) assert_true(fabs(lh_sync_route_seconds(&c, r.bytes, r.n) - r.seconds) < 1e-12);
       lh_sync_route_free(&r);
     }
   }
-#undef RND
 }
 
 static void test_keyframe_rule(void **state) {
@@ -1284,7 +1299,7 @@ static lh_err rebuilt_check(void *ctx, int64_t v, const uint16_t *slab) {
  * version to the next, snapshots at 0 and 6 (a keyframe), all in a blob store. */
 static void rebuild_fixture(const char *dir, uint16_t (*want)[RB_VALUES], lh_sync_manifest *ms) {
   uint32_t x = 777;
-#define RND() (x = x * 1103515245u + 12345u, (x >> 16) & 0x7fff)
+#define RND() lcg(&x)
   for (int i = 0; i < RB_VALUES; i++)
     want[0][i] = (uint16_t)(0x3c00 + RND() % 512);
   lh_patch_section sec = {0, RB_VALUES};
