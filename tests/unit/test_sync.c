@@ -903,6 +903,19 @@ static int build(const edge *edges, int n_edges, lh_sync_manifest *out) {
   return n;
 }
 
+/* Checks route r's steps: each step's (to, from) in order. */
+static void expect_steps(const lh_sync_manifest *v, const lh_sync_route *r,
+                         const int64_t (*steps)[2], int n_steps) {
+  assert_int_equal(r->n, n_steps);
+  for (int i = 0; i < n_steps; i++) {
+    const lh_sync_manifest *m = &v[r->steps[i].manifest];
+    const lh_sync_blob_ref *b = &m->blobs[r->steps[i].blob];
+    if (m->version != steps[i][0] || b->from != steps[i][1])
+      fail_msg("step %d: %lld from %lld, expected %lld from %lld", i, (long long)m->version,
+               (long long)b->from, (long long)steps[i][0], (long long)steps[i][1]);
+  }
+}
+
 /* Plans and checks the route: total bytes, and each step's (to, from) in order. */
 static void expect_route(const edge *edges, int n_edges, int64_t from, int64_t to, uint64_t bytes,
                          const int64_t (*steps)[2], int n_steps) {
@@ -912,14 +925,7 @@ static void expect_route(const edge *edges, int n_edges, int64_t from, int64_t t
   lh_err e = lh_sync_plan(v, n, from, to, &r);
   if (e) fail_msg("plan %lld -> %lld: %s", (long long)from, (long long)to, lh_last_error());
   assert_int_equal(r.bytes, bytes);
-  assert_int_equal(r.n, n_steps);
-  for (int i = 0; i < n_steps; i++) {
-    const lh_sync_manifest *m = &v[r.steps[i].manifest];
-    const lh_sync_blob_ref *b = &m->blobs[r.steps[i].blob];
-    if (m->version != steps[i][0] || b->from != steps[i][1])
-      fail_msg("step %d: %lld from %lld, expected %lld from %lld", i, (long long)m->version,
-               (long long)b->from, (long long)steps[i][0], (long long)steps[i][1]);
-  }
+  expect_steps(v, &r, steps, n_steps);
   lh_sync_route_free(&r);
   lh_sync_route_free(&r); /* idempotent */
   free(v);
@@ -1114,14 +1120,7 @@ static void expect_timed(const edge *edges, int n_edges, int64_t from, int64_t t
   if (fabs(r.seconds - seconds) > 1e-9)
     fail_msg("plan %lld -> %lld: %.6f s, expected %.6f", (long long)from, (long long)to, r.seconds,
              seconds);
-  assert_int_equal(r.n, n_steps);
-  for (int i = 0; i < n_steps; i++) {
-    const lh_sync_manifest *m = &v[r.steps[i].manifest];
-    const lh_sync_blob_ref *b = &m->blobs[r.steps[i].blob];
-    if (m->version != steps[i][0] || b->from != steps[i][1])
-      fail_msg("step %d: %lld from %lld, expected %lld from %lld", i, (long long)m->version,
-               (long long)b->from, (long long)steps[i][0], (long long)steps[i][1]);
-  }
+  expect_steps(v, &r, steps, n_steps);
   lh_sync_route_free(&r);
   free(v);
 }
