@@ -190,13 +190,15 @@ int lh_serve_staleness_bound(int max_staleness, size_t n_params, double kept_max
 
 /* The lease window: how many groups may be queued at the server or leased and unanswered at
  * once (beyond it, a lease request is answered 503 queue_full). What keeps the trainer fed and
- * no more: one update's worth queued, one of slack for bursts, and what the trainer consumes
+ * no more: two updates' worth queued (LH_SERVE_QUEUE_UPDATES), and what the trainer consumes
  * while a lease is out (lease_s: the mean time from a lease to its group's arrival; update_s:
  * the training thread's mean time per update), so prompts x (2 + ceil(lease_s / update_s)),
  * between 2 and LH_SERVE_WINDOW_UPDATES updates' worth; prompts x 4 until both are measured
  * (either <= 0). It does not depend on the staleness bound: a larger bound accepts older groups
  * but leases no more of them. */
 #define LH_SERVE_WINDOW_UPDATES 32
+/* A lease request is also refused while this many updates' worth of groups wait in the queue. */
+#define LH_SERVE_QUEUE_UPDATES 2
 int64_t lh_serve_lease_window(int prompts, double lease_s, double update_s);
 
 lh_serve_config lh_serve_defaults(void);

@@ -633,11 +633,13 @@ static void h_lease(server *s, const lh_http_request *req, lh_http_response *res
   if (want > MAX_OUTSTANDING - outstanding) want = (int)(MAX_OUTSTANDING - outstanding);
   pthread_mutex_lock(&s->mu);
   int64_t v = s->version;
-  /* backpressure: one update's worth queued keeps the trainer busy (the next is ready when it
-   * finishes one; more would only wait and grow stale), and no more groups out and queued than
-   * the lease window (what the trainer consumes while a lease is out, and a little slack) */
+  /* backpressure: two updates' worth queued keep the trainer busy (the next and the one after:
+   * a lease given now arrives a lease's time later, so with one update's worth as the gate the
+   * queue ran dry behind a 300 ms link; more would only wait and grow stale), and no more groups
+   * out and queued than the lease window (what the trainer consumes while a lease is out, and a
+   * little slack) */
   int64_t out = s->outstanding > 0 ? s->outstanding : 0; /* (a race of expiry and accept) */
-  bool full = s->q_len >= s->rl.prompts ||
+  bool full = s->q_len >= LH_SERVE_QUEUE_UPDATES * s->rl.prompts ||
               s->q_len + out >= lh_serve_lease_window(s->rl.prompts, s->lease_s, s->update_s);
   if (s->c->sync_mode) { /* only the groups of the current version's update */
     if (s->sync_version != v) s->sync_version = v, s->sync_issued = 0;
