@@ -690,8 +690,13 @@ static void h_lease(server *s, const lh_http_request *req, lh_http_response *res
     free(texts[i]);
     gs[i].group = ids[i];
   }
-  if (e) {
+  if (e) { /* nothing was leased: the tasks are leased again to whoever asks next */
     lh_http_respond_error(res, 500, "ledger", "%s", lh_last_error());
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < n; i++)
+      reissue_push(s, gs[i].task);
+    if (s->c->sync_mode && s->sync_version == v) s->sync_issued -= n;
+    pthread_mutex_unlock(&s->mu);
   } else {
     pthread_mutex_lock(&s->mu);
     s->outstanding += n;
