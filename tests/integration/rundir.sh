@@ -177,7 +177,9 @@ rc=$?
   >/dev/null 2>"$TMP/sint.err" &
 pid=$!
 PIDS+=("$pid")
-sleep 1.5
+# once it trains (its first progress line): a background job of this script starts with SIGINT
+# ignored until sft installs its handler, so an earlier SIGINT (a slow start: TSan, load) is lost
+for _ in $(seq 600); do grep -q "^sft: step" "$TMP/sint.err" 2>/dev/null && break; sleep 0.1; done
 kill -INT "$pid"
 wait "$pid"
 rc=$?
