@@ -201,6 +201,12 @@ int lh_serve_staleness_bound(int max_staleness, size_t n_params, double kept_max
 #define LH_SERVE_QUEUE_UPDATES 2
 int64_t lh_serve_lease_window(int prompts, double lease_s, double update_s);
 
+/* Whether serve refuses a lease (503 queue_full) with q_len groups queued and out leased and
+ * unanswered: LH_SERVE_QUEUE_UPDATES updates' worth queued (the next update and the one after
+ * it: a lease given now brings its groups a lease's time later, so the queue must not run dry
+ * meanwhile), or the queued and the leased reaching the lease window. */
+bool lh_serve_lease_full(int64_t q_len, int64_t out, int prompts, double lease_s, double update_s);
+
 lh_serve_config lh_serve_defaults(void);
 /* Runs the server until rl.steps updates, max_wall_s, or *rl.stop; errors name the file or
  * setting. */

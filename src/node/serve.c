@@ -168,6 +168,11 @@ int64_t lh_serve_lease_window(int prompts, double lease_s, double update_s) {
   return (int64_t)prompts * (2 + (int64_t)u);
 }
 
+bool lh_serve_lease_full(int64_t q_len, int64_t out, int prompts, double lease_s, double update_s) {
+  return q_len >= (int64_t)LH_SERVE_QUEUE_UPDATES * prompts ||
+         q_len + out >= lh_serve_lease_window(prompts, lease_s, update_s);
+}
+
 /* An exponentially weighted mean: x folded into *mean with weight w (the first x is taken). */
 static void ewma(double *mean, double x, double w) {
   *mean = *mean > 0 ? (1 - w) * *mean + w * x : x;
@@ -633,14 +638,10 @@ static void h_lease(server *s, const lh_http_request *req, lh_http_response *res
   if (want > MAX_OUTSTANDING - outstanding) want = (int)(MAX_OUTSTANDING - outstanding);
   pthread_mutex_lock(&s->mu);
   int64_t v = s->version;
-  /* backpressure: two updates' worth queued keep the trainer busy (the next and the one after:
-   * a lease given now arrives a lease's time later, so with one update's worth as the gate the
-   * queue ran dry behind a 300 ms link; more would only wait and grow stale), and no more groups
-   * out and queued than the lease window (what the trainer consumes while a lease is out, and a
-   * little slack) */
+  /* backpressure: what keeps the trainer fed and no more (with one update's worth queued as the
+   * gate, the queue ran dry behind a 300 ms link: docs/PERFORMANCE.md, "The queue gate") */
   int64_t out = s->outstanding > 0 ? s->outstanding : 0; /* (a race of expiry and accept) */
-  bool full = s->q_len >= LH_SERVE_QUEUE_UPDATES * s->rl.prompts ||
-              s->q_len + out >= lh_serve_lease_window(s->rl.prompts, s->lease_s, s->update_s);
+  bool full = lh_serve_lease_full(s->q_len, out, s->rl.prompts, s->lease_s, s->update_s);
   if (s->c->sync_mode) { /* only the groups of the current version's update */
     if (s->sync_version != v) s->sync_version = v, s->sync_issued = 0;
     if (want > s->rl.prompts - s->sync_issued) want = s->rl.prompts - s->sync_issued;

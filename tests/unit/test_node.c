@@ -185,8 +185,8 @@ static void test_rtt_quantiles(void **state) {
   assert_true(fabs(lh_worker_rtt_quantile(&r, 1.0) - 1023) < 1e-9);
 }
 
-/* serve's lease window follows what keeps the trainer fed, not the staleness bound: one
- * update's worth queued, one of slack, and the updates a lease's time out covers. */
+/* serve's lease window follows what keeps the trainer fed, not the staleness bound: two updates'
+ * worth queued, and the updates a lease's time out covers. */
 static void test_lease_window(void **state) {
   (void)state;
   assert_int_equal(lh_serve_lease_window(16, 0, 0.25), 64);    /* not measured yet: 4 updates */
@@ -197,6 +197,20 @@ static void test_lease_window(void **state) {
   assert_int_equal(lh_serve_lease_window(16, 2.0, 30.0), 48);  /* a slow trainer: 2 + 1 */
   /* a lease out for minutes against a fast trainer: at most LH_SERVE_WINDOW_UPDATES' worth */
   assert_int_equal(lh_serve_lease_window(4, 600, 0.1), 4 * LH_SERVE_WINDOW_UPDATES);
+}
+
+/* A lease is refused at two updates' worth queued, or at the lease window queued and out. */
+static void test_lease_full(void **state) {
+  (void)state;
+  /* lease 0.5 s, update 0.25 s: a window of 16 x (2 + 2) = 64 */
+  assert_false(lh_serve_lease_full(0, 0, 16, 0.5, 0.25));
+  assert_false(lh_serve_lease_full(16, 0, 16, 0.5, 0.25)); /* one update queued: lease more */
+  assert_false(lh_serve_lease_full(31, 0, 16, 0.5, 0.25));
+  assert_true(lh_serve_lease_full(32, 0, 16, 0.5, 0.25)); /* two updates queued */
+  assert_false(lh_serve_lease_full(31, 32, 16, 0.5, 0.25));
+  assert_true(lh_serve_lease_full(0, 64, 16, 0.5, 0.25)); /* the window, all of it out */
+  assert_true(lh_serve_lease_full(16, 48, 16, 0.5, 0.25));
+  assert_false(lh_serve_lease_full(16, 47, 16, 0.5, 0.25));
 }
 
 /* The staleness bound is what --max-kept-mb holds: K + 1 versions of 2-byte weights. */
@@ -213,10 +227,10 @@ static void test_staleness_bound(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_sign_verify),     cmocka_unit_test(test_documented_bytes),
-      cmocka_unit_test(test_auth_refusals),   cmocka_unit_test(test_lease_codecs),
-      cmocka_unit_test(test_rtt_quantiles),   cmocka_unit_test(test_lease_window),
-      cmocka_unit_test(test_staleness_bound),
+      cmocka_unit_test(test_sign_verify),   cmocka_unit_test(test_documented_bytes),
+      cmocka_unit_test(test_auth_refusals), cmocka_unit_test(test_lease_codecs),
+      cmocka_unit_test(test_rtt_quantiles), cmocka_unit_test(test_lease_window),
+      cmocka_unit_test(test_lease_full),    cmocka_unit_test(test_staleness_bound),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
