@@ -154,8 +154,13 @@ typedef struct server {
 
 /* ---------------------------------------------------------------- helpers */
 
+/* The MB a version's kept bf16 weights take. */
+static double version_mb(size_t n_params) {
+  return (double)n_params * sizeof(uint16_t) / 1e6;
+}
+
 int lh_serve_staleness_bound(int max_staleness, size_t n_params, double kept_max_mb) {
-  double per = (double)n_params * sizeof(uint16_t) / 1e6; /* MB a version's weights take */
+  double per = version_mb(n_params);
   double fit = per > 0 ? floor(kept_max_mb / per) : (double)max_staleness + 1;
   if (fit < 1) return -1;
   return fit - 1 < max_staleness ? (int)fit - 1 : max_staleness;
@@ -1686,7 +1691,7 @@ lh_err lh_serve_run(const lh_serve_config *c) {
   /* the staleness bound: as asked, or as many versions as --max-kept-mb holds */
   s->stale_k = lh_serve_staleness_bound(s->rl.staleness, s->n_params, c->kept_max_mb);
   {
-    double per = (double)s->n_params * sizeof(uint16_t) / 1e6;
+    double per = version_mb(s->n_params);
     if (s->stale_k < 0) {
       e = lh_errorf(LH_ERR_LIMIT,
                     "serve: --max-kept-mb %g holds not even the newest version's weights "
