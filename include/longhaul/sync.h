@@ -264,6 +264,16 @@ bool lh_sync_keyframe_due(int64_t every, int64_t version, int64_t last_keyframe,
 /* ---------------------------------------------------------------- rebuilding (a server's
  * "Restarts") */
 
+/* Applies one blob of a route (data, len: its bytes; b: its reference in version's manifest) to
+ * *slab of n values: a snapshot replaces it (*slab NULL: none yet), a patch changes it in place.
+ * hash is the slab's hash when *known (a patch's apply then checks its parent hash against it)
+ * and ends as the result's: a snapshot's is the one its decode verified, a patch's the child hash
+ * its apply verified, so nothing is hashed here; *known is true after a success. Errors: a bad
+ * snapshot's or patch's; LH_ERR_FORMAT for a patch with no slab to apply it to. */
+lh_err lh_sync_apply_blob(const lh_sync_blob_ref *b, int64_t version, const uint8_t *data,
+                          size_t len, uint64_t n, uint16_t **slab, uint8_t hash[LH_HASH_BYTES],
+                          bool *known);
+
 /* Given each rebuilt version's slab: the slab is lh_sync_rebuild's and changes once this returns
  * (copy what is kept). A non-zero return stops the rebuild, which returns it. */
 typedef lh_err (*lh_sync_rebuild_fn)(void *ctx, int64_t version, const uint16_t *slab);

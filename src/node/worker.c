@@ -571,30 +571,13 @@ static lh_err sync_policy(worker *w, const lh_sync_manifest *ms, int n, uint16_t
   if (known_ok) memcpy(known, hash, LH_HASH_BYTES);
   int64_t reached = *have; /* the version cur holds */
   for (int i = 0; !e && i < route.n; i++) {
-    const lh_sync_blob_ref *b = &ms[route.steps[i].manifest].blobs[route.steps[i].blob];
+    const lh_sync_manifest *m = &ms[route.steps[i].manifest];
+    const lh_sync_blob_ref *b = &m->blobs[route.steps[i].blob];
     uint8_t *data = NULL;
-    size_t len = 0, cnt = 0;
+    size_t len = 0;
     if ((e = fetch_blob(w, b->hash, b->size, &data, &len))) break;
     if (i == route.n - 1) st->blobs_s = lh_time_now() - t0;
-    if (b->kind == LH_SYNC_SNAPSHOT) {
-      uint16_t *fresh = NULL;
-      if (!(e = lh_sync_snapshot_decode(data, len, (size_t)newest->elements, "snapshot", &fresh,
-                                        &cnt))) {
-        free(cur);
-        cur = fresh;
-        known_ok = false;
-      }
-    } else if (!cur) {
-      e = lh_errorf(LH_ERR_FORMAT, "a patch before any snapshot");
-    } else {
-      lh_patch_info info = {0};
-      e = lh_patch_apply(cur, newest->elements, data, len, known_ok ? known : NULL);
-      if (!e && !(e = lh_patch_read_info(data, len, &info))) {
-        memcpy(known, info.child_hash, LH_HASH_BYTES);
-        known_ok = true;
-      }
-      lh_patch_info_free(&info);
-    }
+    e = lh_sync_apply_blob(b, m->version, data, len, newest->elements, &cur, known, &known_ok);
     free(data);
     if (!e) {
       reached = ms[route.steps[i].manifest].version;

@@ -1391,6 +1391,58 @@ static void test_rebuild(void **state) {
   free(ms);
 }
 
+/* One blob at a time, as a worker applies them: the snapshot, then patches; a patch with no slab,
+ * one whose parent is not the slab (when its hash is known), and a damaged snapshot refused. */
+static void test_apply_blob(void **state) {
+  (void)state;
+  char dir[256];
+  uint16_t(*want)[RB_VALUES] = malloc(RB_VERSIONS * sizeof *want);
+  lh_sync_manifest *ms = malloc(RB_VERSIONS * sizeof *ms);
+  assert_true(want && ms);
+  make_tmpdir(dir, sizeof dir);
+  rebuild_fixture(dir, want, ms);
+  uint16_t *slab = NULL;
+  uint8_t hash[LH_HASH_BYTES], *data = NULL;
+  bool known = false;
+  size_t len = 0;
+  const lh_sync_blob_ref *b = &ms[6].blobs[0]; /* version 6's patch, before any snapshot */
+  if (lh_sync_blob_get(dir, b->hash, b->size, &data, &len)) fail_msg("%s", lh_last_error());
+  expect_err(lh_sync_apply_blob(b, 6, data, len, RB_VALUES, &slab, hash, &known), LH_ERR_FORMAT,
+             "version 6: a patch before any snapshot");
+  assert_false(known);
+  free(data);
+  for (int v = 0; v < 4; v++) { /* 0's snapshot, then the patches to 1, 2, 3 */
+    b = &ms[v].blobs[0];
+    if (lh_sync_blob_get(dir, b->hash, b->size, &data, &len)) fail_msg("%s", lh_last_error());
+    if (lh_sync_apply_blob(b, v, data, len, RB_VALUES, &slab, hash, &known))
+      fail_msg("version %d: %s", v, lh_last_error());
+    free(data);
+    assert_true(known);
+    assert_memory_equal(hash, ms[v].slab, LH_HASH_BYTES);
+    assert_memory_equal(slab, want[v], sizeof want[v]);
+  }
+  b = &ms[5].blobs[0]; /* from 4, applied to 3: its parent hash is not the slab's */
+  if (lh_sync_blob_get(dir, b->hash, b->size, &data, &len)) fail_msg("%s", lh_last_error());
+  assert_int_equal(lh_sync_apply_blob(b, 5, data, len, RB_VALUES, &slab, hash, &known),
+                   LH_ERR_MISMATCH);
+  free(data);
+  b = &ms[6].blobs[1]; /* the keyframe, one byte of its payload changed */
+  if (lh_sync_blob_get(dir, b->hash, b->size, &data, &len)) fail_msg("%s", lh_last_error());
+  data[len - 1] ^= 0x40;
+  assert_int_not_equal(lh_sync_apply_blob(b, 6, data, len, RB_VALUES, &slab, hash, &known),
+                       LH_ERR_OK);
+  data[len - 1] ^= 0x40;
+  if (lh_sync_apply_blob(b, 6, data, len, RB_VALUES, &slab, hash, &known)) /* intact: it replaces */
+    fail_msg("%s", lh_last_error());
+  free(data);
+  assert_memory_equal(hash, ms[6].slab, LH_HASH_BYTES);
+  assert_memory_equal(slab, want[6], sizeof want[6]);
+  free(slab);
+  rm_rf(dir);
+  free(want);
+  free(ms);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_key_text),
@@ -1411,6 +1463,7 @@ int main(void) {
       cmocka_unit_test(test_plan_time_random),
       cmocka_unit_test(test_keyframe_rule),
       cmocka_unit_test(test_rebuild),
+      cmocka_unit_test(test_apply_blob),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
