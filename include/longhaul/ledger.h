@@ -218,12 +218,12 @@ lh_err lh_ledger_accepted(lh_ledger *l, int64_t **groups, int *n);
  * each gets one event in the training log. Every id must be ACCEPTED and appear once in the two
  * lists (n_trained + n_dropped in 1 .. LH_LEDGER_TRAIN_MAX), else LH_ERR_INVAL (LH_ERR_NOTFOUND
  * for an id never issued) naming the first offender, and nothing changes. Group-committed in
- * parts: every id is checked in the first commit, then the marks are written LH_LEDGER_TRAIN_PART
- * per commit, beside the submissions; the call returns when the last part is durable. A crash
- * between parts, or a later part that fails (the database, or a group another thread changed
- * meanwhile: that part's whole commit fails), leaves the earlier parts marked at `version`: a
- * rewind to an earlier version (a restart from its checkpoint) undoes them, as it undoes a whole
- * update whose version was not checkpointed. */
+ * parts: every id is checked first (on a read connection, holding no commit), then the marks are
+ * written LH_LEDGER_TRAIN_PART per commit, beside the submissions; the call returns when the last
+ * part is durable. A crash between parts, or a part that fails (the database, or a group another
+ * thread changed since the check: that part's whole commit fails), leaves the earlier parts marked
+ * at `version`: a rewind to an earlier version (a restart from its checkpoint) undoes them, as it
+ * undoes a whole update whose version was not checkpointed. */
 lh_err lh_ledger_train(lh_ledger *l, int64_t version, const int64_t *trained, int n_trained,
                        const int64_t *dropped, int n_dropped);
 /* After a restart from the checkpoint at `version` (-1: from no checkpoint at all), one

@@ -1510,18 +1510,14 @@ typedef struct train_args {
   int n_trained, n_dropped, at;
 } train_args;
 
-/* Every id is checked in the first part, so a call refused for its ids changes nothing (a part
- * that fails after that, a group changed by another thread meanwhile, fails its commit); then
- * LH_LEDGER_TRAIN_PART marks per commit. */
+/* LH_LEDGER_TRAIN_PART marks per commit (lh_ledger_train checked every id before the first; a
+ * part that fails, a group changed by another thread meanwhile, fails its commit). */
 static lh_err write_train(lh_ledger *l, write_req *r, bool *more) {
   train_args *a = r->arg;
   int n = a->n_trained + a->n_dropped;
   lh_err e = LH_ERR_OK;
-  for (int i = 0; a->at == 0 && i < n && !e; i++)
-    e = check_accepted(l, i < a->n_trained ? a->trained[i] : a->dropped[i - a->n_trained],
-                       r->doing);
   int end = n - a->at > LH_LEDGER_TRAIN_PART ? a->at + LH_LEDGER_TRAIN_PART : n;
-  r->wrote = !e;
+  r->wrote = true;
   for (int i = a->at; i < end && !e; i++)
     e = i < a->n_trained
             ? train_one(l, a->version, a->trained[i], LH_GROUP_TRAINED, r->doing)
@@ -1545,6 +1541,14 @@ lh_err lh_ledger_train(lh_ledger *l, int64_t version, const int64_t *trained, in
     return lh_errorf(LH_ERR_LIMIT, "%s: %s: %d trained and %d dropped groups, more than %d",
                      l->path, doing, n_trained, n_dropped, LH_LEDGER_TRAIN_MAX);
   lh_err e = check_distinct(l, trained, n_trained, dropped, n_dropped, doing);
+  if (e) return e;
+  /* every id, on a read connection (the last commit), so that a call refused for its ids
+   * changes nothing and the checks do not hold the writer */
+  lh_ledger *rd = reader_of(l);
+  pthread_mutex_lock(&rd->mu);
+  for (int i = 0; i < n_trained + n_dropped && !e; i++)
+    e = check_accepted(rd, i < n_trained ? trained[i] : dropped[i - n_trained], doing);
+  pthread_mutex_unlock(&rd->mu);
   if (e) return e;
   train_args a = {version, trained, dropped, n_trained, n_dropped, 0};
   write_req r = {.write = write_train, .arg = &a};
