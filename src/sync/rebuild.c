@@ -17,8 +17,11 @@ lh_err lh_sync_apply_blob(const lh_sync_blob_ref *b, int64_t version, const uint
   size_t cnt = 0;
   if (b->kind == LH_SYNC_SNAPSHOT) {
     uint16_t *fresh = NULL;
-    if (!(e = lh_sync_snapshot_decode(data, len, (size_t)n, "snapshot", &fresh, &cnt)) &&
-        !(e = lh_sync_snapshot_info(data, len, (size_t)n, "snapshot", &cnt, hash))) {
+    if (!(e = lh_sync_snapshot_decode(data, len, (size_t)n, "snapshot", &fresh, &cnt)) && cnt != n)
+      e = lh_errorf(LH_ERR_MISMATCH,
+                    "version %" PRId64 ": the snapshot holds %zu values, the manifest %" PRIu64,
+                    version, cnt, n);
+    if (!e && !(e = lh_sync_snapshot_info(data, len, (size_t)n, "snapshot", &cnt, hash))) {
       free(*slab);
       *slab = fresh;
       fresh = NULL;

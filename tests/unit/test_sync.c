@@ -1411,6 +1411,12 @@ static void test_apply_blob(void **state) {
              "version 6: a patch before any snapshot");
   assert_false(known);
   free(data);
+  b = &ms[0].blobs[0]; /* a snapshot of fewer values than the slab: refused, not a short slab */
+  if (lh_sync_blob_get(dir, b->hash, b->size, &data, &len)) fail_msg("%s", lh_last_error());
+  expect_err(lh_sync_apply_blob(b, 0, data, len, RB_VALUES + 1, &slab, hash, &known),
+             LH_ERR_MISMATCH, "the snapshot holds 4096 values, the manifest 4097");
+  assert_null(slab);
+  free(data);
   for (int v = 0; v < 4; v++) { /* 0's snapshot, then the patches to 1, 2, 3 */
     b = &ms[v].blobs[0];
     if (lh_sync_blob_get(dir, b->hash, b->size, &data, &len)) fail_msg("%s", lh_last_error());
