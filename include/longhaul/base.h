@@ -71,7 +71,8 @@ void *lh_try_malloc_aligned(size_t n, const char *what);
 /* The same for a large buffer that is streamed through again and again (a model's weights):
  * aligned to 2 MiB and, on Linux, marked for transparent huge pages (madvise MADV_HUGEPAGE)
  * before any of it is touched, so the kernel backs it with 2 MiB pages where it can: one TLB
- * entry and one page fault per 2 MiB instead of per 4 KiB. Released with free(). */
+ * entry and one page fault per 2 MiB instead of per 4 KiB; when a 2 MiB-aligned block cannot be
+ * had, as lh_try_malloc_aligned. Released with free(). */
 void *lh_try_malloc_huge(size_t n, const char *what);
 /* a * b, or SIZE_MAX when the product does not fit: chains of products that saturate. */
 size_t lh_size_mul(size_t a, size_t b);

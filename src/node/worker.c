@@ -228,26 +228,34 @@ static uint64_t part_size(const char *dest) {
 /* Fetches a blob into the worker's store and reads it back verified. A download cut off (a
  * reset link) is resumed with Range at once, as long as each try brings more bytes; the caller's
  * backoff is for a server that is away. */
+/* A blob into the store on connection c, unless it is there: resumed (Range) while each try
+ * brings more bytes, counted in bytes_downloaded. */
+static lh_err download_blob(worker *w, lh_http_client *c, const uint8_t hash[LH_HASH_BYTES],
+                            uint64_t size) {
+  if (lh_sync_blob_has(w->blob_dir, hash)) return LH_ERR_OK;
+  char hx[2 * LH_HASH_BYTES + 1], path[128];
+  lh_hash_hex(hash, hx);
+  snprintf(path, sizeof path, "/v1/blobs/%s", hx);
+  char *dest = lh_sync_blob_path(w->blob_dir, hash);
+  lh_err e;
+  for (int tries = 0;; tries++) {
+    uint64_t before = part_size(dest);
+    e = lh_http_client_download(c, path, dest, size ? size : BLOB_MAX, TIMEOUT_MS, NULL);
+    if (e != LH_ERR_IO || tries == 64 || part_size(dest) <= before) break;
+  }
+  free(dest);
+  if (e) return e;
+  pthread_mutex_lock(&w->mu);
+  w->res->bytes_downloaded += size;
+  pthread_mutex_unlock(&w->mu);
+  return LH_ERR_OK;
+}
+
 static lh_err fetch_blob(worker *w, const uint8_t hash[LH_HASH_BYTES], uint64_t size,
                          uint8_t **data, size_t *len) {
-  if (!lh_sync_blob_has(w->blob_dir, hash)) {
-    char hx[2 * LH_HASH_BYTES + 1], path[128];
-    lh_hash_hex(hash, hx);
-    snprintf(path, sizeof path, "/v1/blobs/%s", hx);
-    char *dest = lh_sync_blob_path(w->blob_dir, hash);
-    lh_err e;
-    for (int tries = 0;; tries++) {
-      uint64_t before = part_size(dest);
-      e = lh_http_client_download(w->http, path, dest, size ? size : BLOB_MAX, TIMEOUT_MS, NULL);
-      if (e != LH_ERR_IO || tries == 64 || part_size(dest) <= before) break;
-    }
-    free(dest);
-    if (e) return e;
-    pthread_mutex_lock(&w->mu);
-    w->res->bytes_downloaded += size;
-    pthread_mutex_unlock(&w->mu);
-  }
-  lh_err e = lh_sync_blob_get(w->blob_dir, hash, size ? (size_t)size : (size_t)BLOB_MAX, data, len);
+  lh_err e = download_blob(w, w->http, hash, size);
+  if (e) return e;
+  e = lh_sync_blob_get(w->blob_dir, hash, size ? (size_t)size : (size_t)BLOB_MAX, data, len);
   if (e == LH_ERR_MISMATCH) { /* a corrupted file: fetch it again next time */
     char *p = lh_sync_blob_path(w->blob_dir, hash);
     unlink(p);
@@ -466,18 +474,8 @@ static void *ahead_thread(void *ud) {
     w->ahead_busy = true;
     memcpy(w->ahead_hash, b.hash, LH_HASH_BYTES);
     pthread_mutex_unlock(&w->mu);
-    lh_err e = LH_ERR_OK;
-    bool fetch = !lh_sync_blob_has(w->blob_dir, b.hash);
-    if (fetch) {
-      char hx[2 * LH_HASH_BYTES + 1], path[128];
-      lh_hash_hex(b.hash, hx);
-      snprintf(path, sizeof path, "/v1/blobs/%s", hx);
-      char *dest = lh_sync_blob_path(w->blob_dir, b.hash);
-      e = lh_http_client_download(w->ahead_http, path, dest, b.size, TIMEOUT_MS, NULL);
-      free(dest);
-    }
+    download_blob(w, w->ahead_http, b.hash, b.size); /* (a failure: the sync fetches it) */
     pthread_mutex_lock(&w->mu);
-    if (fetch && !e) w->res->bytes_downloaded += b.size;
     w->ahead_busy = false;
     pthread_cond_broadcast(&w->cv);
   }
@@ -555,8 +553,8 @@ static lh_err sync_policy(worker *w, const lh_sync_manifest *ms, int n, uint16_t
   if (e) return e;
   st->steps = route.n;
   st->plan_s = route.seconds;
+  claim_route(w, ms, &route); /* (it may wait for a blob the fetch-ahead thread is fetching) */
   double t0 = lh_time_now();
-  claim_route(w, ms, &route);
   for (int i = 0; i < route.n; i++) {
     const lh_sync_blob_ref *b = &ms[route.steps[i].manifest].blobs[route.steps[i].blob];
     if (lh_sync_blob_has(w->blob_dir, b->hash)) continue;
@@ -580,7 +578,7 @@ static lh_err sync_policy(worker *w, const lh_sync_manifest *ms, int n, uint16_t
     e = lh_sync_apply_blob(b, m->version, data, len, newest->elements, &cur, known, &known_ok);
     free(data);
     if (!e) {
-      reached = ms[route.steps[i].manifest].version;
+      reached = m->version;
       pthread_mutex_lock(&w->mu);
       w->res->versions_applied++;
       pthread_mutex_unlock(&w->mu);

@@ -9,7 +9,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "longhaul/patch.h"
 
@@ -537,10 +536,9 @@ typedef struct undo {
 /* A buffer of bytes, grown from used bytes: from 2 MiB on in huge pages where the kernel gives
  * them (one page fault per 2 MiB instead of per 4 KiB: a fresh undo record is touched once). */
 static void *grow(void *old, size_t used, size_t bytes) {
-  void *p = NULL;
   if (bytes < ((size_t)2 << 20)) return realloc(old, bytes);
-  if (posix_memalign(&p, (size_t)2 << 20, bytes)) return NULL;
-  madvise(p, bytes, MADV_HUGEPAGE);
+  void *p = lh_try_malloc_huge(bytes, "patch: an undo record");
+  if (!p) return NULL;
   memcpy(p, old, used);
   free(old);
   return p;
